@@ -1,1 +1,370 @@
-//! placeholder
+//! Rust mirror of `bpf/rivora_abi.h`, the one C header that defines every map
+//! key and value layout of the datapath.
+//!
+//! Pinned maps outlive rivorad and are read by programs compiled from C, so a
+//! layout mismatch would silently misroute traffic. The test in
+//! `tests/layout.rs` reads the BTF that clang emits for the header and checks
+//! every size, field offset and constant here against it.
+//!
+//! Addresses and ports are kept in network byte order, exactly as in the
+//! packet: use the constructors rather than filling fields by hand.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
+pub const ABI_VERSION: u32 = 1;
+/// Capacity of the VIP tables and of the per-service arrays.
+pub const MAX_VIPS: u32 = 4096;
+/// Capacity of the backend arrays; also the backend ID space.
+pub const MAX_BACKENDS: u32 = 8192;
+/// Capacity of each affinity and NAT table.
+pub const MAX_FLOWS: u32 = 65536;
+/// Default length of the shared Maglev table (a prime).
+pub const MAGLEV_TABLE_DEFAULT: u32 = 65537;
+/// Slots the hot path probes past unusable backends before dropping.
+pub const MAGLEV_PROBE_WINDOW: u32 = 16;
+/// Length of `drop_stats_map`.
+pub const DROP_REASON_SLOTS: u32 = 16;
+
+/// `enum rv_mode`: how a service forwards.
+pub mod mode {
+    /// Full NAT: destination rewritten, replies restored by tc_nat.
+    pub const NAT: u8 = 0;
+    /// L2 direct server return.
+    pub const DSR: u8 = 1;
+    /// L3 direct server return over IP-in-IP.
+    pub const DSR_IPIP: u8 = 2;
+    /// L3 direct server return over GRE.
+    pub const DSR_GRE: u8 = 3;
+}
+
+/// `enum rv_service_flags`: bits of [`Service::flags`].
+pub mod service_flags {
+    /// The service is an IPv6 VIP (its backends are in backend_map6).
+    pub const IPV6: u8 = 1 << 0;
+    /// The entry is programmed; an all-zero array slot is not.
+    pub const ACTIVE: u8 = 1 << 1;
+}
+
+/// `enum rv_backend_state`: values of [`BackendHealth::state`].
+pub mod backend_state {
+    /// No backend holds this ID (the zero value of a fresh array slot).
+    pub const NONE: u32 = 0;
+    /// Takes new and established flows.
+    pub const HEALTHY: u32 = 1;
+    /// Keeps established flows, takes no new ones.
+    pub const DRAINING: u32 = 2;
+    /// Takes nothing.
+    pub const DOWN: u32 = 3;
+}
+
+/// `enum rv_drop_reason`: indices of `drop_stats_map`.
+pub mod drop_reason {
+    /// No healthy backend within the probe window.
+    pub const NO_HEALTHY_BACKEND: u32 = 0;
+    /// VIP matched but its service entry was not active.
+    pub const NO_SERVICE: u32 = 1;
+    /// Chosen backend ID had no address entry.
+    pub const NO_BACKEND: u32 = 2;
+    /// Bounds check failed while rewriting.
+    pub const REWRITE_FAILED: u32 = 3;
+    /// Number of reasons defined so far.
+    pub const COUNT: u32 = 4;
+    /// Stable, Prometheus-friendly names, indexed by reason.
+    pub const NAMES: [&str; COUNT as usize] = [
+        "no_healthy_backend",
+        "no_service",
+        "no_backend",
+        "rewrite_failed",
+    ];
+}
+
+/// IPv4 address in the network-order representation the maps use.
+pub fn be_addr4(addr: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(addr.octets())
+}
+
+/// Inverse of [`be_addr4`].
+pub fn addr4_from_be(addr: u32) -> Ipv4Addr {
+    Ipv4Addr::from(addr.to_ne_bytes())
+}
+
+/// Port in the network-order representation the maps use.
+pub fn be_port(port: u16) -> u16 {
+    port.to_be()
+}
+
+/// Inverse of [`be_port`].
+pub fn port_from_be(port: u16) -> u16 {
+    u16::from_be(port)
+}
+
+macro_rules! pod {
+    ($($t:ty),* $(,)?) => {
+        $(
+            // SAFETY: repr(C), only integer fields and explicit padding, so
+            // every bit pattern is valid and there are no implicit holes.
+            unsafe impl aya::Pod for $t {}
+        )*
+    };
+}
+
+/// `struct rv_vip_key4`: an exact IPv4 VIP (vip_map key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipKey4 {
+    pub addr: u32,
+    pub port: u16,
+    pub proto: u8,
+    pub pad: u8,
+}
+
+impl VipKey4 {
+    /// Key for `addr:port` over IP protocol `proto`.
+    pub fn new(addr: Ipv4Addr, port: u16, proto: u8) -> Self {
+        Self { addr: be_addr4(addr), port: be_port(port), proto, pad: 0 }
+    }
+}
+
+/// `struct rv_vip_key6`: an exact IPv6 VIP (vip_map6 key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipKey6 {
+    pub addr: [u8; 16],
+    pub port: u16,
+    pub proto: u8,
+    pub pad: u8,
+}
+
+impl VipKey6 {
+    /// Key for `[addr]:port` over IP protocol `proto`.
+    pub fn new(addr: Ipv6Addr, port: u16, proto: u8) -> Self {
+        Self { addr: addr.octets(), port: be_port(port), proto, pad: 0 }
+    }
+}
+
+/// `struct rv_vip_value`: the service a VIP maps to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipValue {
+    pub service_id: u32,
+}
+
+/// `struct rv_service`: per-service config, rewritten whole to flip slices.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Service {
+    pub maglev_offset: u32,
+    pub maglev_size: u32,
+    pub backend_count: u16,
+    pub mode: u8,
+    pub flags: u8,
+    pub generation: u32,
+}
+
+/// `struct rv_backend4`: an IPv4 backend (backend_map value).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Backend4 {
+    pub addr: u32,
+    pub port: u16,
+    pub mac: [u8; 6],
+    pub generation: u32,
+}
+
+/// `struct rv_backend6`: an IPv6 backend (backend_map6 value).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Backend6 {
+    pub addr: [u8; 16],
+    pub port: u16,
+    pub mac: [u8; 6],
+    pub generation: u32,
+}
+
+/// `struct rv_backend_health`: one of [`backend_state`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BackendHealth {
+    pub state: u32,
+}
+
+/// `struct rv_flow4`: a client's flow (connection_affinity_map key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flow4 {
+    pub src: u32,
+    pub dst: u32,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct rv_flow6`: a client's flow (connection_affinity_map6 key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flow6 {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct rv_affinity`: the backend a flow sticks to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Affinity {
+    pub backend_id: u32,
+    pub backend_generation: u32,
+}
+
+/// `struct rv_nat_key4`: a backend's reply (nat_reverse_map key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NatKey4 {
+    pub src: u32,
+    pub dst: u32,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct rv_nat_key6`: a backend's reply (nat_reverse_map6 key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NatKey6 {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct rv_nat_value4`: the VIP a reply's source is restored to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NatValue4 {
+    pub vip: u32,
+    pub vip_port: u16,
+    pub pad: u16,
+    pub service_id: u32,
+}
+
+/// `struct rv_nat_value6`: the VIP a reply's source is restored to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NatValue6 {
+    pub vip: [u8; 16],
+    pub vip_port: u16,
+    pub pad: u16,
+    pub service_id: u32,
+}
+
+/// `struct rv_vip_stats`: per-CPU counters of one service.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_flows: u64,
+    pub drops: u64,
+    pub reply_packets: u64,
+    pub reply_bytes: u64,
+}
+
+/// `struct rv_drop_stats`: per-CPU counter of one drop reason.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DropStats {
+    pub packets: u64,
+}
+
+pod!(
+    VipKey4, VipKey6, VipValue, Service, Backend4, Backend6, BackendHealth, Flow4, Flow6, Affinity,
+    NatKey4, NatKey6, NatValue4, NatValue6, VipStats, DropStats,
+);
+
+/// One struct's layout as the Rust side sees it: the test compares each
+/// entry with the BTF of the C header.
+#[derive(Debug)]
+pub struct StructLayout {
+    /// The C struct name.
+    pub c_name: &'static str,
+    /// `size_of` the Rust mirror.
+    pub size: usize,
+    /// (C field name, byte offset) for every field.
+    pub fields: Vec<(&'static str, usize)>,
+}
+
+macro_rules! layout {
+    ($t:ty, $c:literal, [$($f:ident),* $(,)?]) => {
+        StructLayout {
+            c_name: $c,
+            size: core::mem::size_of::<$t>(),
+            fields: vec![$((stringify!($f), core::mem::offset_of!($t, $f))),*],
+        }
+    };
+}
+
+/// Every mirrored struct with its C name, for the layout check.
+pub fn layouts() -> Vec<StructLayout> {
+    vec![
+        layout!(VipKey4, "rv_vip_key4", [addr, port, proto, pad]),
+        layout!(VipKey6, "rv_vip_key6", [addr, port, proto, pad]),
+        layout!(VipValue, "rv_vip_value", [service_id]),
+        layout!(
+            Service,
+            "rv_service",
+            [maglev_offset, maglev_size, backend_count, mode, flags, generation]
+        ),
+        layout!(Backend4, "rv_backend4", [addr, port, mac, generation]),
+        layout!(Backend6, "rv_backend6", [addr, port, mac, generation]),
+        layout!(BackendHealth, "rv_backend_health", [state]),
+        layout!(Flow4, "rv_flow4", [src, dst, sport, dport, proto, pad]),
+        layout!(Flow6, "rv_flow6", [src, dst, sport, dport, proto, pad]),
+        layout!(Affinity, "rv_affinity", [backend_id, backend_generation]),
+        layout!(NatKey4, "rv_nat_key4", [src, dst, sport, dport, proto, pad]),
+        layout!(NatKey6, "rv_nat_key6", [src, dst, sport, dport, proto, pad]),
+        layout!(NatValue4, "rv_nat_value4", [vip, vip_port, pad, service_id]),
+        layout!(NatValue6, "rv_nat_value6", [vip, vip_port, pad, service_id]),
+        layout!(
+            VipStats,
+            "rv_vip_stats",
+            [packets, bytes, new_flows, drops, reply_packets, reply_bytes]
+        ),
+        layout!(DropStats, "rv_drop_stats", [packets]),
+    ]
+}
+
+/// Every mirrored enum constant as (C enumerator name, value), for the check.
+pub fn constants() -> Vec<(&'static str, i64)> {
+    vec![
+        ("RV_ABI_VERSION", ABI_VERSION as i64),
+        ("RV_MAX_VIPS", MAX_VIPS as i64),
+        ("RV_MAX_BACKENDS", MAX_BACKENDS as i64),
+        ("RV_MAX_FLOWS", MAX_FLOWS as i64),
+        ("RV_MAGLEV_TABLE_DEFAULT", MAGLEV_TABLE_DEFAULT as i64),
+        ("RV_MAGLEV_PROBE_WINDOW", MAGLEV_PROBE_WINDOW as i64),
+        ("RV_DROP_REASON_SLOTS", DROP_REASON_SLOTS as i64),
+        ("RV_MODE_NAT", mode::NAT as i64),
+        ("RV_MODE_DSR", mode::DSR as i64),
+        ("RV_MODE_DSR_IPIP", mode::DSR_IPIP as i64),
+        ("RV_MODE_DSR_GRE", mode::DSR_GRE as i64),
+        ("RV_SVC_F_IPV6", service_flags::IPV6 as i64),
+        ("RV_SVC_F_ACTIVE", service_flags::ACTIVE as i64),
+        ("RV_BACKEND_NONE", backend_state::NONE as i64),
+        ("RV_BACKEND_HEALTHY", backend_state::HEALTHY as i64),
+        ("RV_BACKEND_DRAINING", backend_state::DRAINING as i64),
+        ("RV_BACKEND_DOWN", backend_state::DOWN as i64),
+        ("RV_DROP_NO_HEALTHY_BACKEND", drop_reason::NO_HEALTHY_BACKEND as i64),
+        ("RV_DROP_NO_SERVICE", drop_reason::NO_SERVICE as i64),
+        ("RV_DROP_NO_BACKEND", drop_reason::NO_BACKEND as i64),
+        ("RV_DROP_REWRITE_FAILED", drop_reason::REWRITE_FAILED as i64),
+        ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
+    ]
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * abi_btf.c: never loaded. Compiled only so that clang emits BTF for every
+ * struct of rivora_abi.h; crates/abi reads that BTF back and checks that its
+ * Rust mirror has the same sizes and field offsets.
+ */
+#include "rivora_abi.h"
+
+struct rv_abi_all {
+	struct rv_vip_key4 vip_key4;
+	struct rv_vip_key6 vip_key6;
+	struct rv_vip_value vip_value;
+	struct rv_service service;
+	struct rv_backend4 backend4;
+	struct rv_backend6 backend6;
+	struct rv_backend_health backend_health;
+	struct rv_flow4 flow4;
+	struct rv_flow6 flow6;
+	struct rv_affinity affinity;
+	struct rv_nat_key4 nat_key4;
+	struct rv_nat_key6 nat_key6;
+	struct rv_nat_value4 nat_value4;
+	struct rv_nat_value6 nat_value6;
+	struct rv_vip_stats vip_stats;
+	struct rv_drop_stats drop_stats;
+	enum rv_abi_consts consts;
+	enum rv_mode mode;
+	enum rv_service_flags service_flags;
+	enum rv_backend_state backend_state;
+	enum rv_drop_reason drop_reason;
+};
+
+struct rv_abi_all rv_abi_all __attribute__((used));

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * balance.h: choosing a backend for a flow: the affinity table first, then
+ * the VIP's Maglev slice with a bounded probe past unusable backends.
+ */
+#ifndef RIVORA_BALANCE_H
+#define RIVORA_BALANCE_H
+
+#include "maps.h"
+#include "hash.h"
+
+static __always_inline void rv_count_drop(__u32 reason, __u32 service_id)
+{
+	struct rv_drop_stats *d = bpf_map_lookup_elem(&drop_stats_map, &reason);
+	if (d)
+		d->packets++;
+	struct rv_vip_stats *s = bpf_map_lookup_elem(&stats_map, &service_id);
+	if (s)
+		s->drops++;
+}
+
+static __always_inline __u32 rv_backend_state(__u32 backend_id)
+{
+	struct rv_backend_health *h = bpf_map_lookup_elem(&backend_health_map, &backend_id);
+	return h ? h->state : RV_BACKEND_NONE;
+}
+
+/* Walks at most RV_MAGLEV_PROBE_WINDOW slots of the service's slice from
+ * the flow's slot and returns the first healthy backend. Draining and down
+ * backends take no new flows. Returns 0 and sets *backend_id on success. */
+static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 hash, __u32 *backend_id)
+{
+	__u32 size = svc->maglev_size;
+	__u32 slot;
+
+	if (size == 0 || svc->backend_count == 0)
+		return -1;
+	slot = hash % size;
+	for (__u32 i = 0; i < RV_MAGLEV_PROBE_WINDOW; i++) {
+		/* A modulo rather than a wrap-around branch keeps the verifier's
+		 * state count linear in the window size. */
+		__u32 idx = svc->maglev_offset + (slot + i) % size;
+		__u32 *id = bpf_map_lookup_elem(&maglev_table, &idx);
+
+		if (!id)
+			return -1;
+		if (rv_backend_state(*id) == RV_BACKEND_HEALTHY) {
+			*backend_id = *id;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* An established flow keeps its backend while that backend is healthy or
+ * draining and its ID still names the same backend (generation match). */
+static __always_inline int rv_affinity_usable(const struct rv_affinity *a, __u32 generation)
+{
+	__u32 state = rv_backend_state(a->backend_id);
+
+	return (state == RV_BACKEND_HEALTHY || state == RV_BACKEND_DRAINING) &&
+	       a->backend_generation == generation;
+}
+
+#endif /* RIVORA_BALANCE_H */

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * maps.h: every map of the datapath, defined once and included by both
+ * programs. All are pinned by name (LIBBPF_PIN_BY_NAME) in rivorad's pin
+ * directory, which is how xdp_ingress and tc_nat share them and how they
+ * outlive rivorad. Names and capacities follow the architecture spec.
+ */
+#ifndef RIVORA_MAPS_H
+#define RIVORA_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "rivora_abi.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RV_MAX_VIPS);
+	__type(key, struct rv_vip_key4);
+	__type(value, struct rv_vip_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vip_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RV_MAX_VIPS);
+	__type(key, struct rv_vip_key6);
+	__type(value, struct rv_vip_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vip_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct rv_service);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_config_map SEC(".maps");
+
+/* Memory-mappable so the control plane writes a whole slice with plain
+ * stores instead of one syscall per slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_MAGLEV_TABLE_DEFAULT);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} maglev_table SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct rv_backend4);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backend_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct rv_backend6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backend_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct rv_backend_health);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backend_health_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FLOWS);
+	__type(key, struct rv_flow4);
+	__type(value, struct rv_affinity);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} connection_affinity_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FLOWS);
+	__type(key, struct rv_flow6);
+	__type(value, struct rv_affinity);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} connection_affinity_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FLOWS);
+	__type(key, struct rv_nat_key4);
+	__type(value, struct rv_nat_value4);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_reverse_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FLOWS);
+	__type(key, struct rv_nat_key6);
+	__type(value, struct rv_nat_value6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_reverse_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RV_MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct rv_vip_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} stats_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RV_DROP_REASON_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rv_drop_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} drop_stats_map SEC(".maps");
+
+#endif /* RIVORA_MAPS_H */

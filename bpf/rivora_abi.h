@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rivora_abi.h: the single source of truth for every key and value that the
+ * BPF programs and the Rust control plane exchange through maps.
+ *
+ * The Rust mirror lives in crates/abi; a test there reads the layouts back
+ * from the BTF that clang emits for the compiled programs and compares every
+ * struct's size and every field's offset, so the two can never drift silently.
+ *
+ * Rules for editing this file:
+ *  - every struct is naturally aligned and has explicit padding fields, so
+ *    its layout is the same for the BPF target and x86_64/aarch64 hosts;
+ *  - addresses and ports are stored in network byte order, exactly as they
+ *    sit in the packet, so the hot path never swaps bytes;
+ *  - any change to a layout or to the meaning of a field bumps
+ *    RV_ABI_VERSION: pinned maps outlive rivorad, and a daemon must never
+ *    silently misread maps written by another layout.
+ */
+#ifndef RIVORA_ABI_H
+#define RIVORA_ABI_H
+
+#include <linux/types.h>
+
+/* Every constant the control plane must agree on is an enum, not a
+ * #define, so that it reaches the BTF and the Rust mirror test checks it. */
+enum rv_abi_consts {
+	/* Bumped on any layout or meaning change of a map key or value. */
+	RV_ABI_VERSION = 1,
+	/* Capacities (the architecture spec's Maps table). */
+	RV_MAX_VIPS = 4096,
+	RV_MAX_BACKENDS = 8192,
+	RV_MAX_FLOWS = 65536,
+	/* Default size of the shared Maglev table (a prime); rivorad may size
+	 * the map differently at load time (--maglev-table-size). */
+	RV_MAGLEV_TABLE_DEFAULT = 65537,
+	/* How many consecutive Maglev slots the hot path inspects before it
+	 * gives up on finding a usable backend (bounded for the verifier). */
+	RV_MAGLEV_PROBE_WINDOW = 16,
+	/* Size of drop_stats_map: room for enum rv_drop_reason to grow. */
+	RV_DROP_REASON_SLOTS = 16,
+};
+
+/* Forwarding mode of a service (rv_service.mode). */
+enum rv_mode {
+	RV_MODE_NAT = 0,
+	RV_MODE_DSR = 1,
+	RV_MODE_DSR_IPIP = 2,
+	RV_MODE_DSR_GRE = 3,
+};
+
+/* rv_service.flags bits. */
+enum rv_service_flags {
+	RV_SVC_F_IPV6 = 1 << 0,
+	/* The entry is programmed and may be used (an all-zero slot is not). */
+	RV_SVC_F_ACTIVE = 1 << 1,
+};
+
+/* backend_health_map values. 0 means "no backend with this ID": a freed ID
+ * reads as unusable without any extra lookup. */
+enum rv_backend_state {
+	RV_BACKEND_NONE = 0,
+	RV_BACKEND_HEALTHY = 1,
+	RV_BACKEND_DRAINING = 2,
+	RV_BACKEND_DOWN = 3,
+};
+
+/* Indices of drop_stats_map. Append only (bump RV_ABI_VERSION otherwise). */
+enum rv_drop_reason {
+	/* Every backend in the probe window was draining, down or absent. */
+	RV_DROP_NO_HEALTHY_BACKEND = 0,
+	/* vip_map matched but the service config was not active: a VIP being
+	 * removed, or maps out of step with each other. */
+	RV_DROP_NO_SERVICE = 1,
+	/* A chosen backend ID had no address entry. */
+	RV_DROP_NO_BACKEND = 2,
+	/* The packet could not be rewritten (bounds check failed after parse). */
+	RV_DROP_REWRITE_FAILED = 3,
+	RV_DROP_REASON_COUNT = 4,
+};
+
+/* vip_map key: an exact IPv4 VIP. */
+struct rv_vip_key4 {
+	__be32 addr;
+	__be16 port;
+	__u8 proto; /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;
+};
+
+/* vip_map6 key: an exact IPv6 VIP. */
+struct rv_vip_key6 {
+	__u8 addr[16];
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* vip_map / vip_map6 value. */
+struct rv_vip_value {
+	__u32 service_id;
+};
+
+/* service_config_map value, indexed by service ID. The control plane
+ * rebuilds a slice elsewhere in maglev_table and then rewrites this entry in
+ * one map update, so a lookup sees the old slice or the new one. */
+struct rv_service {
+	__u32 maglev_offset; /* first slot of this service's slice */
+	__u32 maglev_size;   /* slice length, a prime; 0 = inactive */
+	__u16 backend_count;
+	__u8 mode;  /* enum rv_mode */
+	__u8 flags; /* RV_SVC_F_* */
+	__u32 generation; /* bumped on every rewrite, for debugging and adoption */
+};
+
+/* backend_map value (IPv4 backends), indexed by backend ID. */
+struct rv_backend4 {
+	__be32 addr;
+	__be16 port;
+	__u8 mac[6];
+	__u32 generation; /* bumped each time the ID is given to a new backend */
+};
+
+/* backend_map6 value (IPv6 backends), indexed by backend ID. */
+struct rv_backend6 {
+	__u8 addr[16];
+	__be16 port;
+	__u8 mac[6];
+	__u32 generation;
+};
+
+/* backend_health_map value, indexed by backend ID. */
+struct rv_backend_health {
+	__u32 state; /* enum rv_backend_state */
+};
+
+/* A flow as the client sent it (connection_affinity_map key, IPv4). */
+struct rv_flow4 {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* A flow as the client sent it (connection_affinity_map6 key, IPv6). */
+struct rv_flow6 {
+	__u8 src[16];
+	__u8 dst[16];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* connection_affinity_map(6) value: the backend a flow is pinned to. The
+ * generation must match the backend's current one; otherwise the ID was
+ * reused for another backend and the flow is re-balanced. */
+struct rv_affinity {
+	__u32 backend_id;
+	__u32 backend_generation;
+};
+
+/* nat_reverse_map key: a backend's reply as it leaves, IPv4
+ * (src = backend, dst = client). Same layout as rv_flow4. */
+struct rv_nat_key4 {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* nat_reverse_map6 key (IPv6). Same layout as rv_flow6. */
+struct rv_nat_key6 {
+	__u8 src[16];
+	__u8 dst[16];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* nat_reverse_map value: what to put back as the reply's source (IPv4). */
+struct rv_nat_value4 {
+	__be32 vip;
+	__be16 vip_port;
+	__u16 pad;
+	__u32 service_id;
+};
+
+/* nat_reverse_map6 value (IPv6). */
+struct rv_nat_value6 {
+	__u8 vip[16];
+	__be16 vip_port;
+	__u16 pad;
+	__u32 service_id;
+};
+
+/* stats_map value (per CPU), indexed by service ID. */
+struct rv_vip_stats {
+	__u64 packets;     /* requests forwarded by xdp_ingress */
+	__u64 bytes;
+	__u64 new_flows;   /* affinity misses that chose a backend */
+	__u64 drops;       /* packets to this VIP dropped, any reason */
+	__u64 reply_packets; /* replies restored by tc_nat */
+	__u64 reply_bytes;
+};
+
+/* drop_stats_map value (per CPU), indexed by enum rv_drop_reason. */
+struct rv_drop_stats {
+	__u64 packets;
+};
+
+#endif /* RIVORA_ABI_H */
