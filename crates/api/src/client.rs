@@ -1,0 +1,256 @@
+//! Typed client for the rivorad local API, used by `rivoractl`.
+//!
+//! One HTTP/1.1 connection per call: calls are rare (a human running a
+//! command) and a fresh connection keeps the client stateless.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::header::{ACCEPT, HOST};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use tokio::net::UnixStream;
+
+use crate::dto::{ApiError, BackendInfo, Stats, Status, VipInfo};
+use crate::{DEFAULT_SOCKET, paths};
+
+/// Default per-call deadline, so a wedged daemon cannot hang the CLI.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why an API call failed, phrased so the CLI can print it as-is.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No socket file: the daemon is not running or uses another path.
+    #[error("rivorad is not running? no socket at {}", path.display())]
+    NotRunning {
+        /// Socket path that was tried.
+        path: PathBuf,
+    },
+    /// The socket file exists but nothing listens on it (crashed daemon).
+    #[error(
+        "rivorad is not running? socket {} exists but nothing is listening on it (stale socket)",
+        path.display()
+    )]
+    Stale {
+        /// Socket path that was tried.
+        path: PathBuf,
+    },
+    /// The socket is root-only and the caller is not root.
+    #[error(
+        "permission denied connecting to {}: the rivorad API socket is root-only; run as root (e.g. with sudo)",
+        path.display()
+    )]
+    PermissionDenied {
+        /// Socket path that was tried.
+        path: PathBuf,
+    },
+    /// Any other failure to connect.
+    #[error("cannot connect to rivorad at {}: {source}", path.display())]
+    Connect {
+        /// Socket path that was tried.
+        path: PathBuf,
+        /// Underlying OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The daemon accepted the connection but did not answer in time.
+    #[error("rivorad at {} did not answer within {}s", path.display(), timeout.as_secs_f64())]
+    Timeout {
+        /// Socket path that was used.
+        path: PathBuf,
+        /// Deadline that expired.
+        timeout: Duration,
+    },
+    /// The HTTP exchange broke (connection reset, malformed response...).
+    #[error("HTTP exchange with rivorad failed: {0}")]
+    Http(#[from] hyper::Error),
+    /// The daemon answered with an error status.
+    #[error("rivorad returned HTTP {status}: {message}")]
+    Api {
+        /// HTTP status code.
+        status: u16,
+        /// Message from the [`ApiError`] body (or the raw body).
+        message: String,
+    },
+    /// The answer was not the JSON we expected, most likely a
+    /// rivoractl/rivorad version mismatch.
+    #[error(
+        "cannot decode rivorad response from {endpoint}: {source} (rivoractl and rivorad versions differ?)"
+    )]
+    Decode {
+        /// Endpoint that was called.
+        endpoint: &'static str,
+        /// JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Client for the rivorad local API over a Unix socket.
+#[derive(Debug, Clone)]
+pub struct Client {
+    path: PathBuf,
+    timeout: Duration,
+}
+
+impl Default for Client {
+    /// Client for [`DEFAULT_SOCKET`] with [`DEFAULT_TIMEOUT`].
+    fn default() -> Self {
+        Client::new(DEFAULT_SOCKET)
+    }
+}
+
+impl Client {
+    /// Client for the daemon listening on `path`, with [`DEFAULT_TIMEOUT`].
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Client {
+            path: path.into(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Replace the per-call deadline (connect + request + response body).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Socket path this client connects to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `GET /v1/status`: daemon status.
+    pub async fn status(&self) -> Result<Status, ClientError> {
+        self.get(paths::STATUS).await
+    }
+
+    /// `GET /v1/vips`: VIPs as programmed into the dataplane.
+    pub async fn vips(&self) -> Result<Vec<VipInfo>, ClientError> {
+        self.get(paths::VIPS).await
+    }
+
+    /// `GET /v1/backends`: backends as programmed into the dataplane.
+    pub async fn backends(&self) -> Result<Vec<BackendInfo>, ClientError> {
+        self.get(paths::BACKENDS).await
+    }
+
+    /// `GET /v1/stats`: dataplane counters.
+    pub async fn stats(&self) -> Result<Stats, ClientError> {
+        self.get(paths::STATS).await
+    }
+
+    async fn get<T: DeserializeOwned>(&self, endpoint: &'static str) -> Result<T, ClientError> {
+        let (status, body) = tokio::time::timeout(self.timeout, self.exchange(endpoint))
+            .await
+            .map_err(|_| ClientError::Timeout {
+                path: self.path.clone(),
+                timeout: self.timeout,
+            })??;
+        if status.is_success() {
+            serde_json::from_slice(&body).map_err(|source| ClientError::Decode { endpoint, source })
+        } else {
+            Err(api_error(status, &body))
+        }
+    }
+
+    async fn exchange(&self, endpoint: &'static str) -> Result<(StatusCode, Bytes), ClientError> {
+        let stream = UnixStream::connect(&self.path)
+            .await
+            .map_err(|e| connect_error(&self.path, e))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let request = Request::get(endpoint)
+            .header(HOST, "localhost")
+            .header(ACCEPT, "application/json")
+            .body(Empty::<Bytes>::new())
+            .expect("static request is well-formed");
+        let call = async move {
+            let response = sender.send_request(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            // `sender` drops here, which lets `conn` finish.
+            Ok::<_, hyper::Error>((status, body))
+        };
+        // Drive the connection in-line instead of spawning it, so the client
+        // works the same on any tokio runtime flavour and leaves no task.
+        let (result, _conn_result) = tokio::join!(call, conn);
+        // A connection error after a complete response is irrelevant; one
+        // before it is already reported by `result`.
+        Ok(result?)
+    }
+}
+
+/// Map an OS connect error to a message an operator can act on.
+fn connect_error(path: &Path, e: io::Error) -> ClientError {
+    let path = path.to_path_buf();
+    match e.kind() {
+        io::ErrorKind::NotFound => ClientError::NotRunning { path },
+        io::ErrorKind::ConnectionRefused => ClientError::Stale { path },
+        io::ErrorKind::PermissionDenied => ClientError::PermissionDenied { path },
+        _ => ClientError::Connect { path, source: e },
+    }
+}
+
+fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
+    let message = match serde_json::from_slice::<ApiError>(body) {
+        Ok(e) => e.error,
+        Err(_) => {
+            let raw = String::from_utf8_lossy(body).trim().to_string();
+            if raw.is_empty() {
+                status
+                    .canonical_reason()
+                    .unwrap_or("no details")
+                    .to_string()
+            } else {
+                raw
+            }
+        }
+    };
+    ClientError::Api {
+        status: status.as_u16(),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_errors_are_actionable() {
+        let p = Path::new("/run/rivora/rivorad.sock");
+        let e = connect_error(p, io::Error::from(io::ErrorKind::NotFound));
+        assert_eq!(
+            e.to_string(),
+            "rivorad is not running? no socket at /run/rivora/rivorad.sock"
+        );
+        let e = connect_error(p, io::Error::from(io::ErrorKind::PermissionDenied));
+        assert!(
+            e.to_string()
+                .starts_with("permission denied connecting to /run/rivora/rivorad.sock")
+        );
+        assert!(matches!(e, ClientError::PermissionDenied { .. }));
+        let e = connect_error(p, io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert!(e.to_string().contains("nothing is listening"));
+        let e = connect_error(p, io::Error::from(io::ErrorKind::TimedOut));
+        assert!(matches!(e, ClientError::Connect { .. }));
+    }
+
+    #[test]
+    fn api_error_prefers_json_body() {
+        let e = api_error(StatusCode::NOT_FOUND, br#"{"error":"no such endpoint"}"#);
+        assert_eq!(e.to_string(), "rivorad returned HTTP 404: no such endpoint");
+        let e = api_error(StatusCode::BAD_GATEWAY, b"  upstream broke \n");
+        assert_eq!(e.to_string(), "rivorad returned HTTP 502: upstream broke");
+        let e = api_error(StatusCode::SERVICE_UNAVAILABLE, b"");
+        assert_eq!(
+            e.to_string(),
+            "rivorad returned HTTP 503: Service Unavailable"
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! Wire types of the rivorad local API.
+//!
+//! These structs are the JSON contract between `rivorad` (server) and
+//! `rivoractl` (client). Both sides are built from this one module so they
+//! cannot drift apart; any field change here is an API change and should be
+//! made additively (new optional fields) where possible so an older
+//! `rivoractl` can still talk to a newer `rivorad`.
+
+use serde::{Deserialize, Serialize};
+
+/// Daemon-wide health snapshot returned by `GET /v1/status`.
+///
+/// Exists so an operator can answer "is the load balancer attached, to
+/// what, in which mode, and did the last config reload work?" with a single
+/// call, without reading BPF state by hand.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Status {
+    /// rivorad build version, to spot mismatched daemon/CLI deployments.
+    pub version: String,
+    /// Version of the BPF map ABI the daemon was built against, so pinned maps
+    /// left behind by a different build can be recognised as incompatible.
+    pub abi_version: u32,
+    /// Name of the network interface the dataplane is attached to.
+    pub interface: String,
+    /// Kernel ifindex of `interface`; names can be reused, ifindexes identify
+    /// the exact device the programs are bound to.
+    pub ifindex: u32,
+    /// XDP mode asked for in the config (e.g. `native`, `generic`, `auto`),
+    /// shown next to the actual mode so silent fallbacks are visible.
+    pub xdp_mode_requested: String,
+    /// XDP mode actually in effect: `native` or `generic`. Generic mode is
+    /// much slower, so operators must be able to see when it was chosen.
+    pub xdp_mode: String,
+    /// bpffs directory holding the pinned maps/links, needed when inspecting
+    /// or cleaning up state with bpftool.
+    pub pin_dir: String,
+    /// Path of the config file the daemon loads and reloads from.
+    pub config_path: String,
+    /// Monotonic counter bumped on every successfully applied config, so
+    /// callers can tell whether a reload took effect.
+    pub config_generation: u64,
+    /// Outcome of the most recent reload attempt (successful or not), since a
+    /// failed reload leaves the previous config running silently otherwise.
+    pub last_reload: ReloadInfo,
+    /// Number of VIPs currently programmed into the dataplane.
+    pub vip_count: u32,
+    /// Number of distinct backends currently programmed into the dataplane.
+    pub backend_count: u32,
+    /// Daemon start time (seconds since the Unix epoch), to compute uptime and
+    /// detect unexpected restarts.
+    pub started_at_unix: u64,
+    /// BPF programs the daemon has loaded and attached, with kernel ids so
+    /// they can be cross-checked with `bpftool prog`/`bpftool link`.
+    pub programs: Vec<ProgramInfo>,
+}
+
+/// Result of the last configuration reload.
+///
+/// Exists because reloads happen asynchronously (SIGHUP / file change) and
+/// their errors would otherwise only be visible in the daemon log.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReloadInfo {
+    /// When the reload was attempted (seconds since the Unix epoch); 0 means
+    /// no reload has happened since start-up.
+    pub at_unix: u64,
+    /// Whether the new config was validated and applied.
+    pub ok: bool,
+    /// Why the reload failed, when `ok` is false, so the operator can fix the
+    /// config without digging through logs.
+    pub error: Option<String>,
+    /// Short human summary of what changed (e.g. "+1 vip, -2 backends"), so a
+    /// successful reload can be confirmed to have done what was intended.
+    pub changes: Option<String>,
+}
+
+/// One BPF program attached by the daemon.
+///
+/// Exists so operators can verify the attach point and correlate with the
+/// kernel's view (`bpftool prog show id N`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ProgramInfo {
+    /// Program name as loaded into the kernel.
+    pub name: String,
+    /// Human-readable attach point, e.g. `xdp generic on eth0` or
+    /// `tcx egress on eth0`.
+    pub attach: String,
+    /// Kernel program id, for `bpftool prog show id`.
+    pub program_id: u32,
+    /// Kernel link id when attached through a bpf_link (None for legacy
+    /// netlink attachment), for `bpftool link show id`.
+    pub link_id: Option<u32>,
+}
+
+/// A virtual service as programmed into the dataplane (`GET /v1/vips`).
+///
+/// Exists to show how the config was translated into dataplane state:
+/// service ids, Maglev table placement, and per-backend weights.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct VipInfo {
+    /// Name of the VIP from the config file, the handle operators use.
+    pub name: String,
+    /// VIP address (IPv4 or IPv6 textual form, without brackets).
+    pub address: String,
+    /// VIP port.
+    pub port: u16,
+    /// L4 protocol (`tcp` or `udp`).
+    pub protocol: String,
+    /// Forwarding mode (e.g. encapsulation / DSR flavour), which determines
+    /// what backends must be configured to accept.
+    pub mode: String,
+    /// Dataplane service id; the key used in BPF maps and stats.
+    pub service_id: u32,
+    /// Start of this VIP's slice in the shared Maglev lookup array.
+    pub maglev_offset: u32,
+    /// Length of this VIP's Maglev slice (the Maglev table size M).
+    pub maglev_size: u32,
+    /// Worst deviation, in percent, between a backend's share of Maglev slots
+    /// and its weight-proportional ideal share; shows how evenly traffic
+    /// will be spread.
+    pub worst_imbalance_pct: f64,
+    /// Backends serving this VIP.
+    pub backends: Vec<VipBackend>,
+}
+
+/// A backend as seen from one VIP.
+///
+/// Exists because weight is per VIP membership, not per backend.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct VipBackend {
+    /// Backend address (IPv4 or IPv6 textual form, without brackets).
+    pub address: String,
+    /// Backend port.
+    pub port: u16,
+    /// Configured Maglev weight within this VIP.
+    pub weight: u32,
+    /// Dataplane backend id (key of the backend map).
+    pub backend_id: u32,
+    /// Current state (`healthy`, `draining`, `down`), which decides whether
+    /// it receives new flows.
+    pub state: String,
+}
+
+/// A backend with all VIPs it serves (`GET /v1/backends`).
+///
+/// Exists to answer "which services are affected if this host goes away?".
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct BackendInfo {
+    /// Dataplane backend id (key of the backend map).
+    pub backend_id: u32,
+    /// Backend address (IPv4 or IPv6 textual form, without brackets).
+    pub address: String,
+    /// Backend port.
+    pub port: u16,
+    /// `healthy`, `draining` or `down`: whether it gets new flows.
+    pub state: String,
+    /// Names of the VIPs this backend is a member of.
+    pub vips: Vec<String>,
+}
+
+/// Dataplane counters (`GET /v1/stats`).
+///
+/// Exists so traffic and drops can be observed without bpftool and without
+/// knowing the per-CPU map layout; the daemon sums per-CPU values.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Stats {
+    /// Per-VIP traffic counters.
+    pub vips: Vec<VipStats>,
+    /// Global drop counters by reason, to diagnose why packets were lost.
+    pub drops: Vec<DropCount>,
+}
+
+/// Traffic counters of one VIP, summed over all CPUs since program load.
+///
+/// Exists to confirm a VIP receives (and answers) traffic.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct VipStats {
+    /// VIP name from the config.
+    pub name: String,
+    /// Dataplane service id, to correlate with raw map contents.
+    pub service_id: u32,
+    /// Packets forwarded towards backends.
+    pub packets: u64,
+    /// Bytes forwarded towards backends.
+    pub bytes: u64,
+    /// Flows for which a backend was newly selected (connection-table misses).
+    pub new_flows: u64,
+    /// Packets addressed to this VIP that were dropped.
+    pub drops: u64,
+    /// Reply packets seen on the return path (when the mode routes replies
+    /// through the balancer).
+    pub reply_packets: u64,
+    /// Reply bytes seen on the return path.
+    pub reply_bytes: u64,
+}
+
+/// Count of dropped packets for one reason.
+///
+/// Exists because "packets vanish" is the most common load-balancer
+/// complaint and the reason is the first thing to check.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DropCount {
+    /// Machine-friendly drop reason (e.g. `no_backend`, `bad_header`).
+    pub reason: String,
+    /// Packets dropped for this reason.
+    pub packets: u64,
+}
+
+/// Body of every non-2xx API response.
+///
+/// Exists so clients always get a machine-readable, human-meaningful message
+/// instead of an empty body or an HTML error page.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// What went wrong, phrased for the operator.
+    pub error: String,
+}

@@ -1,0 +1,342 @@
+//! Server side of the local API: socket setup and HTTP routing.
+//!
+//! The daemon implements [`ApiSource`] over its live state and calls
+//! [`serve`] (or [`bind`] + [`ApiSocket::serve`] when it wants socket errors
+//! reported before it starts serving).
+
+use std::fs::{self, DirBuilder, Permissions};
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use serde::Serialize;
+
+use crate::dto::{ApiError, BackendInfo, Stats, Status, VipInfo};
+use crate::paths;
+
+/// Mode of the socket file: owner (root) read/write only, because the API
+/// exposes topology and counters and file permissions are its only guard.
+const SOCKET_MODE: u32 = 0o600;
+/// Mode of the socket directory when we create it, for the same reason.
+const DIR_MODE: u32 = 0o700;
+
+/// What the API serves: a read-only view of the daemon's state.
+///
+/// The API crate knows nothing about BPF or config parsing; the daemon
+/// implements this trait so the HTTP layer can be tested with a fake.
+/// Methods are synchronous and are called on tokio's blocking pool, so
+/// implementations may take locks or do syscalls (e.g. read BPF maps).
+pub trait ApiSource: Send + Sync + 'static {
+    /// Current daemon status, for `GET /v1/status`.
+    fn status(&self) -> Status;
+    /// VIPs as programmed into the dataplane, for `GET /v1/vips`.
+    fn vips(&self) -> Vec<VipInfo>;
+    /// Backends as programmed into the dataplane, for `GET /v1/backends`.
+    fn backends(&self) -> Vec<BackendInfo>;
+    /// Dataplane counters, for `GET /v1/stats`. Fallible because reading BPF
+    /// maps can fail; the error string is returned to the client as a 500.
+    fn stats(&self) -> Result<Stats, String>;
+}
+
+/// A bound, root-only API socket that has not started serving yet.
+///
+/// Exists so the daemon can surface socket problems (another rivorad
+/// running, bad path) at start-up before doing anything else. The socket
+/// file is removed when this value is dropped (including after
+/// [`ApiSocket::serve`] returns), but only if the path still refers to the
+/// socket we created, so a successor's socket is never deleted.
+#[derive(Debug)]
+pub struct ApiSocket {
+    listener: Option<StdUnixListener>,
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+/// Serve the API on `socket_path` until `shutdown` resolves.
+///
+/// Convenience for [`bind`] followed by [`ApiSocket::serve`]. Returns an
+/// error without touching anything if the path is a live socket or not a
+/// socket at all. The socket file is removed on return.
+pub async fn serve(
+    socket_path: &Path,
+    source: Arc<dyn ApiSource>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    bind(socket_path)?.serve(source, shutdown).await
+}
+
+/// Create the API socket at `socket_path` with mode 0600.
+///
+/// * Creates the parent directory (mode 0700) if it does not exist.
+/// * If something already exists at the path: a socket nobody answers on
+///   (left by a crashed daemon) is removed; a socket that accepts
+///   connections, or anything that is not a socket, is left alone and an
+///   error is returned.
+///
+/// Does not need a tokio runtime; serving does.
+pub fn bind(socket_path: &Path) -> io::Result<ApiSocket> {
+    prepare_parent_dir(socket_path)?;
+    remove_stale_socket(socket_path)?;
+
+    let listener = StdUnixListener::bind(socket_path).map_err(|e| {
+        with_context(
+            e,
+            format!("cannot bind API socket {}", socket_path.display()),
+        )
+    })?;
+    // Restrict access immediately after bind. We deliberately do not rely on
+    // (process-global, racy) umask manipulation.
+    if let Err(e) = fs::set_permissions(socket_path, Permissions::from_mode(SOCKET_MODE)) {
+        let _ = fs::remove_file(socket_path);
+        return Err(with_context(
+            e,
+            format!(
+                "cannot set mode {SOCKET_MODE:o} on API socket {}",
+                socket_path.display()
+            ),
+        ));
+    }
+    let meta = match fs::symlink_metadata(socket_path) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = fs::remove_file(socket_path);
+            return Err(with_context(
+                e,
+                format!("cannot stat API socket {}", socket_path.display()),
+            ));
+        }
+    };
+    // Ownership of the file is established from here on: dropping `sock`
+    // removes it on every error path below.
+    let sock = ApiSocket {
+        listener: Some(listener),
+        path: socket_path.to_path_buf(),
+        dev: meta.dev(),
+        ino: meta.ino(),
+    };
+    sock.listener
+        .as_ref()
+        .expect("listener present until serve")
+        .set_nonblocking(true)?;
+    Ok(sock)
+}
+
+impl ApiSocket {
+    /// Path of the socket file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serve the API until `shutdown` resolves, then finish in-flight
+    /// requests, close the listener and remove the socket file.
+    ///
+    /// Must be called within a tokio runtime.
+    pub async fn serve(
+        mut self,
+        source: Arc<dyn ApiSource>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        let std_listener = self.listener.take().expect("listener present until serve");
+        let listener = tokio::net::UnixListener::from_std(std_listener)?;
+        tracing::info!(socket = %self.path.display(), "local API listening");
+        let result = axum::serve(listener, router(source))
+            .with_graceful_shutdown(shutdown)
+            .await;
+        tracing::info!(socket = %self.path.display(), "local API stopped");
+        result
+        // `self` drops here and removes the socket file.
+    }
+}
+
+impl Drop for ApiSocket {
+    fn drop(&mut self) {
+        // Close the listener (if serve never ran) before unlinking.
+        drop(self.listener.take());
+        match fs::symlink_metadata(&self.path) {
+            Ok(m) if m.dev() == self.dev && m.ino() == self.ino => {
+                if let Err(e) = fs::remove_file(&self.path) {
+                    tracing::warn!(socket = %self.path.display(), error = %e,
+                        "cannot remove API socket");
+                }
+            }
+            // Gone already, or replaced by someone else: not ours to remove.
+            _ => {}
+        }
+    }
+}
+
+fn with_context(e: io::Error, what: String) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+fn prepare_parent_dir(socket_path: &Path) -> io::Result<()> {
+    let Some(dir) = socket_path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    match fs::symlink_metadata(dir) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(dir)
+                .map_err(|e| {
+                    with_context(
+                        e,
+                        format!("cannot create API socket directory {}", dir.display()),
+                    )
+                })?;
+            // DirBuilder's mode is filtered by umask; make it exact.
+            fs::set_permissions(dir, Permissions::from_mode(DIR_MODE)).map_err(|e| {
+                with_context(
+                    e,
+                    format!("cannot set mode {DIR_MODE:o} on {}", dir.display()),
+                )
+            })
+        }
+        Err(e) => Err(with_context(
+            e,
+            format!("cannot inspect API socket directory {}", dir.display()),
+        )),
+    }
+}
+
+fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(with_context(
+                e,
+                format!("cannot inspect {}", path.display()),
+            ));
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a socket; refusing to remove it",
+                path.display()
+            ),
+        ));
+    }
+    match StdUnixStream::connect(path) {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "API socket {} is in use: another process (a second rivorad?) is \
+                 accepting connections on it; refusing to replace it",
+                path.display()
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => match fs::remove_file(path) {
+            Ok(()) => {
+                tracing::warn!(socket = %path.display(),
+                        "removed stale API socket (nothing was listening on it)");
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(with_context(
+                e,
+                format!("cannot remove stale API socket {}", path.display()),
+            )),
+        },
+        // Vanished between stat and connect: nothing to clean up.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!(
+                "{} exists and whether it is still in use cannot be determined \
+                 ({e}); refusing to replace it",
+                path.display()
+            ),
+        )),
+    }
+}
+
+type Src = State<Arc<dyn ApiSource>>;
+
+fn router(source: Arc<dyn ApiSource>) -> Router {
+    Router::new()
+        .route(paths::STATUS, get(get_status))
+        .route(paths::VIPS, get(get_vips))
+        .route(paths::BACKENDS, get(get_backends))
+        .route(paths::STATS, get(get_stats))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(source)
+}
+
+async fn get_status(State(src): Src) -> Response {
+    query(src, |s| Ok::<Status, String>(s.status())).await
+}
+
+async fn get_vips(State(src): Src) -> Response {
+    query(src, |s| Ok::<Vec<VipInfo>, String>(s.vips())).await
+}
+
+async fn get_backends(State(src): Src) -> Response {
+    query(src, |s| Ok::<Vec<BackendInfo>, String>(s.backends())).await
+}
+
+async fn get_stats(State(src): Src) -> Response {
+    query(src, |s| s.stats()).await
+}
+
+/// Run a source call on the blocking pool (it may take locks or read BPF
+/// maps) and turn the outcome, including a panic, into a JSON response.
+async fn query<T, F>(src: Arc<dyn ApiSource>, f: F) -> Response
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce(&dyn ApiSource) -> Result<T, String> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(move || f(&*src)).await {
+        Ok(Ok(body)) => Json(body).into_response(),
+        Ok(Err(msg)) => error_response(StatusCode::INTERNAL_SERVER_ERROR, msg),
+        Err(join_err) => {
+            tracing::error!(error = %join_err, "API handler failed");
+            error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error in rivorad while handling the request (see daemon log)".into(),
+            )
+        }
+    }
+}
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    error_response(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no such endpoint: {method} {}; known endpoints: {}, {}, {}, {}",
+            uri.path(),
+            paths::STATUS,
+            paths::VIPS,
+            paths::BACKENDS,
+            paths::STATS
+        ),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "method {method} not allowed on {}; the API is read-only (GET)",
+            uri.path()
+        ),
+    )
+}
+
+fn error_response(status: StatusCode, error: String) -> Response {
+    (status, Json(ApiError { error })).into_response()
+}
