@@ -1,1 +1,84 @@
-//! placeholder
+//! Rivora's dataplane crate: loads the BPF programs (embedded, built from
+//! `bpf/`), attaches them, and is the one writer of their maps.
+//!
+//! Both the static-YAML path and (later) the Kubernetes path hand a desired
+//! set of [`VipSpec`]s to [`Dataplane::apply`]; everything about IDs, Maglev
+//! slices and write ordering lives here so the two paths cannot diverge.
+
+pub mod alloc;
+pub mod bpffs;
+pub mod loader;
+pub mod maps;
+pub mod model;
+pub mod objects;
+pub mod writer;
+
+pub use loader::{Attachment, Datapath, LoadOptions, XdpModeActual, XdpModeRequest, remove_pins};
+pub use bpffs::ensure_bpffs;
+pub use maps::Maps;
+pub use model::{BackendKey, BackendSpec, Mode, VipKey, VipSpec, proto};
+pub use writer::{ApplyReport, BackendState, Dataplane, VipCounters, VipState};
+
+/// Everything that can go wrong loading or programming the datapath. Each
+/// message names the object, map or limit involved.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The embedded object lacks a map (build mismatch).
+    #[error("BPF object has no map {0}")]
+    MissingMap(&'static str),
+    /// The embedded object lacks a program (build mismatch).
+    #[error("BPF object has no program {0}")]
+    MissingProgram(&'static str),
+    /// Parsing or creating maps for an object failed.
+    #[error("loading {what}: {source}")]
+    Load {
+        /// Which object.
+        what: &'static str,
+        /// Cause.
+        source: Box<aya::EbpfError>,
+    },
+    /// The verifier or the kernel refused a program.
+    #[error("program {name}: {source}")]
+    Program {
+        /// Program name.
+        name: &'static str,
+        /// Cause.
+        source: Box<aya::programs::ProgramError>,
+    },
+    /// Attaching failed.
+    #[error("attaching {what}: {source}")]
+    Attach {
+        /// What to where.
+        what: String,
+        /// Cause.
+        source: Box<aya::programs::ProgramError>,
+    },
+    /// A map operation failed.
+    #[error("map {map}: {source}")]
+    Map {
+        /// Map name.
+        map: &'static str,
+        /// Cause.
+        source: aya::maps::MapError,
+    },
+    /// BPF_PROG_TEST_RUN failed.
+    #[error("test run: {0}")]
+    TestRun(Box<aya::programs::ProgramError>),
+    /// The interface does not exist.
+    #[error("no such interface: {0}")]
+    NoInterface(String),
+    /// A capacity (IDs, table slots) would be exceeded; nothing was changed.
+    #[error("capacity exceeded, nothing changed: {0}")]
+    Capacity(String),
+    /// The desired state is inconsistent; nothing was changed.
+    #[error("invalid desired state, nothing changed: {0}")]
+    Invalid(String),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was attempted.
+        what: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}

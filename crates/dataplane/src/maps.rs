@@ -1,0 +1,159 @@
+//! Typed handles on every pinned map, taken from the loaded ingress object.
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use aya::Ebpf;
+use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray};
+use rivora_abi as abi;
+
+use crate::Error;
+
+/// All maps the control plane writes or reads.
+pub struct Maps {
+    /// IPv4 exact VIPs.
+    pub vip_map: HashMap<MapData, abi::VipKey4, abi::VipValue>,
+    /// IPv6 exact VIPs.
+    pub vip_map6: HashMap<MapData, abi::VipKey6, abi::VipValue>,
+    /// Per-service config.
+    pub service_config: Array<MapData, abi::Service>,
+    /// The shared Maglev table, written through a memory mapping.
+    pub maglev: MaglevTable,
+    /// IPv4 backends by ID.
+    pub backend_map: Array<MapData, abi::Backend4>,
+    /// IPv6 backends by ID.
+    pub backend_map6: Array<MapData, abi::Backend6>,
+    /// Health state by backend ID.
+    pub backend_health: Array<MapData, abi::BackendHealth>,
+    /// IPv4 flow affinity (LRU).
+    pub affinity: HashMap<MapData, abi::Flow4, abi::Affinity>,
+    /// IPv6 flow affinity (LRU).
+    pub affinity6: HashMap<MapData, abi::Flow6, abi::Affinity>,
+    /// IPv4 NAT reverse mappings (LRU).
+    pub nat_reverse: HashMap<MapData, abi::NatKey4, abi::NatValue4>,
+    /// IPv6 NAT reverse mappings (LRU).
+    pub nat_reverse6: HashMap<MapData, abi::NatKey6, abi::NatValue6>,
+    /// Per-service per-CPU counters.
+    pub stats: PerCpuArray<MapData, abi::VipStats>,
+    /// Per-reason per-CPU drop counters.
+    pub drop_stats: PerCpuArray<MapData, abi::DropStats>,
+}
+
+fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, Error> {
+    ebpf.take_map(name).ok_or(Error::MissingMap(name))
+}
+
+macro_rules! typed {
+    ($ebpf:expr, $name:literal) => {
+        take($ebpf, $name)?.try_into().map_err(|e| Error::Map { map: $name, source: e })?
+    };
+}
+
+impl Maps {
+    /// Takes every map out of the loaded ingress object.
+    pub fn take_from(ebpf: &mut Ebpf) -> Result<Self, Error> {
+        let maglev_map = take(ebpf, "maglev_table")?;
+        let maglev = match maglev_map {
+            Map::Array(data) => MaglevTable::map(data)?,
+            _ => return Err(Error::MissingMap("maglev_table")),
+        };
+        Ok(Self {
+            vip_map: typed!(ebpf, "vip_map"),
+            vip_map6: typed!(ebpf, "vip_map6"),
+            service_config: typed!(ebpf, "service_config_map"),
+            maglev,
+            backend_map: typed!(ebpf, "backend_map"),
+            backend_map6: typed!(ebpf, "backend_map6"),
+            backend_health: typed!(ebpf, "backend_health_map"),
+            affinity: typed!(ebpf, "connection_affinity_map"),
+            affinity6: typed!(ebpf, "connection_affinity_map6"),
+            nat_reverse: typed!(ebpf, "nat_reverse_map"),
+            nat_reverse6: typed!(ebpf, "nat_reverse_map6"),
+            stats: typed!(ebpf, "stats_map"),
+            drop_stats: typed!(ebpf, "drop_stats_map"),
+        })
+    }
+}
+
+/// Array element stride in u32 units (8 bytes, see [`MaglevTable`]).
+const SLOT_STRIDE_U32: usize = 2;
+
+/// The shared Maglev table (`BPF_F_MMAPABLE` array of u32 backend IDs),
+/// mapped into our address space: a slice of thousands of slots is written
+/// with plain stores instead of one syscall per slot.
+///
+/// The kernel lays array elements out at a stride of the value size rounded
+/// up to 8 bytes, so slot `i` is the u32 at byte `8 * i` of the mapping.
+pub struct MaglevTable {
+    _map: MapData,
+    ptr: *mut u32,
+    len: u32,
+    mapped_bytes: usize,
+}
+
+// SAFETY: the mapping is owned by this value and only written through
+// &mut self; the kernel side reads it concurrently, which is the point.
+unsafe impl Send for MaglevTable {}
+unsafe impl Sync for MaglevTable {}
+
+impl MaglevTable {
+    fn map(data: MapData) -> Result<Self, Error> {
+        let info = data.info().map_err(|e| Error::Map { map: "maglev_table", source: e })?;
+        let len = info.max_entries();
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let mapped_bytes = (len as usize * SLOT_STRIDE_U32 * 4).div_ceil(page) * page;
+        // SAFETY: a fresh shared mapping of the map's fd; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                data.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::Io {
+                what: "mmap of maglev_table (was it created without BPF_F_MMAPABLE?)".into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(Self { _map: data, ptr: ptr.cast(), len, mapped_bytes })
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the table has no slots.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes `ids` starting at `offset`. Each slot is an aligned u32 store,
+    /// so a concurrent reader sees either the old or the new ID of a slot.
+    pub fn write(&mut self, offset: u32, ids: &[u32]) {
+        assert!(offset as usize + ids.len() <= self.len as usize, "slice beyond maglev_table");
+        for (i, id) in ids.iter().enumerate() {
+            // SAFETY: bounds checked above; the mapping is live while self is.
+            unsafe { self.ptr.add((offset as usize + i) * SLOT_STRIDE_U32).write_volatile(*id) };
+        }
+    }
+
+    /// Reads `size` slots starting at `offset`.
+    pub fn read(&self, offset: u32, size: u32) -> Vec<u32> {
+        assert!(offset as usize + size as usize <= self.len as usize, "slice beyond maglev_table");
+        (0..size as usize)
+            // SAFETY: bounds checked above.
+            .map(|i| unsafe { self.ptr.add((offset as usize + i) * SLOT_STRIDE_U32).read_volatile() })
+            .collect()
+    }
+}
+
+impl Drop for MaglevTable {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what map() mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.mapped_bytes) };
+    }
+}

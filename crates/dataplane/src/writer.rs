@@ -1,0 +1,582 @@
+//! The map writer: the one place that turns a desired set of VIPs into map
+//! contents. A change is planned on copies of the allocators first; only when
+//! every ID and slice could be allocated are the maps written, in an order
+//! that never lets a packet see a half-built VIP:
+//!
+//! 1. new backends get their address entry and health before any slice
+//!    names them;
+//! 2. a new or changed VIP's Maglev slice is written into free slots, then
+//!    its service entry is rewritten in one update (the flip), then a new
+//!    VIP's vip_map entry is inserted;
+//! 3. removed VIPs lose their vip_map entry before their service entry;
+//! 4. only then are old slices, service IDs and backend IDs released.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use aya::maps::PerCpuValues;
+use rivora_abi as abi;
+use rivora_maglev::{self as maglev, MaglevBackend};
+
+use crate::Error;
+use crate::alloc::{IdAllocator, Slice, SliceAllocator};
+use crate::maps::Maps;
+use crate::model::{BackendKey, BackendSpec, Mode, VipKey, VipSpec};
+
+/// A programmed VIP.
+#[derive(Clone, Debug)]
+pub struct VipState {
+    /// The spec it was programmed from (backends in canonical order).
+    pub spec: VipSpec,
+    /// Its service ID (index of service_config_map and stats_map).
+    pub service_id: u32,
+    /// Its slice of the Maglev table.
+    pub slice: Slice,
+    /// Generation written with its service entry.
+    pub generation: u32,
+    /// Worst relative deviation of a backend's slot share from its weight
+    /// share (0.01 = 1%), reported because crowded tables shrink slices.
+    pub worst_imbalance: f64,
+}
+
+/// A programmed backend, shared by every VIP that lists it.
+#[derive(Clone, Debug)]
+pub struct BackendState {
+    /// Address and port.
+    pub key: BackendKey,
+    /// Its backend ID.
+    pub id: u32,
+    /// Generation written with its entry (flows check it).
+    pub generation: u32,
+    /// MAC (DSR modes).
+    pub mac: [u8; 6],
+    /// Health state (`rivora_abi::backend_state`).
+    pub state: u32,
+    /// VIPs that list it.
+    pub vips: BTreeSet<VipKey>,
+}
+
+/// What an apply changed, for logs and the API.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// VIPs added.
+    pub added: Vec<String>,
+    /// VIPs removed.
+    pub removed: Vec<String>,
+    /// VIPs whose backends, weights or mode changed (slice rebuilt).
+    pub rebuilt: Vec<String>,
+    /// VIPs only renamed.
+    pub renamed: Vec<String>,
+    /// Backends that got a new ID.
+    pub backends_added: usize,
+    /// Backends whose ID was released.
+    pub backends_removed: usize,
+}
+
+impl ApplyReport {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        *self == ApplyReport::default()
+    }
+}
+
+impl fmt::Display for ApplyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return write!(f, "no change");
+        }
+        let mut parts = Vec::new();
+        for (label, list) in
+            [("added", &self.added), ("removed", &self.removed), ("rebuilt", &self.rebuilt), ("renamed", &self.renamed)]
+        {
+            if !list.is_empty() {
+                parts.push(format!("{label} {}", list.join(",")));
+            }
+        }
+        if self.backends_added > 0 {
+            parts.push(format!("{} new backend(s)", self.backends_added));
+        }
+        if self.backends_removed > 0 {
+            parts.push(format!("{} backend(s) released", self.backends_removed));
+        }
+        write!(f, "{}", parts.join("; "))
+    }
+}
+
+/// Summed (over CPUs) counters of one VIP.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VipCounters {
+    /// VIP name.
+    pub name: String,
+    /// Service ID.
+    pub service_id: u32,
+    /// Counters summed over CPUs.
+    pub stats: abi::VipStats,
+}
+
+/// Owner of the maps and of the bookkeeping that explains them.
+pub struct Dataplane {
+    maps: Maps,
+    vips: BTreeMap<VipKey, VipState>,
+    backends: BTreeMap<BackendKey, BackendState>,
+    service_ids: IdAllocator,
+    backend_ids: IdAllocator,
+    slices: SliceAllocator,
+    next_generation: u32,
+}
+
+enum VipChange {
+    Add,
+    Rebuild,
+    Rename,
+}
+
+struct PlannedVip {
+    spec: VipSpec,
+    change: VipChange,
+    service_id: u32,
+    slice: Slice,
+    table: Vec<u32>,
+    worst_imbalance: f64,
+}
+
+impl Dataplane {
+    /// Takes ownership of freshly loaded maps (empty bookkeeping).
+    pub fn new(maps: Maps) -> Self {
+        let table_len = maps.maglev.len();
+        Self {
+            maps,
+            vips: BTreeMap::new(),
+            backends: BTreeMap::new(),
+            service_ids: IdAllocator::new(abi::MAX_VIPS),
+            backend_ids: IdAllocator::new(abi::MAX_BACKENDS),
+            slices: SliceAllocator::new(table_len),
+            next_generation: 1,
+        }
+    }
+
+    /// Programmed VIPs.
+    pub fn vips(&self) -> impl Iterator<Item = &VipState> {
+        self.vips.values()
+    }
+
+    /// Programmed backends.
+    pub fn backends(&self) -> impl Iterator<Item = &BackendState> {
+        self.backends.values()
+    }
+
+    /// The map handles, for readers such as tests and stats.
+    pub fn maps(&self) -> &Maps {
+        &self.maps
+    }
+
+    /// Mutable map handles (tests use it to plant odd states).
+    pub fn maps_mut(&mut self) -> &mut Maps {
+        &mut self.maps
+    }
+
+    /// Length of the shared Maglev table.
+    pub fn maglev_table_len(&self) -> u32 {
+        self.slices.len()
+    }
+
+    fn generation(&mut self) -> u32 {
+        let g = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        g
+    }
+
+    /// Makes the maps hold exactly `desired`. Either every VIP is programmed
+    /// or, on a planning error (capacity, invalid spec), nothing is touched.
+    pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
+        let desired = validate(desired)?;
+        let mut report = ApplyReport::default();
+
+        // --- plan: backends
+        let mut backend_ids = self.backend_ids.clone();
+        let mut wanted: BTreeMap<BackendKey, [u8; 6]> = BTreeMap::new();
+        for spec in desired.values() {
+            for b in &spec.backends {
+                let mac = wanted.entry(b.key).or_insert(b.mac);
+                if *mac == [0; 6] {
+                    *mac = b.mac;
+                }
+            }
+        }
+        let mut new_backends: Vec<(BackendKey, u32, [u8; 6])> = Vec::new();
+        let mut id_of: BTreeMap<BackendKey, u32> = self.backends.iter().map(|(k, b)| (*k, b.id)).collect();
+        for (key, mac) in &wanted {
+            if !self.backends.contains_key(key) {
+                let id = backend_ids.allocate().ok_or_else(|| {
+                    Error::Capacity(format!("backends: all {} backend IDs are in use", abi::MAX_BACKENDS))
+                })?;
+                new_backends.push((*key, id, *mac));
+                id_of.insert(*key, id);
+            }
+        }
+        let mac_changes: Vec<(BackendKey, [u8; 6])> = wanted
+            .iter()
+            .filter(|(k, mac)| self.backends.get(*k).is_some_and(|b| b.mac != **mac))
+            .map(|(k, m)| (*k, *m))
+            .collect();
+
+        // --- plan: VIPs
+        let mut service_ids = self.service_ids.clone();
+        let mut slices = self.slices.clone();
+        let budget = slice_budget(&desired, self.slices.len());
+        let mut planned: Vec<PlannedVip> = Vec::new();
+        for (key, spec) in &desired {
+            let change = match self.vips.get(key) {
+                None => VipChange::Add,
+                Some(cur) if cur.spec.backends != spec.backends || cur.spec.mode != spec.mode => VipChange::Rebuild,
+                Some(cur) if cur.spec.name != spec.name => VipChange::Rename,
+                Some(_) => continue,
+            };
+            let service_id = match (&change, self.vips.get(key)) {
+                (VipChange::Add, _) => service_ids
+                    .allocate()
+                    .ok_or_else(|| Error::Capacity(format!("VIPs: all {} service IDs are in use", abi::MAX_VIPS)))?,
+                (_, Some(cur)) => cur.service_id,
+                _ => unreachable!(),
+            };
+            if let VipChange::Rename = change {
+                let cur = &self.vips[key];
+                planned.push(PlannedVip {
+                    spec: spec.clone(),
+                    change,
+                    service_id,
+                    slice: cur.slice,
+                    table: Vec::new(),
+                    worst_imbalance: cur.worst_imbalance,
+                });
+                continue;
+            }
+            let (slice, table, worst_imbalance) = plan_slice(spec, &id_of, &mut slices, budget.get(key).copied())?;
+            planned.push(PlannedVip { spec: spec.clone(), change, service_id, slice, table, worst_imbalance });
+        }
+        let removed: Vec<VipKey> = self.vips.keys().filter(|k| !desired.contains_key(k)).copied().collect();
+
+        // --- commit
+        self.backend_ids = backend_ids;
+        self.service_ids = service_ids;
+        // Slices allocated in the plan are now owned; frees happen below.
+        self.slices = slices;
+        for (key, id, mac) in new_backends {
+            let generation = self.generation();
+            self.write_backend(key, id, mac, generation)?;
+            self.set_health(id, abi::backend_state::HEALTHY)?;
+            self.backends.insert(
+                key,
+                BackendState { key, id, generation, mac, state: abi::backend_state::HEALTHY, vips: BTreeSet::new() },
+            );
+            report.backends_added += 1;
+        }
+        for (key, mac) in mac_changes {
+            let b = self.backends.get_mut(&key).expect("planned from current backends");
+            b.mac = mac;
+            let (id, generation) = (b.id, b.generation);
+            self.write_backend(key, id, mac, generation)?;
+        }
+        let mut old_slices = Vec::new();
+        for p in planned {
+            let key = p.spec.key;
+            match p.change {
+                VipChange::Rename => {
+                    report.renamed.push(p.spec.name.clone());
+                    self.vips.get_mut(&key).expect("renamed VIP exists").spec.name = p.spec.name;
+                    continue;
+                }
+                VipChange::Add => report.added.push(p.spec.name.clone()),
+                VipChange::Rebuild => report.rebuilt.push(p.spec.name.clone()),
+            }
+            self.maps.maglev.write(p.slice.offset, &p.table);
+            let generation = self.generation();
+            let mut flags = abi::service_flags::ACTIVE;
+            if key.addr.is_ipv6() {
+                flags |= abi::service_flags::IPV6;
+            }
+            let entry = abi::Service {
+                maglev_offset: p.slice.offset,
+                maglev_size: p.slice.size,
+                backend_count: p.spec.backends.len() as u16,
+                mode: p.spec.mode.abi(),
+                flags,
+                generation,
+            };
+            self.maps.service_config.set(p.service_id, entry, 0).map_err(|e| map_err("service_config_map", e))?;
+            if let VipChange::Add = p.change {
+                self.insert_vip_key(&key, p.service_id)?;
+            }
+            if let Some(old) = self.vips.get(&key) {
+                old_slices.push(old.slice);
+                for b in &old.spec.backends {
+                    if let Some(bs) = self.backends.get_mut(&b.key) {
+                        bs.vips.remove(&key);
+                    }
+                }
+            }
+            for b in &p.spec.backends {
+                self.backends.get_mut(&b.key).expect("backend programmed above").vips.insert(key);
+            }
+            self.vips.insert(
+                key,
+                VipState {
+                    spec: p.spec,
+                    service_id: p.service_id,
+                    slice: p.slice,
+                    generation,
+                    worst_imbalance: p.worst_imbalance,
+                },
+            );
+        }
+        for key in removed {
+            let state = self.vips.remove(&key).expect("removed VIP exists");
+            self.remove_vip_key(&key)?;
+            self.maps
+                .service_config
+                .set(state.service_id, abi::Service::default(), 0)
+                .map_err(|e| map_err("service_config_map", e))?;
+            self.zero_stats(state.service_id)?;
+            self.service_ids.release(state.service_id);
+            old_slices.push(state.slice);
+            for b in &state.spec.backends {
+                if let Some(bs) = self.backends.get_mut(&b.key) {
+                    bs.vips.remove(&key);
+                }
+            }
+            report.removed.push(state.spec.name);
+        }
+        for slice in old_slices {
+            self.slices.release(slice);
+        }
+        let unused: Vec<BackendKey> = self.backends.iter().filter(|(_, b)| b.vips.is_empty()).map(|(k, _)| *k).collect();
+        for key in unused {
+            let b = self.backends.remove(&key).expect("listed above");
+            self.set_health(b.id, abi::backend_state::NONE)?;
+            self.clear_backend(key, b.id)?;
+            self.backend_ids.release(b.id);
+            report.backends_removed += 1;
+        }
+        Ok(report)
+    }
+
+    /// Sets a backend's health state (healthy, draining, down).
+    pub fn set_backend_state(&mut self, key: &BackendKey, state: u32) -> Result<(), Error> {
+        let id = self.backends.get(key).ok_or_else(|| Error::Invalid(format!("no backend {key}")))?.id;
+        self.set_health(id, state)?;
+        self.backends.get_mut(key).expect("checked").state = state;
+        Ok(())
+    }
+
+    /// Per-VIP counters summed over CPUs, in VIP order.
+    pub fn vip_counters(&self) -> Result<Vec<VipCounters>, Error> {
+        let mut out = Vec::new();
+        for v in self.vips.values() {
+            let per_cpu = self.maps.stats.get(&v.service_id, 0).map_err(|e| map_err("stats_map", e))?;
+            let mut s = abi::VipStats::default();
+            for c in per_cpu.iter() {
+                s.packets += c.packets;
+                s.bytes += c.bytes;
+                s.new_flows += c.new_flows;
+                s.drops += c.drops;
+                s.reply_packets += c.reply_packets;
+                s.reply_bytes += c.reply_bytes;
+            }
+            out.push(VipCounters { name: v.spec.name.clone(), service_id: v.service_id, stats: s });
+        }
+        Ok(out)
+    }
+
+    /// Drop counters by reason (index = `rivora_abi::drop_reason`).
+    pub fn drop_counters(&self) -> Result<Vec<u64>, Error> {
+        (0..abi::drop_reason::COUNT)
+            .map(|r| {
+                let per_cpu = self.maps.drop_stats.get(&r, 0).map_err(|e| map_err("drop_stats_map", e))?;
+                Ok(per_cpu.iter().map(|c| c.packets).sum())
+            })
+            .collect()
+    }
+
+    fn write_backend(&mut self, key: BackendKey, id: u32, mac: [u8; 6], generation: u32) -> Result<(), Error> {
+        let port = abi::be_port(key.port);
+        match key.addr {
+            IpAddr::V4(a) => self
+                .maps
+                .backend_map
+                .set(id, abi::Backend4 { addr: abi::be_addr4(a), port, mac, generation }, 0)
+                .map_err(|e| map_err("backend_map", e)),
+            IpAddr::V6(a) => self
+                .maps
+                .backend_map6
+                .set(id, abi::Backend6 { addr: a.octets(), port, mac, generation }, 0)
+                .map_err(|e| map_err("backend_map6", e)),
+        }
+    }
+
+    fn clear_backend(&mut self, key: BackendKey, id: u32) -> Result<(), Error> {
+        match key.addr {
+            IpAddr::V4(_) => {
+                self.maps.backend_map.set(id, abi::Backend4::default(), 0).map_err(|e| map_err("backend_map", e))
+            }
+            IpAddr::V6(_) => {
+                self.maps.backend_map6.set(id, abi::Backend6::default(), 0).map_err(|e| map_err("backend_map6", e))
+            }
+        }
+    }
+
+    fn set_health(&mut self, id: u32, state: u32) -> Result<(), Error> {
+        self.maps
+            .backend_health
+            .set(id, abi::BackendHealth { state }, 0)
+            .map_err(|e| map_err("backend_health_map", e))
+    }
+
+    fn insert_vip_key(&mut self, key: &VipKey, service_id: u32) -> Result<(), Error> {
+        let value = abi::VipValue { service_id };
+        match key.addr {
+            IpAddr::V4(a) => self
+                .maps
+                .vip_map
+                .insert(abi::VipKey4::new(a, key.port, key.proto), value, 0)
+                .map_err(|e| map_err("vip_map", e)),
+            IpAddr::V6(a) => self
+                .maps
+                .vip_map6
+                .insert(abi::VipKey6::new(a, key.port, key.proto), value, 0)
+                .map_err(|e| map_err("vip_map6", e)),
+        }
+    }
+
+    fn remove_vip_key(&mut self, key: &VipKey) -> Result<(), Error> {
+        let res = match key.addr {
+            IpAddr::V4(a) => self.maps.vip_map.remove(&abi::VipKey4::new(a, key.port, key.proto)),
+            IpAddr::V6(a) => self.maps.vip_map6.remove(&abi::VipKey6::new(a, key.port, key.proto)),
+        };
+        match res {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err("vip_map", e)),
+        }
+    }
+
+    fn zero_stats(&mut self, service_id: u32) -> Result<(), Error> {
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| Error::Io { what: what.to_string(), source: e })?;
+        let zeros = PerCpuValues::try_from(vec![abi::VipStats::default(); cpus]).map_err(|e| Error::Io {
+            what: "per-CPU stats buffer".into(),
+            source: e,
+        })?;
+        self.maps.stats.set(service_id, zeros, 0).map_err(|e| map_err("stats_map", e))
+    }
+}
+
+fn map_err(map: &'static str, source: aya::maps::MapError) -> Error {
+    Error::Map { map, source }
+}
+
+/// Checks what the map layouts cannot express and canonicalises backends.
+fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
+    if desired.len() > abi::MAX_VIPS as usize {
+        return Err(Error::Capacity(format!("{} VIPs requested, at most {}", desired.len(), abi::MAX_VIPS)));
+    }
+    let mut out = BTreeMap::new();
+    let mut names = BTreeSet::new();
+    for spec in desired {
+        if !names.insert(spec.name.as_str()) {
+            return Err(Error::Invalid(format!("VIP name {} used twice", spec.name)));
+        }
+        if spec.mode != Mode::Nat {
+            return Err(Error::Invalid(format!(
+                "VIP {}: mode {} is not supported by this datapath yet",
+                spec.name,
+                spec.mode.as_str()
+            )));
+        }
+        if spec.backends.len() > u16::MAX as usize {
+            return Err(Error::Invalid(format!("VIP {}: too many backends", spec.name)));
+        }
+        let mut canon = spec.clone();
+        canon.backends = spec.sorted_backends();
+        let mut seen = BTreeSet::new();
+        for b in &canon.backends {
+            if b.key.addr.is_ipv6() != spec.key.addr.is_ipv6() {
+                return Err(Error::Invalid(format!(
+                    "VIP {}: backend {} is not of the VIP's address family",
+                    spec.name, b.key
+                )));
+            }
+            if b.weight == 0 {
+                return Err(Error::Invalid(format!("VIP {}: backend {} has weight 0", spec.name, b.key)));
+            }
+            if !seen.insert(b.key) {
+                return Err(Error::Invalid(format!("VIP {}: backend {} listed twice", spec.name, b.key)));
+            }
+        }
+        if out.insert(spec.key, canon).is_some() {
+            return Err(Error::Invalid(format!("VIP {} defined twice", spec.key)));
+        }
+    }
+    Ok(out)
+}
+
+/// Slice-size targets for every desired VIP. Each VIP asks for Maglev's
+/// preferred size (about 100 slots per backend, see rivora-maglev); when the
+/// requests add up to more than half the table, all are scaled down in
+/// proportion. Half, because a rebuilt slice is written into free slots
+/// before the old one is released, so the table must have room for a second
+/// copy of any slice.
+fn slice_budget(desired: &BTreeMap<VipKey, VipSpec>, table_len: u32) -> BTreeMap<VipKey, u32> {
+    let preferred: BTreeMap<VipKey, u32> = desired
+        .iter()
+        .filter(|(_, s)| !s.backends.is_empty())
+        .map(|(k, s)| {
+            let keys: Vec<String> = s.backends.iter().map(|b| b.key.to_string()).collect();
+            let mb: Vec<MaglevBackend> =
+                keys.iter().zip(&s.backends).map(|(k, b)| MaglevBackend { key: k.as_bytes(), weight: b.weight }).collect();
+            (*k, maglev::preferred_slice_size_for(&mb))
+        })
+        .collect();
+    let total: u64 = preferred.values().map(|&p| p as u64).sum();
+    let half = (table_len / 2) as u64;
+    if total <= half {
+        return preferred;
+    }
+    preferred.into_iter().map(|(k, p)| (k, ((p as u64 * half) / total).max(1) as u32)).collect()
+}
+
+/// Sizes, places and fills one VIP's slice (on the planning copy).
+fn plan_slice(
+    spec: &VipSpec,
+    id_of: &BTreeMap<BackendKey, u32>,
+    slices: &mut SliceAllocator,
+    target: Option<u32>,
+) -> Result<(Slice, Vec<u32>, f64), Error> {
+    if spec.backends.is_empty() {
+        return Ok((Slice { offset: 0, size: 0 }, Vec::new(), 0.0));
+    }
+    let count = spec.backends.len() as u32;
+    let keys: Vec<String> = spec.backends.iter().map(|b| b.key.to_string()).collect();
+    let mb: Vec<MaglevBackend> =
+        keys.iter().zip(&spec.backends).map(|(k, b)| MaglevBackend { key: k.as_bytes(), weight: b.weight }).collect();
+    let want = target.unwrap_or_else(|| maglev::preferred_slice_size_for(&mb)).max(count);
+    let size = maglev::fit_slice_size(want, count, slices.largest_free()).ok_or_else(|| {
+        Error::Capacity(format!(
+            "maglev_table: VIP {} needs at least {count} contiguous free slots, the largest free run is {} of {}; \
+             raise --maglev-table-size",
+            spec.name,
+            slices.largest_free(),
+            slices.len()
+        ))
+    })?;
+    let slice = slices.allocate(size).expect("fit_slice_size checked the largest free run");
+    let table = maglev::build(&mb, size).map_err(|e| Error::Invalid(format!("VIP {}: {e}", spec.name)))?;
+    let worst_imbalance = maglev::worst_imbalance(&table, &mb);
+    let ids = table.iter().map(|&i| id_of[&spec.backends[i as usize].key]).collect();
+    Ok((slice, ids, worst_imbalance))
+}
+
+impl BackendSpec {
+    /// A backend with weight 1 and no MAC.
+    pub fn new(addr: IpAddr, port: u16) -> Self {
+        Self { key: BackendKey { addr, port }, weight: 1, mac: [0; 6] }
+    }
+}

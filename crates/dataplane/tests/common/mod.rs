@@ -1,0 +1,227 @@
+//! Shared harness of the packet tests: a datapath loaded into the real
+//! kernel with its own pin directory, frame builders, and an independent
+//! parser (etherparse) that checks every checksum of a frame the programs
+//! emit.
+
+#![allow(dead_code)]
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use etherparse::{
+    IpHeaders, Ipv4Header, NetSlice, PacketBuilder, SlicedPacket, TransportSlice, VlanId,
+};
+use rivora_dataplane::{
+    BackendSpec, Dataplane, Datapath, LoadOptions, Mode, VipKey, VipSpec, ensure_bpffs, proto,
+    remove_pins,
+};
+
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const TCX_NEXT: i32 = -1;
+
+pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xc1];
+pub const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x1b];
+
+/// A datapath loaded for one test, with its pins removed on drop.
+pub struct Rig {
+    pub datapath: Datapath,
+    pub dataplane: Dataplane,
+    pub pin_dir: PathBuf,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = remove_pins(&self.pin_dir);
+    }
+}
+
+/// Loads the real programs. Panics (fails the test) without root: packet
+/// tests must never be skipped silently.
+pub fn rig(test: &str) -> Rig {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "packet tests load BPF programs into the kernel and must run as root"
+    );
+    ensure_bpffs(std::path::Path::new("/sys/fs/bpf")).expect("bpffs");
+    static N: AtomicU32 = AtomicU32::new(0);
+    let pin_dir = PathBuf::from(format!(
+        "/sys/fs/bpf/rivora-test-{test}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let (datapath, maps) =
+        Datapath::load(&LoadOptions { pin_dir: pin_dir.clone(), maglev_table_size: 65537 }).expect("load datapath");
+    Rig { datapath, dataplane: Dataplane::new(maps), pin_dir }
+}
+
+pub fn backend(addr: &str, port: u16, weight: u32) -> BackendSpec {
+    let mut b = BackendSpec::new(addr.parse().unwrap(), port);
+    b.weight = weight;
+    b
+}
+
+pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSpec>) -> VipSpec {
+    VipSpec {
+        name: name.into(),
+        key: VipKey { addr: addr.parse().unwrap(), port, proto },
+        mode: Mode::Nat,
+        backends,
+    }
+}
+
+/// VLAN tags to put in front of the IP header.
+#[derive(Clone, Copy, Debug)]
+pub enum Vlans {
+    None,
+    One(u16),
+    Two(u16, u16),
+}
+
+/// What a test frame carries.
+#[derive(Clone, Debug)]
+pub struct FrameSpec {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub vlans: Vlans,
+    pub ipv4_options: bool,
+    pub payload: Vec<u8>,
+}
+
+impl FrameSpec {
+    pub fn new(src: &str, sport: u16, dst: &str, dport: u16, proto: u8) -> Self {
+        Self {
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            sport,
+            dport,
+            proto,
+            vlans: Vlans::None,
+            ipv4_options: false,
+            payload: b"rivora test payload".to_vec(),
+        }
+    }
+
+    pub fn vlans(mut self, v: Vlans) -> Self {
+        self.vlans = v;
+        self
+    }
+
+    pub fn with_options(mut self) -> Self {
+        self.ipv4_options = true;
+        self
+    }
+
+    /// A well-formed Ethernet frame with correct checksums.
+    pub fn build(&self) -> Vec<u8> {
+        let eth = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC);
+        let ip = match (self.src, self.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let mut h = Ipv4Header::new(0, 64, etherparse::IpNumber(self.proto), s.octets(), d.octets())
+                    .unwrap();
+                if self.ipv4_options {
+                    // Two NOPs, a record-route-shaped option, end of list.
+                    h.options = [1u8, 1, 7, 7, 4, 0, 0, 0, 0, 0, 0, 0][..].try_into().unwrap();
+                }
+                IpHeaders::Ipv4(h, Default::default())
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => IpHeaders::Ipv6(
+                etherparse::Ipv6Header {
+                    traffic_class: 0,
+                    flow_label: Default::default(),
+                    payload_length: 0,
+                    next_header: etherparse::IpNumber(self.proto),
+                    hop_limit: 64,
+                    source: s.octets(),
+                    destination: d.octets(),
+                },
+                Default::default(),
+            ),
+            _ => panic!("mixed address families"),
+        };
+        let step = match self.vlans {
+            Vlans::None => eth.ip(ip),
+            Vlans::One(id) => eth.single_vlan(VlanId::try_new(id).unwrap()).ip(ip),
+            Vlans::Two(o, i) => {
+                eth.double_vlan(VlanId::try_new(o).unwrap(), VlanId::try_new(i).unwrap()).ip(ip)
+            }
+        };
+        let mut out = Vec::new();
+        match self.proto {
+            proto::TCP => step.tcp(self.sport, self.dport, 1000, 64240).write(&mut out, &self.payload).unwrap(),
+            proto::UDP => step.udp(self.sport, self.dport).write(&mut out, &self.payload).unwrap(),
+            p => panic!("unsupported proto {p}"),
+        }
+        out
+    }
+}
+
+/// A frame as the independent parser reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub vlan_ids: Vec<u16>,
+    pub payload: Vec<u8>,
+    pub udp_checksum: Option<u16>,
+}
+
+/// Parses a frame with etherparse and asserts that the IPv4 header checksum
+/// and the TCP/UDP checksum are correct.
+pub fn parse_checked(frame: &[u8]) -> Parsed {
+    let p = SlicedPacket::from_ethernet(frame).expect("frame parses");
+    let mut vlan_ids = Vec::new();
+    for v in p.link_exts.iter() {
+        if let etherparse::LinkExtSlice::Vlan(v) = v {
+            vlan_ids.push(v.vlan_identifier().value());
+        }
+    }
+    let net = p.net.as_ref().expect("has IP");
+    let (src, dst, proto): (IpAddr, IpAddr, u8) = match net {
+        NetSlice::Ipv4(ip) => {
+            let h = ip.header().to_header();
+            assert_eq!(h.header_checksum, h.calc_header_checksum(), "IPv4 header checksum");
+            (Ipv4Addr::from(h.source).into(), Ipv4Addr::from(h.destination).into(), h.protocol.0)
+        }
+        NetSlice::Ipv6(ip) => {
+            let h = ip.header().to_header();
+            (Ipv6Addr::from(h.source).into(), Ipv6Addr::from(h.destination).into(), h.next_header.0)
+        }
+        _ => panic!("unexpected net slice"),
+    };
+    let transport = p.transport.as_ref().expect("has L4");
+    let (sport, dport, payload, udp_checksum) = match transport {
+        TransportSlice::Tcp(t) => {
+            let h = t.to_header();
+            let want = match net {
+                NetSlice::Ipv4(ip) => h.calc_checksum_ipv4(&ip.header().to_header(), t.payload()).unwrap(),
+                NetSlice::Ipv6(ip) => h.calc_checksum_ipv6(&ip.header().to_header(), t.payload()).unwrap(),
+                _ => unreachable!(),
+            };
+            assert_eq!(h.checksum, want, "TCP checksum");
+            (h.source_port, h.destination_port, t.payload().to_vec(), None)
+        }
+        TransportSlice::Udp(u) => {
+            let h = u.to_header();
+            if h.checksum != 0 || matches!(net, NetSlice::Ipv6(_)) {
+                let want = match net {
+                    NetSlice::Ipv4(ip) => h.calc_checksum_ipv4(&ip.header().to_header(), u.payload()).unwrap(),
+                    NetSlice::Ipv6(ip) => h.calc_checksum_ipv6(&ip.header().to_header(), u.payload()).unwrap(),
+                    _ => unreachable!(),
+                };
+                assert_eq!(h.checksum, want, "UDP checksum");
+            }
+            (h.source_port, h.destination_port, u.payload().to_vec(), Some(h.checksum))
+        }
+        _ => panic!("unexpected transport"),
+    };
+    Parsed { src, dst, sport, dport, proto, vlan_ids, payload, udp_checksum }
+}
