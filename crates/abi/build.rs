@@ -8,8 +8,14 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("abi_btf.o");
     let clang = env::var("RIVORA_CLANG").unwrap_or_else(|_| "clang-19".into());
     println!("cargo:rerun-if-env-changed=RIVORA_CLANG");
-    println!("cargo:rerun-if-changed={}", bpf_dir.join("abi_btf.c").display());
-    println!("cargo:rerun-if-changed={}", bpf_dir.join("rivora_abi.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        bpf_dir.join("abi_btf.c").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        bpf_dir.join("rivora_abi.h").display()
+    );
     let status = Command::new(&clang)
         .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
         .arg(format!("-I/usr/include/{}-linux-gnu", env::consts::ARCH))

@@ -24,9 +24,14 @@ fn main() {
             .arg("-o")
             .arg(&out)
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {clang} (scripts/setup.sh installs clang-19): {e}"));
+            .unwrap_or_else(|e| {
+                panic!("cannot run {clang} (scripts/setup.sh installs clang-19): {e}")
+            });
         if !output.status.success() {
-            panic!("{clang} failed on bpf/{prog}.c:\n{}", String::from_utf8_lossy(&output.stderr));
+            panic!(
+                "{clang} failed on bpf/{prog}.c:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
     }
 }

@@ -122,7 +122,12 @@ pub struct VipKey4 {
 impl VipKey4 {
     /// Key for `addr:port` over IP protocol `proto`.
     pub fn new(addr: Ipv4Addr, port: u16, proto: u8) -> Self {
-        Self { addr: be_addr4(addr), port: be_port(port), proto, pad: 0 }
+        Self {
+            addr: be_addr4(addr),
+            port: be_port(port),
+            proto,
+            pad: 0,
+        }
     }
 }
 
@@ -139,7 +144,12 @@ pub struct VipKey6 {
 impl VipKey6 {
     /// Key for `[addr]:port` over IP protocol `proto`.
     pub fn new(addr: Ipv6Addr, port: u16, proto: u8) -> Self {
-        Self { addr: addr.octets(), port: be_port(port), proto, pad: 0 }
+        Self {
+            addr: addr.octets(),
+            port: be_port(port),
+            proto,
+            pad: 0,
+        }
     }
 }
 
@@ -285,8 +295,22 @@ pub struct DropStats {
 }
 
 pod!(
-    VipKey4, VipKey6, VipValue, Service, Backend4, Backend6, BackendHealth, Flow4, Flow6, Affinity,
-    NatKey4, NatKey6, NatValue4, NatValue6, VipStats, DropStats,
+    VipKey4,
+    VipKey6,
+    VipValue,
+    Service,
+    Backend4,
+    Backend6,
+    BackendHealth,
+    Flow4,
+    Flow6,
+    Affinity,
+    NatKey4,
+    NatKey6,
+    NatValue4,
+    NatValue6,
+    VipStats,
+    DropStats,
 );
 
 /// One struct's layout as the Rust side sees it: the test compares each
@@ -320,7 +344,14 @@ pub fn layouts() -> Vec<StructLayout> {
         layout!(
             Service,
             "rv_service",
-            [maglev_offset, maglev_size, backend_count, mode, flags, generation]
+            [
+                maglev_offset,
+                maglev_size,
+                backend_count,
+                mode,
+                flags,
+                generation
+            ]
         ),
         layout!(Backend4, "rv_backend4", [addr, port, mac, generation]),
         layout!(Backend6, "rv_backend6", [addr, port, mac, generation]),
@@ -361,7 +392,10 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_BACKEND_HEALTHY", backend_state::HEALTHY as i64),
         ("RV_BACKEND_DRAINING", backend_state::DRAINING as i64),
         ("RV_BACKEND_DOWN", backend_state::DOWN as i64),
-        ("RV_DROP_NO_HEALTHY_BACKEND", drop_reason::NO_HEALTHY_BACKEND as i64),
+        (
+            "RV_DROP_NO_HEALTHY_BACKEND",
+            drop_reason::NO_HEALTHY_BACKEND as i64,
+        ),
         ("RV_DROP_NO_SERVICE", drop_reason::NO_SERVICE as i64),
         ("RV_DROP_NO_BACKEND", drop_reason::NO_BACKEND as i64),
         ("RV_DROP_REWRITE_FAILED", drop_reason::REWRITE_FAILED as i64),

@@ -34,7 +34,11 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
 }
 
 fn parse_btf(btf: &[u8]) -> CAbi {
-    assert_eq!(u16::from_le_bytes([btf[0], btf[1]]), 0xeb9f, "BTF magic (little-endian)");
+    assert_eq!(
+        u16::from_le_bytes([btf[0], btf[1]]),
+        0xeb9f,
+        "BTF magic (little-endian)"
+    );
     let hdr_len = u32_at(btf, 4) as usize;
     let type_off = u32_at(btf, 8) as usize;
     let type_len = u32_at(btf, 12) as usize;
@@ -47,7 +51,10 @@ fn parse_btf(btf: &[u8]) -> CAbi {
         String::from_utf8(s[..end].to_vec()).unwrap()
     };
 
-    let mut abi = CAbi { structs: BTreeMap::new(), enumerators: BTreeMap::new() };
+    let mut abi = CAbi {
+        structs: BTreeMap::new(),
+        enumerators: BTreeMap::new(),
+    };
     let mut pos = 0;
     while pos < types.len() {
         let name_off = u32_at(types, pos);
@@ -61,7 +68,10 @@ fn parse_btf(btf: &[u8]) -> CAbi {
             BTF_KIND_INT | BTF_KIND_VAR | BTF_KIND_DECL_TAG => pos += 4,
             BTF_KIND_ARRAY => pos += 12,
             BTF_KIND_STRUCT | BTF_KIND_UNION => {
-                let mut s = CStruct { size: size_or_type as usize, ..Default::default() };
+                let mut s = CStruct {
+                    size: size_or_type as usize,
+                    ..Default::default()
+                };
                 for m in 0..vlen {
                     let at = pos + m * 12;
                     let mname = name(u32_at(types, at));
@@ -86,7 +96,8 @@ fn parse_btf(btf: &[u8]) -> CAbi {
             BTF_KIND_ENUM64 => {
                 for m in 0..vlen {
                     let at = pos + m * 12;
-                    let v = (u32_at(types, at + 4) as u64 | ((u32_at(types, at + 8) as u64) << 32)) as i64;
+                    let v = (u32_at(types, at + 4) as u64 | ((u32_at(types, at + 8) as u64) << 32))
+                        as i64;
                     abi.enumerators.insert(name(u32_at(types, at)), v);
                 }
                 pos += vlen * 12;
@@ -103,7 +114,9 @@ fn parse_btf(btf: &[u8]) -> CAbi {
 fn c_abi() -> CAbi {
     let elf = std::fs::read(concat!(env!("OUT_DIR"), "/abi_btf.o")).unwrap();
     let obj = object::File::parse(&*elf).unwrap();
-    let btf = obj.section_by_name(".BTF").expect(".BTF section (compile with -g)");
+    let btf = obj
+        .section_by_name(".BTF")
+        .expect(".BTF section (compile with -g)");
     parse_btf(btf.data().unwrap())
 }
 
@@ -112,16 +125,30 @@ fn every_struct_matches_the_c_header() {
     let c = c_abi();
     let rust = rivora_abi::layouts();
     for l in &rust {
-        let cs = c.structs.get(l.c_name).unwrap_or_else(|| panic!("struct {} not in the C header", l.c_name));
+        let cs = c
+            .structs
+            .get(l.c_name)
+            .unwrap_or_else(|| panic!("struct {} not in the C header", l.c_name));
         assert_eq!(cs.size, l.size, "size of struct {}", l.c_name);
         let rust_fields: BTreeMap<String, usize> =
             l.fields.iter().map(|(n, o)| (n.to_string(), *o)).collect();
-        assert_eq!(cs.fields, rust_fields, "fields and offsets of struct {}", l.c_name);
+        assert_eq!(
+            cs.fields, rust_fields,
+            "fields and offsets of struct {}",
+            l.c_name
+        );
     }
     // Every ABI struct of the header must have a mirror (rv_abi_all is the
     // BTF anchor of abi_btf.c, not part of the ABI).
-    for name in c.structs.keys().filter(|n| n.starts_with("rv_") && *n != "rv_abi_all") {
-        assert!(rust.iter().any(|l| l.c_name == name), "struct {name} has no Rust mirror in crates/abi");
+    for name in c
+        .structs
+        .keys()
+        .filter(|n| n.starts_with("rv_") && *n != "rv_abi_all")
+    {
+        assert!(
+            rust.iter().any(|l| l.c_name == name),
+            "struct {name} has no Rust mirror in crates/abi"
+        );
     }
 }
 
@@ -133,7 +160,10 @@ fn every_constant_matches_the_c_header() {
         assert_eq!(c.enumerators.get(*name), Some(value), "constant {name}");
     }
     for name in c.enumerators.keys() {
-        assert!(rust.iter().any(|(n, _)| n == name), "enumerator {name} has no Rust mirror in crates/abi");
+        assert!(
+            rust.iter().any(|(n, _)| n == name),
+            "enumerator {name} has no Rust mirror in crates/abi"
+        );
     }
 }
 

@@ -203,9 +203,15 @@ pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
 /// A file that cannot be read is reported as a [`ConfigError`] too, so the
 /// caller has a single error type to print.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with_text(path).map(|(config, _)| config)
+}
+
+/// [`load`], also returning the text that was validated, so a daemon can
+/// tell whether a re-read file differs from the configuration in force.
+pub fn load_with_text(path: &Path) -> Result<(Config, String), ConfigError> {
     let source = path.display().to_string();
     match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text, &source),
+        Ok(text) => parse(&text, &source).map(|config| (config, text)),
         Err(e) => Err(ConfigError::single(
             &source,
             FieldError {

@@ -17,7 +17,11 @@ pub struct IdAllocator {
 impl IdAllocator {
     /// IDs `0..capacity`.
     pub fn new(capacity: u32) -> Self {
-        Self { capacity, next_fresh: 0, free: VecDeque::new() }
+        Self {
+            capacity,
+            next_fresh: 0,
+            free: VecDeque::new(),
+        }
     }
 
     /// A free ID, or None when all `capacity` are in use.
@@ -158,7 +162,10 @@ mod tests {
     #[test]
     fn ids_are_unique_until_exhausted_then_reused_fifo() {
         let mut a = IdAllocator::new(3);
-        assert_eq!((a.allocate(), a.allocate(), a.allocate()), (Some(0), Some(1), Some(2)));
+        assert_eq!(
+            (a.allocate(), a.allocate(), a.allocate()),
+            (Some(0), Some(1), Some(2))
+        );
         assert_eq!(a.allocate(), None);
         a.release(1);
         a.release(0);
@@ -186,8 +193,14 @@ mod tests {
     #[test]
     fn reserve_takes_exactly_the_given_range() {
         let mut t = SliceAllocator::new(100);
-        assert!(t.reserve(Slice { offset: 10, size: 20 }));
-        assert!(!t.reserve(Slice { offset: 25, size: 10 }));
+        assert!(t.reserve(Slice {
+            offset: 10,
+            size: 20
+        }));
+        assert!(!t.reserve(Slice {
+            offset: 25,
+            size: 10
+        }));
         assert_eq!(t.allocate(10).unwrap().offset, 0);
         assert_eq!(t.allocate(10).unwrap().offset, 30);
         assert_eq!(t.free_slots(), 60);

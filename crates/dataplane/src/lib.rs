@@ -13,8 +13,8 @@ pub mod model;
 pub mod objects;
 pub mod writer;
 
-pub use loader::{Attachment, Datapath, LoadOptions, XdpModeActual, XdpModeRequest, remove_pins};
 pub use bpffs::ensure_bpffs;
+pub use loader::{Attachment, Datapath, LoadOptions, XdpModeActual, XdpModeRequest, remove_pins};
 pub use maps::Maps;
 pub use model::{BackendKey, BackendSpec, Mode, VipKey, VipSpec, proto};
 pub use writer::{ApplyReport, BackendState, Dataplane, VipCounters, VipState};

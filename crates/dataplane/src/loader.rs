@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use aya::programs::tc::TcAttachOptions;
-use aya::programs::{LinkOrder, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::programs::{
+    LinkOrder, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp, XdpMode,
+};
 use aya::{Ebpf, EbpfLoader};
 
 use crate::Error;
@@ -97,27 +99,46 @@ impl Datapath {
     /// Loads both objects with their maps pinned in `opts.pin_dir` (created
     /// if missing). Returns the programs and the typed map handles.
     pub fn load(opts: &LoadOptions) -> Result<(Datapath, Maps), Error> {
-        std::fs::create_dir_all(&opts.pin_dir)
-            .map_err(|e| Error::Io { what: format!("create pin directory {}", opts.pin_dir.display()), source: e })?;
+        std::fs::create_dir_all(&opts.pin_dir).map_err(|e| Error::Io {
+            what: format!("create pin directory {}", opts.pin_dir.display()),
+            source: e,
+        })?;
         let load = |bytes: &[u8], what: &'static str| -> Result<Ebpf, Error> {
             EbpfLoader::new()
                 .default_map_pin_directory(&opts.pin_dir)
                 .map_max_entries("maglev_table", opts.maglev_table_size)
                 .load(bytes)
-                .map_err(|e| Error::Load { what, source: Box::new(e) })
+                .map_err(|e| Error::Load {
+                    what,
+                    source: Box::new(e),
+                })
         };
         let mut xdp = load(objects::XDP_INGRESS, "xdp_ingress object")?;
         let mut tc = load(objects::TC_NAT, "tc_nat object")?;
         {
             let prog: &mut Xdp = program(&mut xdp, "xdp_ingress")?;
-            prog.load().map_err(|e| Error::Program { name: "xdp_ingress", source: Box::new(e) })?;
+            prog.load().map_err(|e| Error::Program {
+                name: "xdp_ingress",
+                source: Box::new(e),
+            })?;
         }
         {
             let prog: &mut SchedClassifier = program(&mut tc, "tc_nat")?;
-            prog.load().map_err(|e| Error::Program { name: "tc_nat", source: Box::new(e) })?;
+            prog.load().map_err(|e| Error::Program {
+                name: "tc_nat",
+                source: Box::new(e),
+            })?;
         }
         let maps = Maps::take_from(&mut xdp)?;
-        Ok((Datapath { xdp, tc, pin_dir: opts.pin_dir.clone(), attachment: None }, maps))
+        Ok((
+            Datapath {
+                xdp,
+                tc,
+                pin_dir: opts.pin_dir.clone(),
+                attachment: None,
+            },
+            maps,
+        ))
     }
 
     /// The pin directory in use.
@@ -132,11 +153,21 @@ impl Datapath {
 
     /// Attaches xdp_ingress (in the requested mode) and tc_nat (TCX egress)
     /// to `interface`.
-    pub fn attach(&mut self, interface: &str, request: XdpModeRequest) -> Result<&Attachment, Error> {
+    pub fn attach(
+        &mut self,
+        interface: &str,
+        request: XdpModeRequest,
+    ) -> Result<&Attachment, Error> {
         let ifindex = ifindex(interface)?;
         let (mode, reason) = match request {
-            XdpModeRequest::Native => (XdpModeActual::Native, "requested with --xdp-mode native".to_string()),
-            XdpModeRequest::Generic => (XdpModeActual::Generic, "requested with --xdp-mode generic".to_string()),
+            XdpModeRequest::Native => (
+                XdpModeActual::Native,
+                "requested with --xdp-mode native".to_string(),
+            ),
+            XdpModeRequest::Generic => (
+                XdpModeActual::Generic,
+                "requested with --xdp-mode generic".to_string(),
+            ),
             XdpModeRequest::Auto => auto_mode(interface),
         };
         let xdp: &mut Xdp = program(&mut self.xdp, "xdp_ingress")?;
@@ -148,17 +179,33 @@ impl Datapath {
             Ok(_) => (mode, reason),
             Err(e) if request == XdpModeRequest::Auto && mode == XdpModeActual::Native => {
                 xdp.attach(interface, XdpMode::Skb)
-                    .map_err(|e| Error::Attach { what: format!("xdp_ingress (generic) on {interface}"), source: Box::new(e) })?;
-                (XdpModeActual::Generic, format!("driver refused native XDP ({e}); fell back to generic"))
+                    .map_err(|e| Error::Attach {
+                        what: format!("xdp_ingress (generic) on {interface}"),
+                        source: Box::new(e),
+                    })?;
+                (
+                    XdpModeActual::Generic,
+                    format!("driver refused native XDP ({e}); fell back to generic"),
+                )
             }
             Err(e) => {
-                return Err(Error::Attach { what: format!("xdp_ingress ({}) on {interface}", mode.as_str()), source: Box::new(e) });
+                return Err(Error::Attach {
+                    what: format!("xdp_ingress ({}) on {interface}", mode.as_str()),
+                    source: Box::new(e),
+                });
             }
         };
         let xdp_program_id = xdp.info().map(|i| i.id()).unwrap_or(0);
         let tc: &mut SchedClassifier = program(&mut self.tc, "tc_nat")?;
-        tc.attach_with_options(interface, TcAttachType::Egress, TcAttachOptions::TcxOrder(LinkOrder::default()))
-            .map_err(|e| Error::Attach { what: format!("tc_nat (tcx egress) on {interface}"), source: Box::new(e) })?;
+        tc.attach_with_options(
+            interface,
+            TcAttachType::Egress,
+            TcAttachOptions::TcxOrder(LinkOrder::default()),
+        )
+        .map_err(|e| Error::Attach {
+            what: format!("tc_nat (tcx egress) on {interface}"),
+            source: Box::new(e),
+        })?;
         let tc_program_id = tc.info().map(|i| i.id()).unwrap_or(0);
         self.attachment = Some(Attachment {
             interface: interface.to_string(),
@@ -198,7 +245,12 @@ pub fn remove_pins(pin_dir: &Path) -> Result<(), Error> {
         match std::fs::remove_file(pin_dir.join(name)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::Io { what: format!("remove pin {}/{name}", pin_dir.display()), source: e }),
+            Err(e) => {
+                return Err(Error::Io {
+                    what: format!("remove pin {}/{name}", pin_dir.display()),
+                    source: e,
+                });
+            }
         }
     }
     match std::fs::remove_dir(pin_dir) {
@@ -206,7 +258,10 @@ pub fn remove_pins(pin_dir: &Path) -> Result<(), Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         // Something else lives there: leave it.
         Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(()),
-        Err(e) => Err(Error::Io { what: format!("remove {}", pin_dir.display()), source: e }),
+        Err(e) => Err(Error::Io {
+            what: format!("remove {}", pin_dir.display()),
+            source: e,
+        }),
     }
 }
 
@@ -215,7 +270,10 @@ where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {
     let p = ebpf.program_mut(name).ok_or(Error::MissingProgram(name))?;
-    p.try_into().map_err(|e| Error::Program { name, source: Box::new(e) })
+    p.try_into().map_err(|e| Error::Program {
+        name,
+        source: Box::new(e),
+    })
 }
 
 fn run<P>(prog: &mut P, frame: &[u8]) -> Result<(u32, Vec<u8>), Error>
@@ -224,18 +282,28 @@ where
 {
     let mut out = vec![0u8; frame.len() + 512];
     let res = {
-        let opts = TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::new() };
-        prog.test_run(opts).map_err(|e| Error::TestRun(Box::new(e)))?
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ..TestRunOptions::new()
+        };
+        prog.test_run(opts)
+            .map_err(|e| Error::TestRun(Box::new(e)))?
     };
     out.truncate(res.data_size_out as usize);
     Ok((res.return_value, out))
 }
 
 fn ifindex(interface: &str) -> Result<u32, Error> {
-    let c = std::ffi::CString::new(interface).map_err(|_| Error::NoInterface(interface.to_string()))?;
+    let c =
+        std::ffi::CString::new(interface).map_err(|_| Error::NoInterface(interface.to_string()))?;
     // SAFETY: valid NUL-terminated string.
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if idx == 0 { Err(Error::NoInterface(interface.to_string())) } else { Ok(idx) }
+    if idx == 0 {
+        Err(Error::NoInterface(interface.to_string()))
+    } else {
+        Ok(idx)
+    }
 }
 
 /// The `auto` rule: generic on veth, on bridges and on bridge ports (XDP_TX
@@ -244,14 +312,31 @@ fn ifindex(interface: &str) -> Result<u32, Error> {
 /// generic if the driver refuses.
 fn auto_mode(interface: &str) -> (XdpModeActual, String) {
     let sys = Path::new("/sys/class/net").join(interface);
-    if sys.join("bridge").exists() {
-        return (XdpModeActual::Generic, format!("auto: {interface} is a bridge"));
+    // sysfs shows the network namespace it was mounted in, which is not ours
+    // when rivorad was moved into a namespace with setns: trust it only when
+    // it describes this very interface.
+    let ours = std::fs::read_to_string(sys.join("ifindex"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .is_some_and(|i| ifindex(interface).is_ok_and(|j| i == j));
+    if ours && sys.join("bridge").exists() {
+        return (
+            XdpModeActual::Generic,
+            format!("auto: {interface} is a bridge"),
+        );
     }
-    if sys.join("brport").exists() {
-        return (XdpModeActual::Generic, format!("auto: {interface} is a bridge port"));
+    if ours && sys.join("brport").exists() {
+        return (
+            XdpModeActual::Generic,
+            format!("auto: {interface} is a bridge port"),
+        );
     }
     match driver_name(interface) {
         Some(d) if d == "veth" => (XdpModeActual::Generic, "auto: driver veth".to_string()),
+        Some(d) if d == "bridge" => (
+            XdpModeActual::Generic,
+            format!("auto: {interface} is a bridge"),
+        ),
         Some(d) => (XdpModeActual::Native, format!("auto: driver {d}")),
         None => (XdpModeActual::Generic, "auto: driver unknown".to_string()),
     }
@@ -285,7 +370,11 @@ fn driver_name(interface: &str) -> Option<String> {
     const SIOCETHTOOL: libc::c_ulong = 0x8946;
     let mut info: DrvInfo = unsafe { std::mem::zeroed() };
     info.cmd = ETHTOOL_GDRVINFO;
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &mut info, _pad: [0; 16] };
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: &mut info,
+        _pad: [0; 16],
+    };
     let bytes = interface.as_bytes();
     if bytes.len() >= libc::IFNAMSIZ {
         return None;

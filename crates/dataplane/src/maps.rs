@@ -44,7 +44,10 @@ fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, Error> {
 
 macro_rules! typed {
     ($ebpf:expr, $name:literal) => {
-        take($ebpf, $name)?.try_into().map_err(|e| Error::Map { map: $name, source: e })?
+        take($ebpf, $name)?.try_into().map_err(|e| Error::Map {
+            map: $name,
+            source: e,
+        })?
     };
 }
 
@@ -97,7 +100,10 @@ unsafe impl Sync for MaglevTable {}
 
 impl MaglevTable {
     fn map(data: MapData) -> Result<Self, Error> {
-        let info = data.info().map_err(|e| Error::Map { map: "maglev_table", source: e })?;
+        let info = data.info().map_err(|e| Error::Map {
+            map: "maglev_table",
+            source: e,
+        })?;
         let len = info.max_entries();
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let mapped_bytes = (len as usize * SLOT_STRIDE_U32 * 4).div_ceil(page) * page;
@@ -118,7 +124,12 @@ impl MaglevTable {
                 source: std::io::Error::last_os_error(),
             });
         }
-        Ok(Self { _map: data, ptr: ptr.cast(), len, mapped_bytes })
+        Ok(Self {
+            _map: data,
+            ptr: ptr.cast(),
+            len,
+            mapped_bytes,
+        })
     }
 
     /// Number of slots.
@@ -134,19 +145,33 @@ impl MaglevTable {
     /// Writes `ids` starting at `offset`. Each slot is an aligned u32 store,
     /// so a concurrent reader sees either the old or the new ID of a slot.
     pub fn write(&mut self, offset: u32, ids: &[u32]) {
-        assert!(offset as usize + ids.len() <= self.len as usize, "slice beyond maglev_table");
+        assert!(
+            offset as usize + ids.len() <= self.len as usize,
+            "slice beyond maglev_table"
+        );
         for (i, id) in ids.iter().enumerate() {
             // SAFETY: bounds checked above; the mapping is live while self is.
-            unsafe { self.ptr.add((offset as usize + i) * SLOT_STRIDE_U32).write_volatile(*id) };
+            unsafe {
+                self.ptr
+                    .add((offset as usize + i) * SLOT_STRIDE_U32)
+                    .write_volatile(*id)
+            };
         }
     }
 
     /// Reads `size` slots starting at `offset`.
     pub fn read(&self, offset: u32, size: u32) -> Vec<u32> {
-        assert!(offset as usize + size as usize <= self.len as usize, "slice beyond maglev_table");
+        assert!(
+            offset as usize + size as usize <= self.len as usize,
+            "slice beyond maglev_table"
+        );
         (0..size as usize)
             // SAFETY: bounds checked above.
-            .map(|i| unsafe { self.ptr.add((offset as usize + i) * SLOT_STRIDE_U32).read_volatile() })
+            .map(|i| unsafe {
+                self.ptr
+                    .add((offset as usize + i) * SLOT_STRIDE_U32)
+                    .read_volatile()
+            })
             .collect()
     }
 }

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use aya::maps::PerCpuValues;
 use rivora_abi as abi;
@@ -55,6 +56,9 @@ pub struct BackendState {
     pub state: u32,
     /// VIPs that list it.
     pub vips: BTreeSet<VipKey>,
+    /// Set when no VIP lists it any more: it keeps its ID (in the draining
+    /// state, so established flows finish) until the retire grace passes.
+    pub retired_at: Option<Instant>,
 }
 
 /// What an apply changed, for logs and the API.
@@ -72,6 +76,10 @@ pub struct ApplyReport {
     pub backends_added: usize,
     /// Backends whose ID was released.
     pub backends_removed: usize,
+    /// Backends no VIP lists any more, kept draining for the retire grace.
+    pub backends_retired: usize,
+    /// Retiring backends listed again before their grace ran out.
+    pub backends_revived: usize,
 }
 
 impl ApplyReport {
@@ -87,9 +95,12 @@ impl fmt::Display for ApplyReport {
             return write!(f, "no change");
         }
         let mut parts = Vec::new();
-        for (label, list) in
-            [("added", &self.added), ("removed", &self.removed), ("rebuilt", &self.rebuilt), ("renamed", &self.renamed)]
-        {
+        for (label, list) in [
+            ("added", &self.added),
+            ("removed", &self.removed),
+            ("rebuilt", &self.rebuilt),
+            ("renamed", &self.renamed),
+        ] {
             if !list.is_empty() {
                 parts.push(format!("{label} {}", list.join(",")));
             }
@@ -99,6 +110,18 @@ impl fmt::Display for ApplyReport {
         }
         if self.backends_removed > 0 {
             parts.push(format!("{} backend(s) released", self.backends_removed));
+        }
+        if self.backends_retired > 0 {
+            parts.push(format!(
+                "{} backend(s) retiring (draining)",
+                self.backends_retired
+            ));
+        }
+        if self.backends_revived > 0 {
+            parts.push(format!(
+                "{} retiring backend(s) revived",
+                self.backends_revived
+            ));
         }
         write!(f, "{}", parts.join("; "))
     }
@@ -124,6 +147,7 @@ pub struct Dataplane {
     backend_ids: IdAllocator,
     slices: SliceAllocator,
     next_generation: u32,
+    retire_grace: Duration,
 }
 
 enum VipChange {
@@ -153,7 +177,40 @@ impl Dataplane {
             backend_ids: IdAllocator::new(abi::MAX_BACKENDS),
             slices: SliceAllocator::new(table_len),
             next_generation: 1,
+            retire_grace: Duration::ZERO,
         }
+    }
+
+    /// How long a backend that no VIP lists any more keeps its ID in the
+    /// draining state, so that its established flows can finish instead of
+    /// being re-balanced mid-connection. Zero releases it at once.
+    pub fn set_retire_grace(&mut self, grace: Duration) {
+        self.retire_grace = grace;
+    }
+
+    /// Releases retiring backends whose grace has run out; returns how many.
+    /// Called periodically by the daemon.
+    pub fn release_retired(&mut self) -> Result<usize, Error> {
+        let now = Instant::now();
+        let grace = self.retire_grace;
+        let expired: Vec<BackendKey> = self
+            .backends
+            .values()
+            .filter(|b| b.retired_at.is_some_and(|t| now.duration_since(t) >= grace))
+            .map(|b| b.key)
+            .collect();
+        for key in &expired {
+            self.release_backend(*key)?;
+        }
+        Ok(expired.len())
+    }
+
+    fn release_backend(&mut self, key: BackendKey) -> Result<(), Error> {
+        let b = self.backends.remove(&key).expect("caller checked");
+        self.set_health(b.id, abi::backend_state::NONE)?;
+        self.clear_backend(key, b.id)?;
+        self.backend_ids.release(b.id);
+        Ok(())
     }
 
     /// Programmed VIPs.
@@ -194,7 +251,6 @@ impl Dataplane {
         let mut report = ApplyReport::default();
 
         // --- plan: backends
-        let mut backend_ids = self.backend_ids.clone();
         let mut wanted: BTreeMap<BackendKey, [u8; 6]> = BTreeMap::new();
         for spec in desired.values() {
             for b in &spec.backends {
@@ -204,12 +260,36 @@ impl Dataplane {
                 }
             }
         }
+        // Retiring backends give their IDs up early when new ones need them.
+        let needed = wanted
+            .keys()
+            .filter(|k| !self.backends.contains_key(k))
+            .count() as u32;
+        if needed > self.backend_ids.available() {
+            let mut retiring: Vec<(Instant, BackendKey)> = self
+                .backends
+                .values()
+                .filter(|b| !wanted.contains_key(&b.key))
+                .filter_map(|b| b.retired_at.map(|t| (t, b.key)))
+                .collect();
+            retiring.sort();
+            let short = (needed - self.backend_ids.available()) as usize;
+            for (_, key) in retiring.into_iter().take(short) {
+                self.release_backend(key)?;
+                report.backends_removed += 1;
+            }
+        }
+        let mut backend_ids = self.backend_ids.clone();
         let mut new_backends: Vec<(BackendKey, u32, [u8; 6])> = Vec::new();
-        let mut id_of: BTreeMap<BackendKey, u32> = self.backends.iter().map(|(k, b)| (*k, b.id)).collect();
+        let mut id_of: BTreeMap<BackendKey, u32> =
+            self.backends.iter().map(|(k, b)| (*k, b.id)).collect();
         for (key, mac) in &wanted {
             if !self.backends.contains_key(key) {
                 let id = backend_ids.allocate().ok_or_else(|| {
-                    Error::Capacity(format!("backends: all {} backend IDs are in use", abi::MAX_BACKENDS))
+                    Error::Capacity(format!(
+                        "backends: all {} backend IDs are in use",
+                        abi::MAX_BACKENDS
+                    ))
                 })?;
                 new_backends.push((*key, id, *mac));
                 id_of.insert(*key, id);
@@ -229,14 +309,19 @@ impl Dataplane {
         for (key, spec) in &desired {
             let change = match self.vips.get(key) {
                 None => VipChange::Add,
-                Some(cur) if cur.spec.backends != spec.backends || cur.spec.mode != spec.mode => VipChange::Rebuild,
+                Some(cur) if cur.spec.backends != spec.backends || cur.spec.mode != spec.mode => {
+                    VipChange::Rebuild
+                }
                 Some(cur) if cur.spec.name != spec.name => VipChange::Rename,
                 Some(_) => continue,
             };
             let service_id = match (&change, self.vips.get(key)) {
-                (VipChange::Add, _) => service_ids
-                    .allocate()
-                    .ok_or_else(|| Error::Capacity(format!("VIPs: all {} service IDs are in use", abi::MAX_VIPS)))?,
+                (VipChange::Add, _) => service_ids.allocate().ok_or_else(|| {
+                    Error::Capacity(format!(
+                        "VIPs: all {} service IDs are in use",
+                        abi::MAX_VIPS
+                    ))
+                })?,
                 (_, Some(cur)) => cur.service_id,
                 _ => unreachable!(),
             };
@@ -252,10 +337,23 @@ impl Dataplane {
                 });
                 continue;
             }
-            let (slice, table, worst_imbalance) = plan_slice(spec, &id_of, &mut slices, budget.get(key).copied())?;
-            planned.push(PlannedVip { spec: spec.clone(), change, service_id, slice, table, worst_imbalance });
+            let (slice, table, worst_imbalance) =
+                plan_slice(spec, &id_of, &mut slices, budget.get(key).copied())?;
+            planned.push(PlannedVip {
+                spec: spec.clone(),
+                change,
+                service_id,
+                slice,
+                table,
+                worst_imbalance,
+            });
         }
-        let removed: Vec<VipKey> = self.vips.keys().filter(|k| !desired.contains_key(k)).copied().collect();
+        let removed: Vec<VipKey> = self
+            .vips
+            .keys()
+            .filter(|k| !desired.contains_key(k))
+            .copied()
+            .collect();
 
         // --- commit
         self.backend_ids = backend_ids;
@@ -268,12 +366,40 @@ impl Dataplane {
             self.set_health(id, abi::backend_state::HEALTHY)?;
             self.backends.insert(
                 key,
-                BackendState { key, id, generation, mac, state: abi::backend_state::HEALTHY, vips: BTreeSet::new() },
+                BackendState {
+                    key,
+                    id,
+                    generation,
+                    mac,
+                    state: abi::backend_state::HEALTHY,
+                    vips: BTreeSet::new(),
+                    retired_at: None,
+                },
             );
             report.backends_added += 1;
         }
+        let revived: Vec<BackendKey> = wanted
+            .keys()
+            .filter(|k| {
+                self.backends
+                    .get(*k)
+                    .is_some_and(|b| b.retired_at.is_some())
+            })
+            .copied()
+            .collect();
+        for key in revived {
+            let id = self.backends[&key].id;
+            self.set_health(id, abi::backend_state::HEALTHY)?;
+            let b = self.backends.get_mut(&key).expect("listed above");
+            b.retired_at = None;
+            b.state = abi::backend_state::HEALTHY;
+            report.backends_revived += 1;
+        }
         for (key, mac) in mac_changes {
-            let b = self.backends.get_mut(&key).expect("planned from current backends");
+            let b = self
+                .backends
+                .get_mut(&key)
+                .expect("planned from current backends");
             b.mac = mac;
             let (id, generation) = (b.id, b.generation);
             self.write_backend(key, id, mac, generation)?;
@@ -284,7 +410,11 @@ impl Dataplane {
             match p.change {
                 VipChange::Rename => {
                     report.renamed.push(p.spec.name.clone());
-                    self.vips.get_mut(&key).expect("renamed VIP exists").spec.name = p.spec.name;
+                    self.vips
+                        .get_mut(&key)
+                        .expect("renamed VIP exists")
+                        .spec
+                        .name = p.spec.name;
                     continue;
                 }
                 VipChange::Add => report.added.push(p.spec.name.clone()),
@@ -304,7 +434,10 @@ impl Dataplane {
                 flags,
                 generation,
             };
-            self.maps.service_config.set(p.service_id, entry, 0).map_err(|e| map_err("service_config_map", e))?;
+            self.maps
+                .service_config
+                .set(p.service_id, entry, 0)
+                .map_err(|e| map_err("service_config_map", e))?;
             if let VipChange::Add = p.change {
                 self.insert_vip_key(&key, p.service_id)?;
             }
@@ -317,7 +450,11 @@ impl Dataplane {
                 }
             }
             for b in &p.spec.backends {
-                self.backends.get_mut(&b.key).expect("backend programmed above").vips.insert(key);
+                self.backends
+                    .get_mut(&b.key)
+                    .expect("backend programmed above")
+                    .vips
+                    .insert(key);
             }
             self.vips.insert(
                 key,
@@ -350,20 +487,35 @@ impl Dataplane {
         for slice in old_slices {
             self.slices.release(slice);
         }
-        let unused: Vec<BackendKey> = self.backends.iter().filter(|(_, b)| b.vips.is_empty()).map(|(k, _)| *k).collect();
+        let unused: Vec<BackendKey> = self
+            .backends
+            .values()
+            .filter(|b| b.vips.is_empty() && b.retired_at.is_none())
+            .map(|b| b.key)
+            .collect();
         for key in unused {
-            let b = self.backends.remove(&key).expect("listed above");
-            self.set_health(b.id, abi::backend_state::NONE)?;
-            self.clear_backend(key, b.id)?;
-            self.backend_ids.release(b.id);
-            report.backends_removed += 1;
+            if self.retire_grace.is_zero() {
+                self.release_backend(key)?;
+                report.backends_removed += 1;
+            } else {
+                let id = self.backends[&key].id;
+                self.set_health(id, abi::backend_state::DRAINING)?;
+                let b = self.backends.get_mut(&key).expect("listed above");
+                b.retired_at = Some(Instant::now());
+                b.state = abi::backend_state::DRAINING;
+                report.backends_retired += 1;
+            }
         }
         Ok(report)
     }
 
     /// Sets a backend's health state (healthy, draining, down).
     pub fn set_backend_state(&mut self, key: &BackendKey, state: u32) -> Result<(), Error> {
-        let id = self.backends.get(key).ok_or_else(|| Error::Invalid(format!("no backend {key}")))?.id;
+        let id = self
+            .backends
+            .get(key)
+            .ok_or_else(|| Error::Invalid(format!("no backend {key}")))?
+            .id;
         self.set_health(id, state)?;
         self.backends.get_mut(key).expect("checked").state = state;
         Ok(())
@@ -373,7 +525,11 @@ impl Dataplane {
     pub fn vip_counters(&self) -> Result<Vec<VipCounters>, Error> {
         let mut out = Vec::new();
         for v in self.vips.values() {
-            let per_cpu = self.maps.stats.get(&v.service_id, 0).map_err(|e| map_err("stats_map", e))?;
+            let per_cpu = self
+                .maps
+                .stats
+                .get(&v.service_id, 0)
+                .map_err(|e| map_err("stats_map", e))?;
             let mut s = abi::VipStats::default();
             for c in per_cpu.iter() {
                 s.packets += c.packets;
@@ -383,7 +539,11 @@ impl Dataplane {
                 s.reply_packets += c.reply_packets;
                 s.reply_bytes += c.reply_bytes;
             }
-            out.push(VipCounters { name: v.spec.name.clone(), service_id: v.service_id, stats: s });
+            out.push(VipCounters {
+                name: v.spec.name.clone(),
+                service_id: v.service_id,
+                stats: s,
+            });
         }
         Ok(out)
     }
@@ -392,36 +552,68 @@ impl Dataplane {
     pub fn drop_counters(&self) -> Result<Vec<u64>, Error> {
         (0..abi::drop_reason::COUNT)
             .map(|r| {
-                let per_cpu = self.maps.drop_stats.get(&r, 0).map_err(|e| map_err("drop_stats_map", e))?;
+                let per_cpu = self
+                    .maps
+                    .drop_stats
+                    .get(&r, 0)
+                    .map_err(|e| map_err("drop_stats_map", e))?;
                 Ok(per_cpu.iter().map(|c| c.packets).sum())
             })
             .collect()
     }
 
-    fn write_backend(&mut self, key: BackendKey, id: u32, mac: [u8; 6], generation: u32) -> Result<(), Error> {
+    fn write_backend(
+        &mut self,
+        key: BackendKey,
+        id: u32,
+        mac: [u8; 6],
+        generation: u32,
+    ) -> Result<(), Error> {
         let port = abi::be_port(key.port);
         match key.addr {
             IpAddr::V4(a) => self
                 .maps
                 .backend_map
-                .set(id, abi::Backend4 { addr: abi::be_addr4(a), port, mac, generation }, 0)
+                .set(
+                    id,
+                    abi::Backend4 {
+                        addr: abi::be_addr4(a),
+                        port,
+                        mac,
+                        generation,
+                    },
+                    0,
+                )
                 .map_err(|e| map_err("backend_map", e)),
             IpAddr::V6(a) => self
                 .maps
                 .backend_map6
-                .set(id, abi::Backend6 { addr: a.octets(), port, mac, generation }, 0)
+                .set(
+                    id,
+                    abi::Backend6 {
+                        addr: a.octets(),
+                        port,
+                        mac,
+                        generation,
+                    },
+                    0,
+                )
                 .map_err(|e| map_err("backend_map6", e)),
         }
     }
 
     fn clear_backend(&mut self, key: BackendKey, id: u32) -> Result<(), Error> {
         match key.addr {
-            IpAddr::V4(_) => {
-                self.maps.backend_map.set(id, abi::Backend4::default(), 0).map_err(|e| map_err("backend_map", e))
-            }
-            IpAddr::V6(_) => {
-                self.maps.backend_map6.set(id, abi::Backend6::default(), 0).map_err(|e| map_err("backend_map6", e))
-            }
+            IpAddr::V4(_) => self
+                .maps
+                .backend_map
+                .set(id, abi::Backend4::default(), 0)
+                .map_err(|e| map_err("backend_map", e)),
+            IpAddr::V6(_) => self
+                .maps
+                .backend_map6
+                .set(id, abi::Backend6::default(), 0)
+                .map_err(|e| map_err("backend_map6", e)),
         }
     }
 
@@ -450,8 +642,14 @@ impl Dataplane {
 
     fn remove_vip_key(&mut self, key: &VipKey) -> Result<(), Error> {
         let res = match key.addr {
-            IpAddr::V4(a) => self.maps.vip_map.remove(&abi::VipKey4::new(a, key.port, key.proto)),
-            IpAddr::V6(a) => self.maps.vip_map6.remove(&abi::VipKey6::new(a, key.port, key.proto)),
+            IpAddr::V4(a) => self
+                .maps
+                .vip_map
+                .remove(&abi::VipKey4::new(a, key.port, key.proto)),
+            IpAddr::V6(a) => self
+                .maps
+                .vip_map6
+                .remove(&abi::VipKey6::new(a, key.port, key.proto)),
         };
         match res {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
@@ -460,12 +658,20 @@ impl Dataplane {
     }
 
     fn zero_stats(&mut self, service_id: u32) -> Result<(), Error> {
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| Error::Io { what: what.to_string(), source: e })?;
-        let zeros = PerCpuValues::try_from(vec![abi::VipStats::default(); cpus]).map_err(|e| Error::Io {
-            what: "per-CPU stats buffer".into(),
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| Error::Io {
+            what: what.to_string(),
             source: e,
         })?;
-        self.maps.stats.set(service_id, zeros, 0).map_err(|e| map_err("stats_map", e))
+        let zeros = PerCpuValues::try_from(vec![abi::VipStats::default(); cpus]).map_err(|e| {
+            Error::Io {
+                what: "per-CPU stats buffer".into(),
+                source: e,
+            }
+        })?;
+        self.maps
+            .stats
+            .set(service_id, zeros, 0)
+            .map_err(|e| map_err("stats_map", e))
     }
 }
 
@@ -476,7 +682,11 @@ fn map_err(map: &'static str, source: aya::maps::MapError) -> Error {
 /// Checks what the map layouts cannot express and canonicalises backends.
 fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
     if desired.len() > abi::MAX_VIPS as usize {
-        return Err(Error::Capacity(format!("{} VIPs requested, at most {}", desired.len(), abi::MAX_VIPS)));
+        return Err(Error::Capacity(format!(
+            "{} VIPs requested, at most {}",
+            desired.len(),
+            abi::MAX_VIPS
+        )));
     }
     let mut out = BTreeMap::new();
     let mut names = BTreeSet::new();
@@ -492,7 +702,10 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
             )));
         }
         if spec.backends.len() > u16::MAX as usize {
-            return Err(Error::Invalid(format!("VIP {}: too many backends", spec.name)));
+            return Err(Error::Invalid(format!(
+                "VIP {}: too many backends",
+                spec.name
+            )));
         }
         let mut canon = spec.clone();
         canon.backends = spec.sorted_backends();
@@ -505,10 +718,16 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
                 )));
             }
             if b.weight == 0 {
-                return Err(Error::Invalid(format!("VIP {}: backend {} has weight 0", spec.name, b.key)));
+                return Err(Error::Invalid(format!(
+                    "VIP {}: backend {} has weight 0",
+                    spec.name, b.key
+                )));
             }
             if !seen.insert(b.key) {
-                return Err(Error::Invalid(format!("VIP {}: backend {} listed twice", spec.name, b.key)));
+                return Err(Error::Invalid(format!(
+                    "VIP {}: backend {} listed twice",
+                    spec.name, b.key
+                )));
             }
         }
         if out.insert(spec.key, canon).is_some() {
@@ -530,8 +749,14 @@ fn slice_budget(desired: &BTreeMap<VipKey, VipSpec>, table_len: u32) -> BTreeMap
         .filter(|(_, s)| !s.backends.is_empty())
         .map(|(k, s)| {
             let keys: Vec<String> = s.backends.iter().map(|b| b.key.to_string()).collect();
-            let mb: Vec<MaglevBackend> =
-                keys.iter().zip(&s.backends).map(|(k, b)| MaglevBackend { key: k.as_bytes(), weight: b.weight }).collect();
+            let mb: Vec<MaglevBackend> = keys
+                .iter()
+                .zip(&s.backends)
+                .map(|(k, b)| MaglevBackend {
+                    key: k.as_bytes(),
+                    weight: b.weight,
+                })
+                .collect();
             (*k, maglev::preferred_slice_size_for(&mb))
         })
         .collect();
@@ -540,7 +765,10 @@ fn slice_budget(desired: &BTreeMap<VipKey, VipSpec>, table_len: u32) -> BTreeMap
     if total <= half {
         return preferred;
     }
-    preferred.into_iter().map(|(k, p)| (k, ((p as u64 * half) / total).max(1) as u32)).collect()
+    preferred
+        .into_iter()
+        .map(|(k, p)| (k, ((p as u64 * half) / total).max(1) as u32))
+        .collect()
 }
 
 /// Sizes, places and fills one VIP's slice (on the planning copy).
@@ -555,9 +783,17 @@ fn plan_slice(
     }
     let count = spec.backends.len() as u32;
     let keys: Vec<String> = spec.backends.iter().map(|b| b.key.to_string()).collect();
-    let mb: Vec<MaglevBackend> =
-        keys.iter().zip(&spec.backends).map(|(k, b)| MaglevBackend { key: k.as_bytes(), weight: b.weight }).collect();
-    let want = target.unwrap_or_else(|| maglev::preferred_slice_size_for(&mb)).max(count);
+    let mb: Vec<MaglevBackend> = keys
+        .iter()
+        .zip(&spec.backends)
+        .map(|(k, b)| MaglevBackend {
+            key: k.as_bytes(),
+            weight: b.weight,
+        })
+        .collect();
+    let want = target
+        .unwrap_or_else(|| maglev::preferred_slice_size_for(&mb))
+        .max(count);
     let size = maglev::fit_slice_size(want, count, slices.largest_free()).ok_or_else(|| {
         Error::Capacity(format!(
             "maglev_table: VIP {} needs at least {count} contiguous free slots, the largest free run is {} of {}; \
@@ -567,16 +803,26 @@ fn plan_slice(
             slices.len()
         ))
     })?;
-    let slice = slices.allocate(size).expect("fit_slice_size checked the largest free run");
-    let table = maglev::build(&mb, size).map_err(|e| Error::Invalid(format!("VIP {}: {e}", spec.name)))?;
+    let slice = slices
+        .allocate(size)
+        .expect("fit_slice_size checked the largest free run");
+    let table =
+        maglev::build(&mb, size).map_err(|e| Error::Invalid(format!("VIP {}: {e}", spec.name)))?;
     let worst_imbalance = maglev::worst_imbalance(&table, &mb);
-    let ids = table.iter().map(|&i| id_of[&spec.backends[i as usize].key]).collect();
+    let ids = table
+        .iter()
+        .map(|&i| id_of[&spec.backends[i as usize].key])
+        .collect();
     Ok((slice, ids, worst_imbalance))
 }
 
 impl BackendSpec {
     /// A backend with weight 1 and no MAC.
     pub fn new(addr: IpAddr, port: u16) -> Self {
-        Self { key: BackendKey { addr, port }, weight: 1, mac: [0; 6] }
+        Self {
+            key: BackendKey { addr, port },
+            weight: 1,
+            mac: [0; 6],
+        }
     }
 }

@@ -17,7 +17,11 @@ const CLIENT4: &str = "10.200.0.2";
 const CLIENT6: &str = "fd00:200::2";
 
 fn backends4() -> Vec<rivora_dataplane::BackendSpec> {
-    vec![backend("10.200.1.11", 8080, 1), backend("10.200.1.12", 8080, 1), backend("10.200.1.13", 8081, 2)]
+    vec![
+        backend("10.200.1.11", 8080, 1),
+        backend("10.200.1.12", 8080, 1),
+        backend("10.200.1.13", 8081, 2),
+    ]
 }
 
 fn backends6() -> Vec<rivora_dataplane::BackendSpec> {
@@ -31,15 +35,32 @@ fn backends6() -> Vec<rivora_dataplane::BackendSpec> {
 /// Sends `req` through xdp_ingress and checks it came out NATed to one of
 /// `backends`; then sends the backend's reply through tc_nat and checks the
 /// client gets the VIP back as the source. Returns the chosen backend.
-fn round_trip(r: &mut Rig, req: &FrameSpec, backends: &[rivora_dataplane::BackendSpec]) -> BackendKey {
+fn round_trip(
+    r: &mut Rig,
+    req: &FrameSpec,
+    backends: &[rivora_dataplane::BackendSpec],
+) -> BackendKey {
     let frame = req.build();
     let (verdict, out) = r.datapath.run_xdp(&frame).unwrap();
-    assert_eq!(verdict, XDP_PASS, "NAT verdict is XDP_PASS (the kernel routes on)");
+    assert_eq!(
+        verdict, XDP_PASS,
+        "NAT verdict is XDP_PASS (the kernel routes on)"
+    );
     assert_eq!(out.len(), frame.len(), "NAT does not resize the frame");
     let p = parse_checked(&out);
-    let chosen = BackendKey { addr: p.dst, port: p.dport };
-    assert!(backends.iter().any(|b| b.key == chosen), "destination {chosen} is a backend of the VIP");
-    assert_eq!((p.src, p.sport, p.proto), (req.src, req.sport, req.proto), "source and protocol unchanged");
+    let chosen = BackendKey {
+        addr: p.dst,
+        port: p.dport,
+    };
+    assert!(
+        backends.iter().any(|b| b.key == chosen),
+        "destination {chosen} is a backend of the VIP"
+    );
+    assert_eq!(
+        (p.src, p.sport, p.proto),
+        (req.src, req.sport, req.proto),
+        "source and protocol unchanged"
+    );
     assert_eq!(p.payload, req.payload, "payload unchanged");
     let vlans: Vec<u16> = match req.vlans {
         Vlans::None => vec![],
@@ -50,20 +71,35 @@ fn round_trip(r: &mut Rig, req: &FrameSpec, backends: &[rivora_dataplane::Backen
     assert_eq!(&out[..12], &frame[..12], "MACs untouched in NAT mode");
 
     // The backend answers the client from its own address.
-    let mut reply = FrameSpec::new("0.0.0.0", chosen.port, "0.0.0.0", req.sport, req.proto).vlans(req.vlans);
+    let mut reply =
+        FrameSpec::new("0.0.0.0", chosen.port, "0.0.0.0", req.sport, req.proto).vlans(req.vlans);
     reply.src = chosen.addr;
     reply.dst = req.src;
     reply.payload = b"reply".to_vec();
     let (tcx, back) = r.datapath.run_tc(&reply.build()).unwrap();
     assert_eq!(tcx, TCX_NEXT, "tc_nat never ends the chain");
     let q = parse_checked(&back);
-    assert_eq!((q.src, q.sport), (req.dst, req.dport), "reply restored to the VIP as source");
-    assert_eq!((q.dst, q.dport), (req.src, req.sport), "reply still goes to the client");
+    assert_eq!(
+        (q.src, q.sport),
+        (req.dst, req.dport),
+        "reply restored to the VIP as source"
+    );
+    assert_eq!(
+        (q.dst, q.dport),
+        (req.src, req.sport),
+        "reply still goes to the client"
+    );
     assert_eq!(q.payload, b"reply");
     chosen
 }
 
-fn check_family(r: &mut Rig, client: &str, vip_addr: &str, proto: u8, backends: &[rivora_dataplane::BackendSpec]) {
+fn check_family(
+    r: &mut Rig,
+    client: &str,
+    vip_addr: &str,
+    proto: u8,
+    backends: &[rivora_dataplane::BackendSpec],
+) {
     for (vlans, options) in [
         (Vlans::None, false),
         (Vlans::One(100), false),
@@ -80,7 +116,10 @@ fn check_family(r: &mut Rig, client: &str, vip_addr: &str, proto: u8, backends: 
         }
         let first = round_trip(r, &req, backends);
         let again = round_trip(r, &req, backends);
-        assert_eq!(first, again, "a flow sticks to its backend ({vlans:?}, options {options})");
+        assert_eq!(
+            first, again,
+            "a flow sticks to its backend ({vlans:?}, options {options})"
+        );
     }
 }
 
@@ -113,7 +152,9 @@ fn ipv6_tcp_and_udp_are_natted_both_ways() {
 #[test]
 fn udp_ipv4_without_checksum_stays_without() {
     let mut r = rig("udp0");
-    r.dataplane.apply(&[vip("dns4", VIP4, 53, proto::UDP, backends4())]).unwrap();
+    r.dataplane
+        .apply(&[vip("dns4", VIP4, 53, proto::UDP, backends4())])
+        .unwrap();
     let mut frame = FrameSpec::new(CLIENT4, 5353, VIP4, 53, proto::UDP).build();
     // Zero the UDP checksum (Ethernet 14 + IPv4 20 + offset 6).
     frame[40] = 0;
@@ -121,7 +162,11 @@ fn udp_ipv4_without_checksum_stays_without() {
     let (verdict, out) = r.datapath.run_xdp(&frame).unwrap();
     assert_eq!(verdict, XDP_PASS);
     let p = parse_checked(&out);
-    assert_eq!(p.udp_checksum, Some(0), "an absent IPv4 UDP checksum stays absent");
+    assert_eq!(
+        p.udp_checksum,
+        Some(0),
+        "an absent IPv4 UDP checksum stays absent"
+    );
     assert_ne!(p.dst, VIP4.parse::<IpAddr>().unwrap());
 }
 
@@ -129,14 +174,20 @@ fn udp_ipv4_without_checksum_stays_without() {
 fn packets_not_for_a_vip_pass_untouched() {
     let mut r = rig("pass");
     r.dataplane
-        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends4()), vip("web6", VIP6, 80, proto::TCP, backends6())])
+        .apply(&[
+            vip("web4", VIP4, 80, proto::TCP, backends4()),
+            vip("web6", VIP6, 80, proto::TCP, backends6()),
+        ])
         .unwrap();
     let frames = vec![
         FrameSpec::new(CLIENT4, 40000, "10.200.100.2", 80, proto::TCP).build(), // other address
-        FrameSpec::new(CLIENT4, 40000, VIP4, 81, proto::TCP).build(),          // other port
-        FrameSpec::new(CLIENT4, 40000, VIP4, 80, proto::UDP).build(),          // other protocol
+        FrameSpec::new(CLIENT4, 40000, VIP4, 81, proto::TCP).build(),           // other port
+        FrameSpec::new(CLIENT4, 40000, VIP4, 80, proto::UDP).build(),           // other protocol
         FrameSpec::new(CLIENT6, 40000, VIP6, 443, proto::TCP).build(),
-        FrameSpec::new(CLIENT6, 40000, VIP6, 80, proto::TCP).vlans(Vlans::Two(1, 2)).build()[..60].to_vec(), // truncated
+        FrameSpec::new(CLIENT6, 40000, VIP6, 80, proto::TCP)
+            .vlans(Vlans::Two(1, 2))
+            .build()[..60]
+            .to_vec(), // truncated
         // ARP request
         {
             let mut f = vec![0xff; 6];
@@ -156,17 +207,25 @@ fn packets_not_for_a_vip_pass_untouched() {
         assert_eq!(back, f);
     }
     let stats = r.dataplane.vip_counters().unwrap();
-    assert!(stats.iter().all(|s| s.stats.packets == 0), "nothing counted as forwarded: {stats:?}");
+    assert!(
+        stats.iter().all(|s| s.stats.packets == 0),
+        "nothing counted as forwarded: {stats:?}"
+    );
 }
 
 #[test]
 fn a_vip_without_healthy_backends_drops_and_counts() {
     let mut r = rig("nohealthy");
     r.dataplane
-        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends4()), vip("empty", VIP4, 81, proto::TCP, vec![])])
+        .apply(&[
+            vip("web4", VIP4, 80, proto::TCP, backends4()),
+            vip("empty", VIP4, 81, proto::TCP, vec![]),
+        ])
         .unwrap();
     for b in backends4() {
-        r.dataplane.set_backend_state(&b.key, abi::backend_state::DOWN).unwrap();
+        r.dataplane
+            .set_backend_state(&b.key, abi::backend_state::DOWN)
+            .unwrap();
     }
     for port in 0..10u16 {
         let f = FrameSpec::new(CLIENT4, 30000 + port, VIP4, 80, proto::TCP).build();
@@ -178,17 +237,27 @@ fn a_vip_without_healthy_backends_drops_and_counts() {
     }
     let drops = r.dataplane.drop_counters().unwrap();
     assert_eq!(drops[abi::drop_reason::NO_HEALTHY_BACKEND as usize], 15);
-    let by_name: BTreeMap<String, abi::VipStats> =
-        r.dataplane.vip_counters().unwrap().into_iter().map(|c| (c.name, c.stats)).collect();
+    let by_name: BTreeMap<String, abi::VipStats> = r
+        .dataplane
+        .vip_counters()
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.name, c.stats))
+        .collect();
     assert_eq!(by_name["web4"].drops, 10);
     assert_eq!(by_name["empty"].drops, 5);
     assert_eq!(by_name["web4"].packets, 0);
 
     // One backend comes back: everything flows to it.
     let b = &backends4()[1];
-    r.dataplane.set_backend_state(&b.key, abi::backend_state::HEALTHY).unwrap();
+    r.dataplane
+        .set_backend_state(&b.key, abi::backend_state::HEALTHY)
+        .unwrap();
     for port in 0..20u16 {
-        let out = r.datapath.run_xdp(&FrameSpec::new(CLIENT4, 31000 + port, VIP4, 80, proto::TCP).build()).unwrap();
+        let out = r
+            .datapath
+            .run_xdp(&FrameSpec::new(CLIENT4, 31000 + port, VIP4, 80, proto::TCP).build())
+            .unwrap();
         assert_eq!(out.0, XDP_PASS);
         assert_eq!(parse_checked(&out.1).dst, b.key.addr);
     }
@@ -197,7 +266,9 @@ fn a_vip_without_healthy_backends_drops_and_counts() {
 #[test]
 fn new_flows_spread_by_weight_and_are_counted() {
     let mut r = rig("spread");
-    r.dataplane.apply(&[vip("web4", VIP4, 80, proto::TCP, backends4())]).unwrap();
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends4())])
+        .unwrap();
     let mut counts: BTreeMap<IpAddr, usize> = BTreeMap::new();
     let flows = 4000usize;
     let mut bytes = 0u64;
@@ -210,8 +281,16 @@ fn new_flows_spread_by_weight_and_are_counted() {
         *counts.entry(parse_checked(&out).dst).or_default() += 1;
     }
     let share = |a: &str| counts[&a.parse::<IpAddr>().unwrap()] as f64 / flows as f64;
-    for (addr, want) in [("10.200.1.11", 0.25), ("10.200.1.12", 0.25), ("10.200.1.13", 0.5)] {
-        assert!((share(addr) - want).abs() < 0.03, "{addr}: share {:.3}, want {want}", share(addr));
+    for (addr, want) in [
+        ("10.200.1.11", 0.25),
+        ("10.200.1.12", 0.25),
+        ("10.200.1.13", 0.5),
+    ] {
+        assert!(
+            (share(addr) - want).abs() < 0.03,
+            "{addr}: share {:.3}, want {want}",
+            share(addr)
+        );
     }
     let s = &r.dataplane.vip_counters().unwrap()[0].stats;
     assert_eq!(s.packets, flows as u64);
@@ -223,32 +302,58 @@ fn new_flows_spread_by_weight_and_are_counted() {
 fn established_flows_survive_backend_changes_and_draining() {
     let mut r = rig("sticky");
     let mut backends = backends4();
-    r.dataplane.apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())]).unwrap();
-    let flows: Vec<FrameSpec> =
-        (0..200u16).map(|i| FrameSpec::new(CLIENT4, 20000 + i, VIP4, 80, proto::TCP)).collect();
-    let before: Vec<BackendKey> = flows.iter().map(|f| round_trip(&mut r, f, &backends)).collect();
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())])
+        .unwrap();
+    let flows: Vec<FrameSpec> = (0..200u16)
+        .map(|i| FrameSpec::new(CLIENT4, 20000 + i, VIP4, 80, proto::TCP))
+        .collect();
+    let before: Vec<BackendKey> = flows
+        .iter()
+        .map(|f| round_trip(&mut r, f, &backends))
+        .collect();
 
     // Add a backend and change a weight: established flows stay put.
     backends.push(backend("10.200.1.14", 8080, 3));
     backends[0].weight = 5;
-    let rep = r.dataplane.apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())]).unwrap();
+    let rep = r
+        .dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())])
+        .unwrap();
     assert_eq!(rep.rebuilt, vec!["web4".to_string()]);
-    let after: Vec<BackendKey> = flows.iter().map(|f| round_trip(&mut r, f, &backends)).collect();
-    assert_eq!(before, after, "no established flow moved when the VIP was rebuilt");
+    let after: Vec<BackendKey> = flows
+        .iter()
+        .map(|f| round_trip(&mut r, f, &backends))
+        .collect();
+    assert_eq!(
+        before, after,
+        "no established flow moved when the VIP was rebuilt"
+    );
 
     // Drain one backend: its flows continue, new flows avoid it.
     let drained = backends[2].key;
-    r.dataplane.set_backend_state(&drained, abi::backend_state::DRAINING).unwrap();
-    let again: Vec<BackendKey> = flows.iter().map(|f| round_trip(&mut r, f, &backends)).collect();
+    r.dataplane
+        .set_backend_state(&drained, abi::backend_state::DRAINING)
+        .unwrap();
+    let again: Vec<BackendKey> = flows
+        .iter()
+        .map(|f| round_trip(&mut r, f, &backends))
+        .collect();
     assert_eq!(before, again, "draining keeps established flows");
     assert!(before.contains(&drained));
     for i in 0..300u16 {
         let f = FrameSpec::new("10.9.9.9", 1000 + i, VIP4, 80, proto::TCP);
-        assert_ne!(round_trip(&mut r, &f, &backends), drained, "a new flow landed on a draining backend");
+        assert_ne!(
+            round_trip(&mut r, &f, &backends),
+            drained,
+            "a new flow landed on a draining backend"
+        );
     }
 
     // Down: its flows move.
-    r.dataplane.set_backend_state(&drained, abi::backend_state::DOWN).unwrap();
+    r.dataplane
+        .set_backend_state(&drained, abi::backend_state::DOWN)
+        .unwrap();
     for f in &flows {
         assert_ne!(round_trip(&mut r, f, &backends), drained);
     }
@@ -258,13 +363,22 @@ fn established_flows_survive_backend_changes_and_draining() {
 fn removing_a_backend_moves_only_its_flows() {
     let mut r = rig("remove");
     let backends = backends4();
-    r.dataplane.apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())]).unwrap();
-    let flows: Vec<FrameSpec> =
-        (0..300u16).map(|i| FrameSpec::new(CLIENT4, 10000 + i, VIP4, 80, proto::TCP)).collect();
-    let before: Vec<BackendKey> = flows.iter().map(|f| round_trip(&mut r, f, &backends)).collect();
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())])
+        .unwrap();
+    let flows: Vec<FrameSpec> = (0..300u16)
+        .map(|i| FrameSpec::new(CLIENT4, 10000 + i, VIP4, 80, proto::TCP))
+        .collect();
+    let before: Vec<BackendKey> = flows
+        .iter()
+        .map(|f| round_trip(&mut r, f, &backends))
+        .collect();
     let gone = backends[0].key;
     let rest: Vec<_> = backends[1..].to_vec();
-    let rep = r.dataplane.apply(&[vip("web4", VIP4, 80, proto::TCP, rest.clone())]).unwrap();
+    let rep = r
+        .dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, rest.clone())])
+        .unwrap();
     assert_eq!(rep.backends_removed, 1);
     for (f, b) in flows.iter().zip(&before) {
         let now = round_trip(&mut r, f, &rest);
@@ -282,12 +396,23 @@ fn vips_are_added_and_removed_cleanly() {
     let mut r = rig("addremove");
     let rep = r
         .dataplane
-        .apply(&[vip("a", VIP4, 80, proto::TCP, backends4()), vip("b", VIP6, 80, proto::TCP, backends6())])
+        .apply(&[
+            vip("a", VIP4, 80, proto::TCP, backends4()),
+            vip("b", VIP6, 80, proto::TCP, backends6()),
+        ])
         .unwrap();
     assert_eq!(rep.added.len(), 2);
     assert_eq!(rep.backends_added, 6);
-    let sid_b = r.dataplane.vips().find(|v| v.spec.name == "b").unwrap().service_id;
-    let rep = r.dataplane.apply(&[vip("a", VIP4, 80, proto::TCP, backends4())]).unwrap();
+    let sid_b = r
+        .dataplane
+        .vips()
+        .find(|v| v.spec.name == "b")
+        .unwrap()
+        .service_id;
+    let rep = r
+        .dataplane
+        .apply(&[vip("a", VIP4, 80, proto::TCP, backends4())])
+        .unwrap();
     assert_eq!(rep.removed, vec!["b".to_string()]);
     assert_eq!(rep.backends_removed, 3);
     // b's packets now pass untouched; its service entry is inactive.
@@ -296,28 +421,59 @@ fn vips_are_added_and_removed_cleanly() {
     assert_eq!((v, &out), (XDP_PASS, &f));
     let svc = r.dataplane.maps().service_config.get(&sid_b, 0).unwrap();
     assert_eq!(svc, abi::Service::default());
-    assert!(r.dataplane.maps().vip_map6.keys().next().is_none(), "vip_map6 is empty");
+    assert!(
+        r.dataplane.maps().vip_map6.keys().next().is_none(),
+        "vip_map6 is empty"
+    );
     // Applying the same state again changes nothing.
-    assert!(r.dataplane.apply(&[vip("a", VIP4, 80, proto::TCP, backends4())]).unwrap().is_empty());
+    assert!(
+        r.dataplane
+            .apply(&[vip("a", VIP4, 80, proto::TCP, backends4())])
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
 fn an_impossible_change_changes_nothing() {
     let mut r = rig("atomic");
-    r.dataplane.apply(&[vip("a", VIP4, 80, proto::TCP, backends4())]).unwrap();
-    let before: Vec<_> = r.dataplane.vips().map(|v| (v.spec.clone(), v.service_id, v.slice)).collect();
+    r.dataplane
+        .apply(&[vip("a", VIP4, 80, proto::TCP, backends4())])
+        .unwrap();
+    let before: Vec<_> = r
+        .dataplane
+        .vips()
+        .map(|v| (v.spec.clone(), v.service_id, v.slice))
+        .collect();
     // 8193 distinct backends exceed the backend ID space.
     let many: Vec<_> = (0..8193u32)
-        .map(|i| backend(&format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256), 80, 1))
+        .map(|i| {
+            backend(
+                &format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256),
+                80,
+                1,
+            )
+        })
         .collect();
     let err = r
         .dataplane
-        .apply(&[vip("a", VIP4, 80, proto::TCP, backends4()), vip("big", "10.200.100.9", 80, proto::TCP, many)])
+        .apply(&[
+            vip("a", VIP4, 80, proto::TCP, backends4()),
+            vip("big", "10.200.100.9", 80, proto::TCP, many),
+        ])
         .unwrap_err();
     assert!(err.to_string().contains("backend IDs"), "{err}");
-    let after: Vec<_> = r.dataplane.vips().map(|v| (v.spec.clone(), v.service_id, v.slice)).collect();
+    let after: Vec<_> = r
+        .dataplane
+        .vips()
+        .map(|v| (v.spec.clone(), v.service_id, v.slice))
+        .collect();
     assert_eq!(before, after);
-    round_trip(&mut r, &FrameSpec::new(CLIENT4, 999, VIP4, 80, proto::TCP), &backends4());
+    round_trip(
+        &mut r,
+        &FrameSpec::new(CLIENT4, 999, VIP4, 80, proto::TCP),
+        &backends4(),
+    );
     assert!(r.dataplane.maps().vip_map.keys().count() == 1);
 }
 
@@ -325,16 +481,86 @@ fn an_impossible_change_changes_nothing() {
 fn maglev_slices_written_through_mmap_are_what_the_kernel_reads() {
     let mut r = rig("mmap");
     r.dataplane
-        .apply(&[vip("a", VIP4, 80, proto::TCP, backends4()), vip("b", VIP6, 80, proto::TCP, backends6())])
+        .apply(&[
+            vip("a", VIP4, 80, proto::TCP, backends4()),
+            vip("b", VIP6, 80, proto::TCP, backends6()),
+        ])
         .unwrap();
     let data = aya::maps::MapData::from_pin(r.pin_dir.join("maglev_table")).unwrap();
     let table: aya::maps::Array<_, u32> = aya::maps::Map::Array(data).try_into().unwrap();
     for v in r.dataplane.vips() {
         let mapped = r.dataplane.maps().maglev.read(v.slice.offset, v.slice.size);
-        let via_syscall: Vec<u32> =
-            (v.slice.offset..v.slice.offset + v.slice.size).map(|i| table.get(&i, 0).unwrap()).collect();
+        let via_syscall: Vec<u32> = (v.slice.offset..v.slice.offset + v.slice.size)
+            .map(|i| table.get(&i, 0).unwrap())
+            .collect();
         assert_eq!(mapped, via_syscall, "slice of {}", v.spec.name);
         let ids: std::collections::BTreeSet<u32> = via_syscall.into_iter().collect();
         assert_eq!(ids.len(), 3, "every backend of {} owns slots", v.spec.name);
+    }
+}
+
+#[test]
+fn a_removed_backend_drains_for_the_retire_grace() {
+    let mut r = rig("retire");
+    r.dataplane
+        .set_retire_grace(std::time::Duration::from_millis(300));
+    let backends = backends4();
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())])
+        .unwrap();
+    let flows: Vec<FrameSpec> = (0..200u16)
+        .map(|i| FrameSpec::new(CLIENT4, 10000 + i, VIP4, 80, proto::TCP))
+        .collect();
+    let before: Vec<BackendKey> = flows
+        .iter()
+        .map(|f| round_trip(&mut r, f, &backends))
+        .collect();
+    let gone = backends[0].key;
+    assert!(before.contains(&gone));
+    let rest: Vec<_> = backends[1..].to_vec();
+    let rep = r
+        .dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, rest.clone())])
+        .unwrap();
+    assert_eq!((rep.backends_retired, rep.backends_removed), (1, 0));
+    // Established flows, including those on the removed backend, stay put.
+    let during: Vec<BackendKey> = flows
+        .iter()
+        .map(|f| round_trip(&mut r, f, &backends))
+        .collect();
+    assert_eq!(before, during);
+    // New flows never reach it.
+    for i in 0..200u16 {
+        let f = FrameSpec::new("10.9.9.9", 3000 + i, VIP4, 80, proto::TCP);
+        assert_ne!(round_trip(&mut r, &f, &rest), gone);
+    }
+    // Re-listing it before the grace ends revives it with the same ID.
+    let id = r.dataplane.backends().find(|b| b.key == gone).unwrap().id;
+    let rep = r
+        .dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())])
+        .unwrap();
+    assert_eq!(rep.backends_revived, 1);
+    assert_eq!(
+        r.dataplane.backends().find(|b| b.key == gone).unwrap().id,
+        id
+    );
+    // Removed again and left past the grace: released, and its flows move.
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, rest.clone())])
+        .unwrap();
+    assert_eq!(
+        r.dataplane.release_retired().unwrap(),
+        0,
+        "grace not over yet"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    assert_eq!(r.dataplane.release_retired().unwrap(), 1);
+    assert!(r.dataplane.backends().all(|b| b.key != gone));
+    for (f, b) in flows.iter().zip(&before) {
+        let now = round_trip(&mut r, f, &rest);
+        if *b != gone {
+            assert_eq!(now, *b);
+        }
     }
 }

@@ -1,1 +1,104 @@
-fn main() {}
+//! rivorad: the per-node daemon. Loads and pins the BPF datapath, programs
+//! its maps from a static YAML file, re-applies the file on SIGHUP or when it
+//! changes, and serves the local API that rivoractl talks to.
+
+mod daemon;
+mod desired;
+mod source;
+mod watch;
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// Command line of rivorad.
+#[derive(Parser, Debug)]
+#[command(
+    name = "rivorad",
+    version,
+    about = "Rivora's per-node daemon: loads the XDP/TCX datapath, programs VIPs from a YAML file, serves the local API",
+    long_about = "Rivora's per-node daemon. It loads the XDP ingress and TCX egress programs, pins their maps, \
+programs the VIPs listed in --config, attaches to --interface, and serves the local API (rivoractl) on a \
+root-only Unix socket. The file is re-applied on SIGHUP and whenever it changes; an invalid file is rejected \
+with a log line naming the field and line, and the previous configuration keeps forwarding. SIGTERM or SIGINT \
+detaches the programs and removes the pins."
+)]
+pub struct Args {
+    /// YAML file listing the VIPs (the whole desired state).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+
+    /// Interface to attach to: XDP on its ingress, TCX on its egress (the side facing clients).
+    #[arg(long, value_name = "IF")]
+    pub interface: String,
+
+    /// XDP attach mode. auto: generic on veth, bridges and bridge ports, native elsewhere
+    /// (falling back to generic if the driver refuses).
+    #[arg(long, value_enum, default_value_t = XdpModeArg::Auto)]
+    pub xdp_mode: XdpModeArg,
+
+    /// bpffs directory for the pinned maps (bpffs is mounted at /sys/fs/bpf if missing).
+    #[arg(long, value_name = "DIR", default_value = "/sys/fs/bpf/rivora-lb")]
+    pub pin_dir: PathBuf,
+
+    /// Unix socket of the local API (created mode 0600).
+    #[arg(long, value_name = "PATH", default_value = rivora_api::DEFAULT_SOCKET)]
+    pub api_socket: PathBuf,
+
+    /// Length of the shared Maglev table in slots (a prime). More slots give VIPs with many
+    /// backends a finer balance; see docs/maglev.md.
+    #[arg(long, value_name = "SLOTS", default_value_t = rivora_abi::MAGLEV_TABLE_DEFAULT)]
+    pub maglev_table_size: u32,
+
+    /// Seconds a backend that the config no longer lists keeps draining (its established
+    /// flows continue, it takes no new ones) before its ID is released. 0 releases at once.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub backend_retire_secs: u64,
+
+    /// How often the config file is checked for changes, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub config_poll_ms: u64,
+}
+
+/// `--xdp-mode` values.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum XdpModeArg {
+    /// Native where the driver supports it well, generic on veth and bridge ports.
+    Auto,
+    /// Driver (native) mode only.
+    Native,
+    /// Generic (skb) mode only.
+    Generic,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        // SAFETY: isatty has no preconditions.
+        .with_ansi(unsafe { libc::isatty(2) } == 1)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rivorad: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(daemon::run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -13,7 +13,7 @@ use etherparse::{
     IpHeaders, Ipv4Header, NetSlice, PacketBuilder, SlicedPacket, TransportSlice, VlanId,
 };
 use rivora_dataplane::{
-    BackendSpec, Dataplane, Datapath, LoadOptions, Mode, VipKey, VipSpec, ensure_bpffs, proto,
+    BackendSpec, Datapath, Dataplane, LoadOptions, Mode, VipKey, VipSpec, ensure_bpffs, proto,
     remove_pins,
 };
 
@@ -52,9 +52,16 @@ pub fn rig(test: &str) -> Rig {
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
     ));
-    let (datapath, maps) =
-        Datapath::load(&LoadOptions { pin_dir: pin_dir.clone(), maglev_table_size: 65537 }).expect("load datapath");
-    Rig { datapath, dataplane: Dataplane::new(maps), pin_dir }
+    let (datapath, maps) = Datapath::load(&LoadOptions {
+        pin_dir: pin_dir.clone(),
+        maglev_table_size: 65537,
+    })
+    .expect("load datapath");
+    Rig {
+        datapath,
+        dataplane: Dataplane::new(maps),
+        pin_dir,
+    }
 }
 
 pub fn backend(addr: &str, port: u16, weight: u32) -> BackendSpec {
@@ -66,7 +73,11 @@ pub fn backend(addr: &str, port: u16, weight: u32) -> BackendSpec {
 pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSpec>) -> VipSpec {
     VipSpec {
         name: name.into(),
-        key: VipKey { addr: addr.parse().unwrap(), port, proto },
+        key: VipKey {
+            addr: addr.parse().unwrap(),
+            port,
+            proto,
+        },
         mode: Mode::Nat,
         backends,
     }
@@ -122,11 +133,19 @@ impl FrameSpec {
         let eth = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC);
         let ip = match (self.src, self.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let mut h = Ipv4Header::new(0, 64, etherparse::IpNumber(self.proto), s.octets(), d.octets())
-                    .unwrap();
+                let mut h = Ipv4Header::new(
+                    0,
+                    64,
+                    etherparse::IpNumber(self.proto),
+                    s.octets(),
+                    d.octets(),
+                )
+                .unwrap();
                 if self.ipv4_options {
                     // Two NOPs, a record-route-shaped option, end of list.
-                    h.options = [1u8, 1, 7, 7, 4, 0, 0, 0, 0, 0, 0, 0][..].try_into().unwrap();
+                    h.options = [1u8, 1, 7, 7, 4, 0, 0, 0, 0, 0, 0, 0][..]
+                        .try_into()
+                        .unwrap();
                 }
                 IpHeaders::Ipv4(h, Default::default())
             }
@@ -147,14 +166,20 @@ impl FrameSpec {
         let step = match self.vlans {
             Vlans::None => eth.ip(ip),
             Vlans::One(id) => eth.single_vlan(VlanId::try_new(id).unwrap()).ip(ip),
-            Vlans::Two(o, i) => {
-                eth.double_vlan(VlanId::try_new(o).unwrap(), VlanId::try_new(i).unwrap()).ip(ip)
-            }
+            Vlans::Two(o, i) => eth
+                .double_vlan(VlanId::try_new(o).unwrap(), VlanId::try_new(i).unwrap())
+                .ip(ip),
         };
         let mut out = Vec::new();
         match self.proto {
-            proto::TCP => step.tcp(self.sport, self.dport, 1000, 64240).write(&mut out, &self.payload).unwrap(),
-            proto::UDP => step.udp(self.sport, self.dport).write(&mut out, &self.payload).unwrap(),
+            proto::TCP => step
+                .tcp(self.sport, self.dport, 1000, 64240)
+                .write(&mut out, &self.payload)
+                .unwrap(),
+            proto::UDP => step
+                .udp(self.sport, self.dport)
+                .write(&mut out, &self.payload)
+                .unwrap(),
             p => panic!("unsupported proto {p}"),
         }
         out
@@ -188,12 +213,24 @@ pub fn parse_checked(frame: &[u8]) -> Parsed {
     let (src, dst, proto): (IpAddr, IpAddr, u8) = match net {
         NetSlice::Ipv4(ip) => {
             let h = ip.header().to_header();
-            assert_eq!(h.header_checksum, h.calc_header_checksum(), "IPv4 header checksum");
-            (Ipv4Addr::from(h.source).into(), Ipv4Addr::from(h.destination).into(), h.protocol.0)
+            assert_eq!(
+                h.header_checksum,
+                h.calc_header_checksum(),
+                "IPv4 header checksum"
+            );
+            (
+                Ipv4Addr::from(h.source).into(),
+                Ipv4Addr::from(h.destination).into(),
+                h.protocol.0,
+            )
         }
         NetSlice::Ipv6(ip) => {
             let h = ip.header().to_header();
-            (Ipv6Addr::from(h.source).into(), Ipv6Addr::from(h.destination).into(), h.next_header.0)
+            (
+                Ipv6Addr::from(h.source).into(),
+                Ipv6Addr::from(h.destination).into(),
+                h.next_header.0,
+            )
         }
         _ => panic!("unexpected net slice"),
     };
@@ -202,26 +239,53 @@ pub fn parse_checked(frame: &[u8]) -> Parsed {
         TransportSlice::Tcp(t) => {
             let h = t.to_header();
             let want = match net {
-                NetSlice::Ipv4(ip) => h.calc_checksum_ipv4(&ip.header().to_header(), t.payload()).unwrap(),
-                NetSlice::Ipv6(ip) => h.calc_checksum_ipv6(&ip.header().to_header(), t.payload()).unwrap(),
+                NetSlice::Ipv4(ip) => h
+                    .calc_checksum_ipv4(&ip.header().to_header(), t.payload())
+                    .unwrap(),
+                NetSlice::Ipv6(ip) => h
+                    .calc_checksum_ipv6(&ip.header().to_header(), t.payload())
+                    .unwrap(),
                 _ => unreachable!(),
             };
             assert_eq!(h.checksum, want, "TCP checksum");
-            (h.source_port, h.destination_port, t.payload().to_vec(), None)
+            (
+                h.source_port,
+                h.destination_port,
+                t.payload().to_vec(),
+                None,
+            )
         }
         TransportSlice::Udp(u) => {
             let h = u.to_header();
             if h.checksum != 0 || matches!(net, NetSlice::Ipv6(_)) {
                 let want = match net {
-                    NetSlice::Ipv4(ip) => h.calc_checksum_ipv4(&ip.header().to_header(), u.payload()).unwrap(),
-                    NetSlice::Ipv6(ip) => h.calc_checksum_ipv6(&ip.header().to_header(), u.payload()).unwrap(),
+                    NetSlice::Ipv4(ip) => h
+                        .calc_checksum_ipv4(&ip.header().to_header(), u.payload())
+                        .unwrap(),
+                    NetSlice::Ipv6(ip) => h
+                        .calc_checksum_ipv6(&ip.header().to_header(), u.payload())
+                        .unwrap(),
                     _ => unreachable!(),
                 };
                 assert_eq!(h.checksum, want, "UDP checksum");
             }
-            (h.source_port, h.destination_port, u.payload().to_vec(), Some(h.checksum))
+            (
+                h.source_port,
+                h.destination_port,
+                u.payload().to_vec(),
+                Some(h.checksum),
+            )
         }
         _ => panic!("unexpected transport"),
     };
-    Parsed { src, dst, sport, dport, proto, vlan_ids, payload, udp_checksum }
+    Parsed {
+        src,
+        dst,
+        sport,
+        dport,
+        proto,
+        vlan_ids,
+        payload,
+        udp_checksum,
+    }
 }

@@ -1,0 +1,262 @@
+//! Start-up, the run loop and shutdown of rivorad.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use rivora_api::{ProgramInfo, ReloadInfo};
+use rivora_dataplane::{
+    Datapath, Dataplane, LoadOptions, XdpModeRequest, ensure_bpffs, remove_pins,
+};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info, warn};
+
+use crate::source::{Shared, StateSource, StatusInfo};
+use crate::watch::ConfigWatch;
+use crate::{Args, XdpModeArg, desired};
+
+/// Seconds since the epoch, for the API.
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("rivorad must run as root: it loads BPF programs and pins maps");
+    }
+    if !rivora_maglev_is_prime(args.maglev_table_size) {
+        bail!(
+            "--maglev-table-size {} is not a prime; Maglev needs a prime table length",
+            args.maglev_table_size
+        );
+    }
+    if args.pin_dir.starts_with("/sys/fs/bpf") && ensure_bpffs(Path::new("/sys/fs/bpf"))? {
+        info!("mounted bpffs at /sys/fs/bpf");
+    }
+
+    // The first configuration must be valid: there is nothing older to keep.
+    let mut watch = ConfigWatch::new(&args.config);
+    let (config, text) = watch.read_and_parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let specs = desired::from_config(&config);
+
+    if args.pin_dir.join("vip_map").exists() {
+        // Adoption of a previous run's maps comes with restart support; until
+        // then a start is a fresh start.
+        warn!(pin_dir = %args.pin_dir.display(), "removing pinned maps left by an earlier rivorad");
+        remove_pins(&args.pin_dir)?;
+    }
+    let (mut datapath, maps) = Datapath::load(&LoadOptions {
+        pin_dir: args.pin_dir.clone(),
+        maglev_table_size: args.maglev_table_size,
+    })
+    .context("loading the BPF datapath")?;
+    let mut dataplane = Dataplane::new(maps);
+    dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
+    let report = match dataplane.apply(&specs) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = datapath.unpin_all();
+            return Err(e).context(format!("programming {}", args.config.display()));
+        }
+    };
+    watch.mark_applied(text);
+    info!(vips = specs.len(), "programmed: {report}");
+
+    let request = match args.xdp_mode {
+        XdpModeArg::Auto => XdpModeRequest::Auto,
+        XdpModeArg::Native => XdpModeRequest::Native,
+        XdpModeArg::Generic => XdpModeRequest::Generic,
+    };
+    let attachment = match datapath.attach(&args.interface, request) {
+        Ok(a) => a.clone(),
+        Err(e) => {
+            let _ = datapath.unpin_all();
+            return Err(e).context("attaching the datapath");
+        }
+    };
+    info!(
+        interface = %attachment.interface,
+        xdp_mode = attachment.xdp_mode.as_str(),
+        reason = %attachment.xdp_mode_reason,
+        xdp_prog_id = attachment.xdp_program_id,
+        tc_prog_id = attachment.tc_program_id,
+        "datapath attached"
+    );
+    warn_if_not_forwarding(&specs);
+
+    let started = now_unix();
+    let shared = Arc::new(Mutex::new(Shared {
+        dataplane,
+        status: StatusInfo {
+            interface: attachment.interface.clone(),
+            ifindex: attachment.ifindex,
+            xdp_mode_requested: format!("{:?}", args.xdp_mode).to_lowercase(),
+            xdp_mode: attachment.xdp_mode.as_str().to_string(),
+            pin_dir: args.pin_dir.display().to_string(),
+            config_path: args.config.display().to_string(),
+            config_generation: 1,
+            last_reload: ReloadInfo {
+                at_unix: started,
+                ok: true,
+                error: None,
+                changes: Some(report.to_string()),
+            },
+            started_at_unix: started,
+            programs: vec![
+                ProgramInfo {
+                    name: "xdp_ingress".into(),
+                    attach: format!(
+                        "xdp {} on {}",
+                        attachment.xdp_mode.as_str(),
+                        attachment.interface
+                    ),
+                    program_id: attachment.xdp_program_id,
+                    link_id: None,
+                },
+                ProgramInfo {
+                    name: "tc_nat".into(),
+                    attach: format!("tcx egress on {}", attachment.interface),
+                    program_id: attachment.tc_program_id,
+                    link_id: None,
+                },
+            ],
+        },
+    }));
+
+    let socket = rivora_api::bind(&args.api_socket)
+        .with_context(|| format!("API socket {}", args.api_socket.display()))?;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let api = tokio::spawn(
+        socket.serve(Arc::new(StateSource(shared.clone())), async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        }),
+    );
+    info!(socket = %args.api_socket.display(), "rivorad ready");
+
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(args.config_poll_ms.max(50)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = term.recv() => { info!("SIGTERM: stopping"); break; }
+            _ = int.recv() => { info!("SIGINT: stopping"); break; }
+            _ = hup.recv() => {
+                info!("SIGHUP: re-reading {}", args.config.display());
+                reload(&mut watch, &shared, true);
+            }
+            _ = tick.tick() => {
+                match shared.lock().expect("state lock").dataplane.release_retired() {
+                    Ok(0) => {}
+                    Ok(n) => info!("released {n} retired backend(s) after the retire grace"),
+                    Err(e) => error!("releasing retired backends: {e}"),
+                }
+                if watch.changed() {
+                    info!("{} changed: re-reading", args.config.display());
+                    reload(&mut watch, &shared, false);
+                }
+            }
+        }
+    }
+
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(Duration::from_secs(3), api).await {
+        Ok(Ok(Err(e))) => warn!("API server: {e}"),
+        Err(_) => warn!("API server did not stop within 3 s"),
+        _ => {}
+    }
+    drop(datapath); // detaches XDP and TCX (the links die with their fds)
+    if let Err(e) = remove_pins(&args.pin_dir) {
+        error!("removing pins: {e}");
+    }
+    info!("datapath detached and pins removed; bye");
+    Ok(())
+}
+
+/// Re-reads the file and applies it. Anything invalid leaves the running
+/// configuration untouched and is logged and reported in the API status.
+fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
+    let result = watch.read_and_parse();
+    let mut s = shared.lock().expect("state lock");
+    let at_unix = now_unix();
+    match result {
+        Err(e) => {
+            error!(
+                "rejected {}: the running configuration stays in force:\n{e}",
+                watch.path().display()
+            );
+            s.status.last_reload = ReloadInfo {
+                at_unix,
+                ok: false,
+                error: Some(e.to_string()),
+                changes: None,
+            };
+        }
+        Ok((config, text)) => {
+            if !forced && watch.is_applied(&text) {
+                return;
+            }
+            let specs = desired::from_config(&config);
+            match s.dataplane.apply(&specs) {
+                Ok(report) => {
+                    watch.mark_applied(text);
+                    s.status.config_generation += 1;
+                    info!(generation = s.status.config_generation, "applied: {report}");
+                    s.status.last_reload = ReloadInfo {
+                        at_unix,
+                        ok: true,
+                        error: None,
+                        changes: Some(report.to_string()),
+                    };
+                }
+                Err(e) => {
+                    error!(
+                        "rejected {}: {e}; the running configuration stays in force",
+                        watch.path().display()
+                    );
+                    s.status.last_reload = ReloadInfo {
+                        at_unix,
+                        ok: false,
+                        error: Some(e.to_string()),
+                        changes: None,
+                    };
+                }
+            }
+        }
+    }
+}
+
+fn rivora_maglev_is_prime(n: u32) -> bool {
+    n >= 2
+        && (2..)
+            .take_while(|d: &u32| (*d as u64) * (*d as u64) <= n as u64)
+            .all(|d| n % d != 0)
+}
+
+/// Full NAT hands rewritten packets to the kernel to route: without IP
+/// forwarding they die silently, which is the first thing to tell an operator.
+fn warn_if_not_forwarding(specs: &[rivora_dataplane::VipSpec]) {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim() == "1")
+            .unwrap_or(false)
+    };
+    if specs.iter().any(|s| s.key.addr.is_ipv4()) && !read("/proc/sys/net/ipv4/ip_forward") {
+        warn!(
+            "net.ipv4.ip_forward is 0: NAT VIPs cannot forward (sysctl -w net.ipv4.ip_forward=1)"
+        );
+    }
+    if specs.iter().any(|s| s.key.addr.is_ipv6()) && !read("/proc/sys/net/ipv6/conf/all/forwarding")
+    {
+        warn!(
+            "net.ipv6.conf.all.forwarding is 0: IPv6 NAT VIPs cannot forward (sysctl -w net.ipv6.conf.all.forwarding=1)"
+        );
+    }
+}

@@ -1,0 +1,170 @@
+//! What the local API reads: the dataplane's bookkeeping and counters, plus
+//! the daemon's status, behind one lock shared with the reload loop.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rivora_abi as abi;
+use rivora_api::{
+    ApiSource, BackendInfo, DropCount, ProgramInfo, ReloadInfo, Stats, Status, VipBackend, VipInfo,
+    VipStats,
+};
+use rivora_dataplane::{Dataplane, proto};
+
+/// Daemon facts that are not in the maps.
+pub struct StatusInfo {
+    pub interface: String,
+    pub ifindex: u32,
+    pub xdp_mode_requested: String,
+    pub xdp_mode: String,
+    pub pin_dir: String,
+    pub config_path: String,
+    pub config_generation: u64,
+    pub last_reload: ReloadInfo,
+    pub started_at_unix: u64,
+    pub programs: Vec<ProgramInfo>,
+}
+
+/// Everything behind the lock.
+pub struct Shared {
+    pub dataplane: Dataplane,
+    pub status: StatusInfo,
+}
+
+/// The API's view of [`Shared`].
+pub struct StateSource(pub Arc<Mutex<Shared>>);
+
+fn state_name(state: u32) -> &'static str {
+    match state {
+        abi::backend_state::HEALTHY => "healthy",
+        abi::backend_state::DRAINING => "draining",
+        abi::backend_state::DOWN => "down",
+        _ => "unknown",
+    }
+}
+
+fn proto_name(p: u8) -> &'static str {
+    match p {
+        proto::TCP => "tcp",
+        proto::UDP => "udp",
+        _ => "other",
+    }
+}
+
+impl ApiSource for StateSource {
+    fn status(&self) -> Status {
+        let s = self.0.lock().expect("state lock");
+        let st = &s.status;
+        Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            abi_version: abi::ABI_VERSION,
+            interface: st.interface.clone(),
+            ifindex: st.ifindex,
+            xdp_mode_requested: st.xdp_mode_requested.clone(),
+            xdp_mode: st.xdp_mode.clone(),
+            pin_dir: st.pin_dir.clone(),
+            config_path: st.config_path.clone(),
+            config_generation: st.config_generation,
+            last_reload: st.last_reload.clone(),
+            vip_count: s.dataplane.vips().count() as u32,
+            backend_count: s.dataplane.backends().count() as u32,
+            started_at_unix: st.started_at_unix,
+            programs: st.programs.clone(),
+        }
+    }
+
+    fn vips(&self) -> Vec<VipInfo> {
+        let s = self.0.lock().expect("state lock");
+        let dp: &Dataplane = &s.dataplane;
+        let backends: BTreeMap<_, _> = dp.backends().map(|b| (b.key, b)).collect();
+        dp.vips()
+            .map(|v| VipInfo {
+                name: v.spec.name.clone(),
+                address: v.spec.key.addr.to_string(),
+                port: v.spec.key.port,
+                protocol: proto_name(v.spec.key.proto).to_string(),
+                mode: v.spec.mode.as_str().to_string(),
+                service_id: v.service_id,
+                maglev_offset: v.slice.offset,
+                maglev_size: v.slice.size,
+                worst_imbalance_pct: v.worst_imbalance * 100.0,
+                backends: v
+                    .spec
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        let st = backends.get(&b.key);
+                        VipBackend {
+                            address: b.key.addr.to_string(),
+                            port: b.key.port,
+                            weight: b.weight,
+                            backend_id: st.map(|s| s.id).unwrap_or(0),
+                            state: st
+                                .map(|s| state_name(s.state))
+                                .unwrap_or("unknown")
+                                .to_string(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn backends(&self) -> Vec<BackendInfo> {
+        let s = self.0.lock().expect("state lock");
+        let names: BTreeMap<_, _> = s
+            .dataplane
+            .vips()
+            .map(|v| (v.spec.key, v.spec.name.clone()))
+            .collect();
+        let mut out: Vec<BackendInfo> = s
+            .dataplane
+            .backends()
+            .map(|b| BackendInfo {
+                backend_id: b.id,
+                address: b.key.addr.to_string(),
+                port: b.key.port,
+                state: state_name(b.state).to_string(),
+                vips: b
+                    .vips
+                    .iter()
+                    .filter_map(|k| names.get(k).cloned())
+                    .collect(),
+            })
+            .collect();
+        out.sort_by_key(|b| b.backend_id);
+        out
+    }
+
+    fn stats(&self) -> Result<Stats, String> {
+        let s = self.0.lock().expect("state lock");
+        let vips = s
+            .dataplane
+            .vip_counters()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|c| VipStats {
+                name: c.name,
+                service_id: c.service_id,
+                packets: c.stats.packets,
+                bytes: c.stats.bytes,
+                new_flows: c.stats.new_flows,
+                drops: c.stats.drops,
+                reply_packets: c.stats.reply_packets,
+                reply_bytes: c.stats.reply_bytes,
+            })
+            .collect();
+        let drops = s
+            .dataplane
+            .drop_counters()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .enumerate()
+            .map(|(i, packets)| DropCount {
+                reason: abi::drop_reason::NAMES[i].to_string(),
+                packets,
+            })
+            .collect();
+        Ok(Stats { vips, drops })
+    }
+}

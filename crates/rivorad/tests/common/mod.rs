@@ -1,0 +1,255 @@
+//! Harness of rivorad's end-to-end tests: the namespace lab from rivora-lab
+//! (client, lb, three backends), identity servers on every backend, and the
+//! real rivorad binary started in the lb namespace with its own pin
+//! directory, API socket and config file, so tests run in parallel.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rivora_lab::topology::{backend_v4, backend_v6};
+use rivora_lab::{IdentityServer, Rivorad, RoundReport, Topology};
+
+pub const VIP4: &str = "10.200.100.1";
+pub const VIP6: &str = "fd00:200:100::1";
+pub const BACKEND_PORT: u16 = 8080;
+
+/// A backend line of the YAML: (backend index 1..=3, weight).
+pub fn backends_yaml(v6: bool, list: &[(usize, u32)]) -> String {
+    list.iter()
+        .map(|(i, w)| {
+            let addr = if v6 {
+                backend_v6(*i).to_string()
+            } else {
+                backend_v4(*i).to_string()
+            };
+            format!("      - {{ address: \"{addr}\", port: {BACKEND_PORT}, weight: {w} }}\n")
+        })
+        .collect()
+}
+
+/// One VIP of the YAML.
+pub fn vip_yaml(name: &str, addr: &str, port: u16, proto: &str, backends: &str) -> String {
+    format!(
+        "  - name: {name}\n    address: \"{addr}\"\n    port: {port}\n    protocol: {proto}\n    mode: nat\n    backends:\n{backends}"
+    )
+}
+
+pub struct Lab {
+    pub topo: Topology,
+    servers: Vec<IdentityServer>,
+    pub work: PathBuf,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+    pub pin_dir: PathBuf,
+    pub rivorad: Option<Rivorad>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Lab {
+    /// Builds the topology and starts identity servers (TCP and UDP, v4 and
+    /// v6, port 8080) named b1..b3 on the backends.
+    pub fn new(tag: &str) -> Lab {
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "end-to-end tests create namespaces and must run as root"
+        );
+        rivora_lab::ensure_bpffs().expect("bpffs");
+        static N: AtomicU32 = AtomicU32::new(0);
+        let unique = format!(
+            "{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
+        let topo = Topology::build(tag).expect("topology");
+        let mut servers = Vec::new();
+        for (idx, ns) in topo.backends.iter().enumerate() {
+            let i = idx + 1;
+            let addrs = [
+                SocketAddr::new(backend_v4(i).into(), BACKEND_PORT),
+                SocketAddr::new(backend_v6(i).into(), BACKEND_PORT),
+            ];
+            servers.push(
+                IdentityServer::start(ns, &format!("b{i}"), &addrs).expect("identity server"),
+            );
+        }
+        let work = std::env::temp_dir().join(format!("rivora-e2e-{unique}"));
+        std::fs::create_dir_all(&work).unwrap();
+        Lab {
+            topo,
+            servers,
+            config: work.join("rivorad.yaml"),
+            socket: work.join("api.sock"),
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/rivora-e2e-{unique}")),
+            work,
+            rivorad: None,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// Writes the config file (atomically, as an editor or tool would).
+    pub fn write_config(&self, vips: &[String]) {
+        let tmp = self.config.with_extension("tmp");
+        std::fs::write(&tmp, format!("vips:\n{}", vips.concat())).unwrap();
+        std::fs::rename(&tmp, &self.config).unwrap();
+    }
+
+    /// Writes raw text as the config file.
+    pub fn write_raw_config(&self, text: &str) {
+        let tmp = self.config.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.config).unwrap();
+    }
+
+    /// Starts rivorad on the lb's client-facing interface and waits for it.
+    pub fn start(&mut self, extra: &[&str]) {
+        let bin = Path::new(env!("CARGO_BIN_EXE_rivorad"));
+        let mut args = vec!["--config-poll-ms", "200"];
+        args.extend_from_slice(extra);
+        let mut d = Rivorad::start(
+            &self.topo.lb,
+            &self.topo.lb_if,
+            bin,
+            &self.config,
+            &self.pin_dir,
+            &self.socket,
+            &self.work,
+            &args,
+        )
+        .expect("start rivorad");
+        d.wait_ready(&self.socket, Duration::from_secs(30))
+            .expect("rivorad ready");
+        self.rivorad = Some(d);
+    }
+
+    /// Stops rivorad with SIGTERM and returns whether it exited cleanly.
+    pub fn stop(&mut self) -> bool {
+        let mut d = self.rivorad.take().expect("rivorad running");
+        d.stop().expect("stop rivorad").success()
+    }
+
+    pub fn log(&self) -> String {
+        self.rivorad.as_ref().map(|d| d.log()).unwrap_or_default()
+    }
+
+    pub fn client(&self) -> rivora_api::Client {
+        rivora_api::Client::new(&self.socket)
+    }
+
+    pub fn status(&self) -> rivora_api::Status {
+        self.rt
+            .block_on(self.client().status())
+            .expect("API status")
+    }
+
+    pub fn stats(&self) -> rivora_api::Stats {
+        self.rt.block_on(self.client().stats()).expect("API stats")
+    }
+
+    pub fn vips(&self) -> Vec<rivora_api::VipInfo> {
+        self.rt.block_on(self.client().vips()).expect("API vips")
+    }
+
+    /// Waits until the daemon reports a config generation above `after`
+    /// (a successful reload) or a failed reload newer than `since_unix`.
+    pub fn wait_reload(&self, after_generation: u64, since_unix: u64) -> rivora_api::Status {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let s = self.status();
+            if s.config_generation > after_generation
+                || (!s.last_reload.ok && s.last_reload.at_unix >= since_unix)
+            {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no reload seen within 15 s; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn tcp(&self, vip: &str, port: u16, first_src_port: u16, count: usize) -> RoundReport {
+        let target = SocketAddr::new(vip.parse().unwrap(), port);
+        rivora_lab::tcp_round_from_ports(
+            &self.topo.client,
+            target,
+            first_src_port,
+            count,
+            8,
+            Duration::from_secs(3),
+        )
+    }
+
+    pub fn udp(&self, vip: &str, port: u16, first_src_port: u16, count: usize) -> RoundReport {
+        let target = SocketAddr::new(vip.parse().unwrap(), port);
+        rivora_lab::udp_round_from_ports(
+            &self.topo.client,
+            target,
+            first_src_port,
+            count,
+            8,
+            Duration::from_secs(2),
+        )
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.rivorad.take() {
+            let _ = d.stop();
+        }
+        self.servers.clear();
+        let _ = std::fs::remove_dir_all(&self.work);
+        let _ = rivora_dataplane_pins_gone(&self.pin_dir);
+    }
+}
+
+fn rivora_dataplane_pins_gone(dir: &Path) -> std::io::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)
+    } else {
+        Ok(())
+    }
+}
+
+/// Asserts that every exchange succeeded, the client always saw the VIP as
+/// its peer and its own address arrived unchanged, and that each backend's
+/// share is within `tolerance` (absolute) of `expected`.
+pub fn assert_round(report: &RoundReport, expected: &[(&str, f64)], tolerance: f64) {
+    assert!(report.all_ok(), "exchanges failed:\n{report}");
+    assert_eq!(report.ok, report.attempted, "{report}");
+    assert_eq!(
+        report.wrong_peer, 0,
+        "client saw a peer other than the VIP:\n{report}"
+    );
+    assert_eq!(
+        report.source_rewritten, 0,
+        "backend saw a rewritten client address:\n{report}"
+    );
+    let shares = report.shares();
+    for (name, want) in expected {
+        let got = shares.get(*name).copied().unwrap_or(0.0);
+        assert!(
+            (got - want).abs() <= tolerance,
+            "backend {name}: share {:.1}% expected {:.1}% +/- {:.0} points\n{report}",
+            got * 100.0,
+            want * 100.0,
+            tolerance * 100.0
+        );
+    }
+    for name in shares.keys() {
+        assert!(
+            expected.iter().any(|(n, _)| n == name),
+            "unexpected backend {name} answered:\n{report}"
+        );
+    }
+}
