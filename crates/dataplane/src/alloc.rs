@@ -140,12 +140,12 @@ impl SliceAllocator {
         }
         let mut offset = slice.offset;
         let mut size = slice.size;
-        if let Some((&prev, &prev_size)) = self.free.range(..offset).next_back() {
-            if prev + prev_size == offset {
-                self.free.remove(&prev);
-                offset = prev;
-                size += prev_size;
-            }
+        if let Some((&prev, &prev_size)) = self.free.range(..offset).next_back()
+            && prev + prev_size == offset
+        {
+            self.free.remove(&prev);
+            offset = prev;
+            size += prev_size;
         }
         if let Some(&next_size) = self.free.get(&(offset + size)) {
             self.free.remove(&(offset + size));

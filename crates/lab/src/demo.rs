@@ -50,6 +50,9 @@ pub struct DemoOptions {
     pub ready_timeout: Duration,
     /// Print progress to stderr.
     pub progress: bool,
+    /// Path to `rivoractl`: when set, the demo shows what the daemon itself
+    /// reports (`rivoractl vips` and `rivoractl stats`) after the traffic.
+    pub rivoractl: Option<PathBuf>,
 }
 
 impl DemoOptions {
@@ -64,6 +67,7 @@ impl DemoOptions {
             timeout: Duration::from_secs(2),
             ready_timeout: Duration::from_secs(20),
             progress: true,
+            rivoractl: None,
         }
     }
 }
@@ -218,6 +222,8 @@ pub struct VipOutcome {
 pub struct DemoReport {
     /// One entry per VIP, in config order.
     pub vips: Vec<VipOutcome>,
+    /// What `rivoractl vips` and `rivoractl stats` printed, if asked for.
+    pub rivoractl_output: Option<String>,
 }
 
 impl DemoReport {
@@ -229,8 +235,36 @@ impl DemoReport {
     }
 }
 
+/// Runs `rivoractl vips` and `rivoractl stats` against the demo's daemon.
+fn rivoractl_views(bin: &Path, socket: &Path) -> Result<String> {
+    let mut out = String::new();
+    for cmd in ["vips", "stats"] {
+        let o = std::process::Command::new(bin)
+            .arg("--socket")
+            .arg(socket)
+            .arg(cmd)
+            .output()
+            .with_context(|| format!("running {}", bin.display()))?;
+        if !o.status.success() {
+            bail!(
+                "rivoractl {cmd} failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        out.push_str(&format!(
+            "$ rivoractl {cmd}\n{}\n",
+            String::from_utf8_lossy(&o.stdout)
+        ));
+    }
+    Ok(out)
+}
+
 impl fmt::Display for DemoReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "What the client saw (one line per VIP, then the spread over backends):"
+        )?;
         for o in &self.vips {
             let r = &o.report;
             writeln!(
@@ -279,6 +313,12 @@ impl fmt::Display for DemoReport {
                 writeln!(f, "  ! {e}")?;
             }
             writeln!(f)?;
+        }
+        if let Some(views) = &self.rivoractl_output {
+            writeln!(
+                f,
+                "What rivorad itself reports (its local API, through rivoractl):\n{views}"
+            )?;
         }
         Ok(())
     }
@@ -392,7 +432,14 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
         };
         outcomes.push(VipOutcome { vip, report });
     }
-    let report = DemoReport { vips: outcomes };
+    let rivoractl_output = match &opts.rivoractl {
+        Some(bin) => Some(rivoractl_views(bin, &socket_path)?),
+        None => None,
+    };
+    let report = DemoReport {
+        vips: outcomes,
+        rivoractl_output,
+    };
 
     if opts.keep {
         println!("{report}");
@@ -502,6 +549,7 @@ mod tests {
         };
         let text = DemoReport {
             vips: vec![VipOutcome { vip, report }],
+            rivoractl_output: None,
         }
         .to_string();
         assert!(

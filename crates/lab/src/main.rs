@@ -31,6 +31,9 @@ enum Cmd {
         /// Path to the rivorad binary.
         #[arg(long)]
         rivorad: PathBuf,
+        /// Path to rivoractl: also show what the daemon reports about the traffic.
+        #[arg(long)]
+        rivoractl: Option<PathBuf>,
         /// Keep the lab up after the traffic until Enter or Ctrl-C.
         #[arg(long)]
         keep: bool,
@@ -75,6 +78,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
     match cmd {
         Cmd::Demo {
             rivorad,
+            rivoractl,
             keep,
             tcp,
             udp,
@@ -82,6 +86,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         } => {
             let mut opts = DemoOptions::new(rivorad);
             opts.keep = keep;
+            opts.rivoractl = rivoractl;
             opts.tcp_count = tcp;
             opts.udp_count = udp;
             opts.parallel = parallel;

@@ -22,6 +22,7 @@ pub struct Rivorad {
 impl Rivorad {
     /// Starts `bin` inside `ns` (network namespace only, so bpffs pins stay
     /// visible) with its log in `work`; `extra_args` are appended.
+    #[allow(clippy::too_many_arguments)] // each is a distinct rivorad flag or place
     pub fn start(
         ns: &Netns,
         interface: &str,

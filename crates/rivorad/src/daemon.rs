@@ -30,7 +30,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("rivorad must run as root: it loads BPF programs and pins maps");
     }
-    if !rivora_maglev_is_prime(args.maglev_table_size) {
+    if !rivora_maglev::is_prime(args.maglev_table_size) {
         bail!(
             "--maglev-table-size {} is not a prime; Maglev needs a prime table length",
             args.maglev_table_size
@@ -231,13 +231,6 @@ fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
             }
         }
     }
-}
-
-fn rivora_maglev_is_prime(n: u32) -> bool {
-    n >= 2
-        && (2..)
-            .take_while(|d: &u32| (*d as u64) * (*d as u64) <= n as u64)
-            .all(|d| n % d != 0)
 }
 
 /// Full NAT hands rewritten packets to the kernel to route: without IP

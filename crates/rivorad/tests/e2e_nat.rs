@@ -113,7 +113,7 @@ fn config_changes_apply_live_and_an_invalid_file_changes_nothing() {
             "background connections failed during changes ({} of {total}): {failures:?}",
             failures.len()
         );
-        eprintln!("background: {total} connections, 0 failed, across 6 config changes");
+        eprintln!("background: {total} connections, 0 failed, across 7 config changes");
     });
     assert_eq!(
         lab.rivorad.as_ref().unwrap().pid(),
@@ -122,7 +122,7 @@ fn config_changes_apply_live_and_an_invalid_file_changes_nothing() {
     );
 }
 
-/// The six changes of the live-config test, each checked with fresh flows.
+/// The config changes of the live-config test, each checked with fresh flows.
 fn changes(lab: &Lab) {
     let mut generation = lab.status().config_generation;
     let mut step = |lab: &Lab, vips: Vec<String>| {
@@ -228,6 +228,15 @@ fn changes(lab: &Lab) {
     );
     let vips = lab.vips();
     assert_eq!(vips.len(), 1);
+
+    // 7. SIGHUP re-reads the file: the fixed file is applied at once.
+    let since = rivorad_now();
+    std::fs::write(&lab.config, format!("vips:\n{web4}")).unwrap();
+    // SAFETY: signalling our own child by PID.
+    unsafe { libc::kill(lab.rivorad.as_ref().unwrap().pid() as i32, libc::SIGHUP) };
+    let s = lab.wait_reload(generation, since);
+    assert!(s.last_reload.ok, "{:?}", s.last_reload);
+    assert!(lab.log().contains("SIGHUP"), "the SIGHUP is logged");
     assert_eq!(
         vips[0]
             .backends

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what building, testing and running Rivora needs on a fresh Debian
+# machine, and mounts bpffs. Idempotent: only what is missing is installed.
+set -euo pipefail
+
+need=()
+command -v clang-19 >/dev/null 2>&1 || need+=(clang-19 llvm-19)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+[ -f /usr/include/linux/bpf.h ] || need+=(linux-libc-dev)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing packages ${need[*]}; run as root to install them" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: no Rust toolchain (cargo) on PATH; Rivora needs Rust 1.95" >&2
+  exit 1
+fi
+
+# A fresh machine has no bpffs at /sys/fs/bpf; the datapath pins its maps there.
+if [ "$(id -u)" = 0 ] && [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs" ]; then
+  mkdir -p /sys/fs/bpf
+  mount -t bpf bpf /sys/fs/bpf
+  echo "setup: mounted bpffs at /sys/fs/bpf"
+fi
