@@ -12,7 +12,7 @@ use rivora_dataplane::{
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
-use crate::source::{Shared, StateSource, StatusInfo};
+use crate::source::{Shared, StateSource};
 use crate::watch::ConfigWatch;
 use crate::{Args, XdpModeArg, desired};
 
@@ -93,7 +93,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let started = now_unix();
     let shared = Arc::new(Mutex::new(Shared {
         dataplane,
-        status: StatusInfo {
+        status: rivora_api::Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            abi_version: rivora_abi::ABI_VERSION,
+            vip_count: 0,
+            backend_count: 0,
             interface: attachment.interface.clone(),
             ifindex: attachment.ifindex,
             xdp_mode_requested: format!("{:?}", args.xdp_mode).to_lowercase(),
@@ -183,54 +187,43 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Re-reads the file and applies it. Anything invalid leaves the running
 /// configuration untouched and is logged and reported in the API status.
 fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
-    let result = watch.read_and_parse();
     let mut s = shared.lock().expect("state lock");
+    let outcome = match watch.read_and_parse() {
+        Err(e) => Err(e.to_string()),
+        Ok((_, text)) if !forced && watch.is_applied(&text) => return,
+        Ok((config, text)) => match s.dataplane.apply(&desired::from_config(&config)) {
+            Ok(report) => {
+                watch.mark_applied(text);
+                Ok(report)
+            }
+            Err(e) => Err(e.to_string()),
+        },
+    };
     let at_unix = now_unix();
-    match result {
+    s.status.last_reload = match outcome {
+        Ok(report) => {
+            s.status.config_generation += 1;
+            info!(generation = s.status.config_generation, "applied: {report}");
+            ReloadInfo {
+                at_unix,
+                ok: true,
+                error: None,
+                changes: Some(report.to_string()),
+            }
+        }
         Err(e) => {
             error!(
-                "rejected {}: the running configuration stays in force:\n{e}",
+                "rejected {}; the running configuration stays in force:\n{e}",
                 watch.path().display()
             );
-            s.status.last_reload = ReloadInfo {
+            ReloadInfo {
                 at_unix,
                 ok: false,
-                error: Some(e.to_string()),
+                error: Some(e),
                 changes: None,
-            };
-        }
-        Ok((config, text)) => {
-            if !forced && watch.is_applied(&text) {
-                return;
-            }
-            let specs = desired::from_config(&config);
-            match s.dataplane.apply(&specs) {
-                Ok(report) => {
-                    watch.mark_applied(text);
-                    s.status.config_generation += 1;
-                    info!(generation = s.status.config_generation, "applied: {report}");
-                    s.status.last_reload = ReloadInfo {
-                        at_unix,
-                        ok: true,
-                        error: None,
-                        changes: Some(report.to_string()),
-                    };
-                }
-                Err(e) => {
-                    error!(
-                        "rejected {}: {e}; the running configuration stays in force",
-                        watch.path().display()
-                    );
-                    s.status.last_reload = ReloadInfo {
-                        at_unix,
-                        ok: false,
-                        error: Some(e.to_string()),
-                        changes: None,
-                    };
-                }
             }
         }
-    }
+    };
 }
 
 /// Full NAT hands rewritten packets to the kernel to route: without IP

@@ -5,30 +5,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use rivora_abi as abi;
-use rivora_api::{
-    ApiSource, BackendInfo, DropCount, ProgramInfo, ReloadInfo, Stats, Status, VipBackend, VipInfo,
-    VipStats,
-};
+use rivora_api::{ApiSource, BackendInfo, DropCount, Stats, Status, VipBackend, VipInfo, VipStats};
 use rivora_dataplane::{Dataplane, proto};
-
-/// Daemon facts that are not in the maps.
-pub struct StatusInfo {
-    pub interface: String,
-    pub ifindex: u32,
-    pub xdp_mode_requested: String,
-    pub xdp_mode: String,
-    pub pin_dir: String,
-    pub config_path: String,
-    pub config_generation: u64,
-    pub last_reload: ReloadInfo,
-    pub started_at_unix: u64,
-    pub programs: Vec<ProgramInfo>,
-}
 
 /// Everything behind the lock.
 pub struct Shared {
     pub dataplane: Dataplane,
-    pub status: StatusInfo,
+    /// Daemon facts that are not in the maps; the counts are filled in on
+    /// every read.
+    pub status: Status,
 }
 
 /// The API's view of [`Shared`].
@@ -54,22 +39,10 @@ fn proto_name(p: u8) -> &'static str {
 impl ApiSource for StateSource {
     fn status(&self) -> Status {
         let s = self.0.lock().expect("state lock");
-        let st = &s.status;
         Status {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            abi_version: abi::ABI_VERSION,
-            interface: st.interface.clone(),
-            ifindex: st.ifindex,
-            xdp_mode_requested: st.xdp_mode_requested.clone(),
-            xdp_mode: st.xdp_mode.clone(),
-            pin_dir: st.pin_dir.clone(),
-            config_path: st.config_path.clone(),
-            config_generation: st.config_generation,
-            last_reload: st.last_reload.clone(),
             vip_count: s.dataplane.vips().count() as u32,
             backend_count: s.dataplane.backends().count() as u32,
-            started_at_unix: st.started_at_unix,
-            programs: st.programs.clone(),
+            ..s.status.clone()
         }
     }
 
