@@ -23,6 +23,8 @@ struct rv_abi_all {
 	struct rv_nat_value6 nat_value6;
 	struct rv_vip_stats vip_stats;
 	struct rv_drop_stats drop_stats;
+	struct rv_meta meta;
+	enum rv_xdp_mode xdp_mode;
 	enum rv_abi_consts consts;
 	enum rv_mode mode;
 	enum rv_service_flags service_flags;

@@ -119,4 +119,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } drop_stats_map SEC(".maps");
 
+/* Not read by the programs: the control plane's record of who wrote the
+ * pinned maps (ABI version, table size, XDP mode). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_meta);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rivora_meta SEC(".maps");
+
 #endif /* RIVORA_MAPS_H */

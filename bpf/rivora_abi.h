@@ -197,6 +197,24 @@ struct rv_nat_value6 {
 	__u32 service_id;
 };
 
+/* rivora_meta value (one entry, index 0): what wrote the pinned maps. A
+ * starting rivorad reads it before adopting anything, and refuses maps of
+ * another ABI version or table size instead of misreading them. */
+struct rv_meta {
+	__u32 abi_version;       /* RV_ABI_VERSION of the writer; 0 = not yet written */
+	__u32 maglev_table_size; /* length of maglev_table */
+	__u32 xdp_mode;          /* enum rv_xdp_mode of the (pinned) XDP link */
+	__u32 pad;
+};
+
+/* rv_meta.xdp_mode: recorded because a pinned XDP link keeps its mode and
+ * the kernel does not report it through the link. */
+enum rv_xdp_mode {
+	RV_XDP_MODE_UNKNOWN = 0,
+	RV_XDP_MODE_NATIVE = 1,
+	RV_XDP_MODE_GENERIC = 2,
+};
+
 /* stats_map value (per CPU), indexed by service ID. */
 struct rv_vip_stats {
 	__u64 packets;     /* requests forwarded by xdp_ingress */

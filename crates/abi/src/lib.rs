@@ -287,6 +287,26 @@ pub struct VipStats {
     pub reply_bytes: u64,
 }
 
+/// `struct rv_meta`: who wrote the pinned maps (rivora_meta, index 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Meta {
+    pub abi_version: u32,
+    pub maglev_table_size: u32,
+    pub xdp_mode: u32,
+    pub pad: u32,
+}
+
+/// `enum rv_xdp_mode`: values of [`Meta::xdp_mode`].
+pub mod xdp_mode {
+    /// Not recorded (no persistent link yet).
+    pub const UNKNOWN: u32 = 0;
+    /// Driver mode.
+    pub const NATIVE: u32 = 1;
+    /// Generic (skb) mode.
+    pub const GENERIC: u32 = 2;
+}
+
 /// `struct rv_drop_stats`: per-CPU counter of one drop reason.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -311,6 +331,7 @@ pod!(
     NatValue6,
     VipStats,
     DropStats,
+    Meta,
 );
 
 /// One struct's layout as the Rust side sees it: the test compares each
@@ -369,6 +390,11 @@ pub fn layouts() -> Vec<StructLayout> {
             [packets, bytes, new_flows, drops, reply_packets, reply_bytes]
         ),
         layout!(DropStats, "rv_drop_stats", [packets]),
+        layout!(
+            Meta,
+            "rv_meta",
+            [abi_version, maglev_table_size, xdp_mode, pad]
+        ),
     ]
 }
 
@@ -400,5 +426,8 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_DROP_NO_BACKEND", drop_reason::NO_BACKEND as i64),
         ("RV_DROP_REWRITE_FAILED", drop_reason::REWRITE_FAILED as i64),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
+        ("RV_XDP_MODE_UNKNOWN", xdp_mode::UNKNOWN as i64),
+        ("RV_XDP_MODE_NATIVE", xdp_mode::NATIVE as i64),
+        ("RV_XDP_MODE_GENERIC", xdp_mode::GENERIC as i64),
     ]
 }

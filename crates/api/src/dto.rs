@@ -52,6 +52,14 @@ pub struct Status {
     /// BPF programs the daemon has loaded and attached, with kernel ids so
     /// they can be cross-checked with `bpftool prog`/`bpftool link`.
     pub programs: Vec<ProgramInfo>,
+    /// Whether the datapath is left running (pinned links) when rivorad
+    /// stops.
+    #[serde(default)]
+    pub persist_datapath: bool,
+    /// What this start found and did: a fresh datapath, or pinned state
+    /// adopted and programs swapped into pinned links.
+    #[serde(default)]
+    pub start: String,
 }
 
 /// Result of the last configuration reload.
@@ -89,6 +97,14 @@ pub struct ProgramInfo {
     /// Kernel link id when attached through a bpf_link (None for legacy
     /// netlink attachment), for `bpftool link show id`.
     pub link_id: Option<u32>,
+    /// The link is pinned in bpffs (`--persist-datapath`): it keeps the
+    /// program forwarding while rivorad is down.
+    #[serde(default)]
+    pub link_pinned: bool,
+    /// When the kernel loaded this program (it changes on every hot swap
+    /// while the link id stays).
+    #[serde(default)]
+    pub loaded_at_unix: u64,
 }
 
 /// A virtual service as programmed into the dataplane (`GET /v1/vips`).

@@ -37,18 +37,24 @@ fn sample_status() -> Status {
         vip_count: 2,
         backend_count: 3,
         started_at_unix: 1_700_000_000,
+        persist_datapath: false,
+        start: String::new(),
         programs: vec![
             ProgramInfo {
                 name: "rivora_xdp".into(),
                 attach: "xdp generic on eth0".into(),
                 program_id: 41,
                 link_id: Some(9),
+                link_pinned: false,
+                loaded_at_unix: 0,
             },
             ProgramInfo {
                 name: "rivora_tc_egress".into(),
                 attach: "tcx egress on eth0".into(),
                 program_id: 42,
                 link_id: None,
+                link_pinned: false,
+                loaded_at_unix: 0,
             },
         ],
     }

@@ -24,6 +24,25 @@ impl IdAllocator {
         }
     }
 
+    /// An allocator whose `in_use` IDs are taken (restart adoption). IDs
+    /// above the highest adopted one are handed out first, so a new object
+    /// does not get an ID that was in use shortly before the restart; the
+    /// gaps below are reused only after every fresh ID has been used.
+    pub fn adopt(capacity: u32, in_use: &std::collections::BTreeSet<u32>) -> Self {
+        let next_fresh = in_use
+            .iter()
+            .next_back()
+            .map(|m| m + 1)
+            .unwrap_or(0)
+            .min(capacity);
+        let free = (0..next_fresh).filter(|id| !in_use.contains(id)).collect();
+        Self {
+            capacity,
+            next_fresh,
+            free,
+        }
+    }
+
     /// A free ID, or None when all `capacity` are in use.
     pub fn allocate(&mut self) -> Option<u32> {
         if self.next_fresh < self.capacity {
@@ -172,6 +191,22 @@ mod tests {
         assert_eq!(a.allocate(), Some(1));
         assert_eq!(a.allocate(), Some(0));
         assert_eq!(a.in_use(), 3);
+    }
+
+    #[test]
+    fn adopted_ids_are_kept_and_fresh_ids_come_first() {
+        let used: std::collections::BTreeSet<u32> = [1, 4].into_iter().collect();
+        let mut a = IdAllocator::adopt(8, &used);
+        assert_eq!(a.in_use(), 2);
+        assert_eq!(
+            (a.allocate(), a.allocate(), a.allocate()),
+            (Some(5), Some(6), Some(7))
+        );
+        assert_eq!(
+            (a.allocate(), a.allocate(), a.allocate()),
+            (Some(0), Some(2), Some(3))
+        );
+        assert_eq!(a.allocate(), None);
     }
 
     #[test]

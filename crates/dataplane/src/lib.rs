@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod bpffs;
+pub mod compat;
 pub mod loader;
 pub mod maps;
 pub mod model;
@@ -14,10 +15,13 @@ pub mod objects;
 pub mod writer;
 
 pub use bpffs::ensure_bpffs;
-pub use loader::{Attachment, Datapath, LoadOptions, XdpModeActual, XdpModeRequest, remove_pins};
+pub use loader::{
+    AttachOptions, Attachment, Datapath, LoadOptions, LoadOutcome, XdpModeActual, XdpModeRequest,
+    remove_link_pins, remove_map_pins, remove_pins,
+};
 pub use maps::Maps;
 pub use model::{BackendKey, BackendSpec, Mode, VipKey, VipSpec, proto};
-pub use writer::{ApplyReport, BackendState, Dataplane, VipCounters, VipState};
+pub use writer::{AdoptReport, ApplyReport, BackendState, Dataplane, VipCounters, VipState};
 
 /// Everything that can go wrong loading or programming the datapath. Each
 /// message names the object, map or limit involved.
@@ -73,6 +77,21 @@ pub enum Error {
     /// The desired state is inconsistent; nothing was changed.
     #[error("invalid desired state, nothing changed: {0}")]
     Invalid(String),
+    /// Pinned maps exist that this build cannot adopt; nothing was changed.
+    #[error(
+        "the maps pinned in {} cannot be adopted by this rivorad:\n  {}\nStop any rivorad using them, then \
+         either start the rivorad version that wrote them, or start this one with --reset-pinned-state \
+         (empties the flow tables: NAT connections in progress break), or remove the pins with \
+         rivorad --uninstall (see docs/restarts.md)",
+        pin_dir.display(),
+        problems.join("\n  ")
+    )]
+    Incompatible {
+        /// The pin directory.
+        pin_dir: std::path::PathBuf,
+        /// One line per problem.
+        problems: Vec<String>,
+    },
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {

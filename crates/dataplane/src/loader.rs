@@ -4,15 +4,19 @@
 
 use std::path::{Path, PathBuf};
 
-use aya::programs::tc::TcAttachOptions;
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::tc::{SchedClassifierLink, TcAttachOptions};
+use aya::programs::xdp::XdpLink;
 use aya::programs::{
     LinkOrder, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp, XdpMode,
 };
 use aya::{Ebpf, EbpfLoader};
 
 use crate::Error;
+use crate::compat;
 use crate::maps::Maps;
 use crate::objects;
+use rivora_abi as abi;
 
 /// Where and how big: the settings that shape the loaded objects.
 #[derive(Clone, Debug)]
@@ -21,6 +25,25 @@ pub struct LoadOptions {
     pub pin_dir: PathBuf,
     /// Length of the shared Maglev table (a prime).
     pub maglev_table_size: u32,
+    /// When the pinned maps cannot be adopted (another ABI version or
+    /// layout): remove them and start empty instead of refusing. Established
+    /// flows through NAT VIPs lose their state.
+    pub reset_incompatible: bool,
+    /// Load `xdp_ingress.o` and `tc_nat.o` from this directory instead of
+    /// the objects built into this binary (testing a rebuilt program, or
+    /// staging an upgrade of the programs alone).
+    pub object_dir: Option<PathBuf>,
+}
+
+/// What loading found in the pin directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoadOutcome {
+    /// No maps were pinned: empty maps were created.
+    Fresh,
+    /// Compatible pinned maps were reused: their content is to be adopted.
+    Reused,
+    /// Incompatible pinned maps were removed (reset_incompatible); why.
+    Reset(Vec<String>),
 }
 
 /// Names of every map the objects pin, for clean-up.
@@ -38,7 +61,11 @@ pub const MAP_NAMES: &[&str] = &[
     "nat_reverse_map6",
     "stats_map",
     "drop_stats_map",
+    "rivora_meta",
 ];
+
+/// Pin name prefixes of the persistent links (`--persist-datapath`).
+pub const LINK_PIN_PREFIXES: &[&str] = &["link_xdp_", "link_tcx_egress_"];
 
 /// How the operator asked for XDP to be attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,24 +112,74 @@ pub struct Attachment {
     pub xdp_program_id: u32,
     /// Kernel ID of the TCX egress program.
     pub tc_program_id: u32,
+    /// Kernel ID of the XDP link.
+    pub xdp_link_id: u32,
+    /// Kernel ID of the TCX link.
+    pub tc_link_id: u32,
+    /// The programs were swapped into links pinned by an earlier rivorad
+    /// (atomic replacement: no moment without a program).
+    pub replaced_pinned_links: bool,
+    /// The links are pinned and outlive this process (`--persist-datapath`).
+    pub persistent: bool,
+    /// When the kernel loaded the XDP program (Unix seconds).
+    pub xdp_loaded_at_unix: u64,
+    /// When the kernel loaded the TCX program (Unix seconds).
+    pub tc_loaded_at_unix: u64,
 }
 
-/// The loaded programs. Dropping it detaches whatever it attached.
+/// How to attach.
+#[derive(Clone, Debug)]
+pub struct AttachOptions {
+    /// Interface facing the clients.
+    pub interface: String,
+    /// Requested XDP mode (applies to a fresh attach; a pinned link keeps its
+    /// mode).
+    pub xdp_mode: XdpModeRequest,
+    /// Pin the links so the datapath keeps forwarding while rivorad is down.
+    pub persist: bool,
+}
+
+/// A link this process keeps: owned ones detach when dropped, pinned ones
+/// live on in bpffs.
+enum HeldLink {
+    Owned(#[allow(dead_code)] FdLink),
+    Pinned(#[allow(dead_code)] PinnedLink),
+}
+
+/// The loaded programs. Dropping it detaches whatever it attached, except
+/// pinned links, which keep forwarding with the last programs.
 pub struct Datapath {
     xdp: Ebpf,
     tc: Ebpf,
     pin_dir: PathBuf,
     attachment: Option<Attachment>,
+    links: Vec<HeldLink>,
 }
 
 impl Datapath {
     /// Loads both objects with their maps pinned in `opts.pin_dir` (created
-    /// if missing). Returns the programs and the typed map handles.
-    pub fn load(opts: &LoadOptions) -> Result<(Datapath, Maps), Error> {
+    /// if missing), reusing maps an earlier rivorad pinned there when they
+    /// are compatible. Refuses incompatible ones unless told to reset them.
+    /// Returns the programs, the typed map handles and what was found.
+    pub fn load(opts: &LoadOptions) -> Result<(Datapath, Maps, LoadOutcome), Error> {
         std::fs::create_dir_all(&opts.pin_dir).map_err(|e| Error::Io {
             what: format!("create pin directory {}", opts.pin_dir.display()),
             source: e,
         })?;
+        let outcome = match compat::inspect(&opts.pin_dir, opts.maglev_table_size) {
+            compat::PinnedState::Empty => LoadOutcome::Fresh,
+            compat::PinnedState::Compatible => LoadOutcome::Reused,
+            compat::PinnedState::Incompatible(problems) if opts.reset_incompatible => {
+                remove_map_pins(&opts.pin_dir)?;
+                LoadOutcome::Reset(problems)
+            }
+            compat::PinnedState::Incompatible(problems) => {
+                return Err(Error::Incompatible {
+                    pin_dir: opts.pin_dir.clone(),
+                    problems,
+                });
+            }
+        };
         let load = |bytes: &[u8], what: &'static str| -> Result<Ebpf, Error> {
             EbpfLoader::new()
                 .default_map_pin_directory(&opts.pin_dir)
@@ -113,8 +190,24 @@ impl Datapath {
                     source: Box::new(e),
                 })
         };
-        let mut xdp = load(objects::XDP_INGRESS, "xdp_ingress object")?;
-        let mut tc = load(objects::TC_NAT, "tc_nat object")?;
+        let (mut xdp, mut tc) = match &opts.object_dir {
+            None => (
+                load(objects::XDP_INGRESS, "xdp_ingress object")?,
+                load(objects::TC_NAT, "tc_nat object")?,
+            ),
+            Some(dir) => {
+                let read = |name: &str| {
+                    std::fs::read(dir.join(name)).map_err(|e| Error::Io {
+                        what: format!("read {}", dir.join(name).display()),
+                        source: e,
+                    })
+                };
+                (
+                    load(&read("xdp_ingress.o")?, "xdp_ingress object")?,
+                    load(&read("tc_nat.o")?, "tc_nat object")?,
+                )
+            }
+        };
         {
             let prog: &mut Xdp = program(&mut xdp, "xdp_ingress")?;
             prog.load().map_err(|e| Error::Program {
@@ -129,16 +222,26 @@ impl Datapath {
                 source: Box::new(e),
             })?;
         }
-        let maps = Maps::take_from(&mut xdp)?;
-        Ok((
-            Datapath {
-                xdp,
-                tc,
-                pin_dir: opts.pin_dir.clone(),
-                attachment: None,
-            },
-            maps,
-        ))
+        let mut maps = Maps::take_from(&mut xdp)?;
+        if outcome != LoadOutcome::Reused {
+            let meta = abi::Meta {
+                abi_version: abi::ABI_VERSION,
+                maglev_table_size: opts.maglev_table_size,
+                ..Default::default()
+            };
+            maps.meta.set(0, meta, 0).map_err(|e| Error::Map {
+                map: "rivora_meta",
+                source: e,
+            })?;
+        }
+        let datapath = Datapath {
+            xdp,
+            tc,
+            pin_dir: opts.pin_dir.clone(),
+            attachment: None,
+            links: Vec::new(),
+        };
+        Ok((datapath, maps, outcome))
     }
 
     /// The pin directory in use.
@@ -151,62 +254,155 @@ impl Datapath {
         self.attachment.as_ref()
     }
 
-    /// Attaches xdp_ingress (in the requested mode) and tc_nat (TCX egress)
-    /// to `interface`.
-    pub fn attach(
-        &mut self,
-        interface: &str,
-        request: XdpModeRequest,
-    ) -> Result<&Attachment, Error> {
+    /// Attaches xdp_ingress and tc_nat (TCX egress) to the interface. When
+    /// an earlier rivorad left pinned links for it, the new programs replace
+    /// the old ones on those links atomically; otherwise fresh links are
+    /// created in the requested mode. With `persist` the links are (kept)
+    /// pinned, otherwise any pins are removed so the links die with us.
+    pub fn attach(&mut self, opts: &AttachOptions) -> Result<&Attachment, Error> {
+        let interface = opts.interface.as_str();
         let ifindex = ifindex(interface)?;
-        let (mode, reason) = match request {
-            XdpModeRequest::Native => (
-                XdpModeActual::Native,
-                "requested with --xdp-mode native".to_string(),
-            ),
-            XdpModeRequest::Generic => (
-                XdpModeActual::Generic,
-                "requested with --xdp-mode generic".to_string(),
-            ),
-            XdpModeRequest::Auto => auto_mode(interface),
+        let xdp_pin = self
+            .pin_dir
+            .join(format!("{}{interface}", LINK_PIN_PREFIXES[0]));
+        let tc_pin = self
+            .pin_dir
+            .join(format!("{}{interface}", LINK_PIN_PREFIXES[1]));
+        let attach_err = |what: String| {
+            move |e: aya::programs::ProgramError| Error::Attach {
+                what,
+                source: Box::new(e),
+            }
         };
+
+        // XDP
         let xdp: &mut Xdp = program(&mut self.xdp, "xdp_ingress")?;
-        let flags = match mode {
-            XdpModeActual::Native => XdpMode::Driver,
-            XdpModeActual::Generic => XdpMode::Skb,
-        };
-        let (mode, reason) = match xdp.attach(interface, flags) {
-            Ok(_) => (mode, reason),
-            Err(e) if request == XdpModeRequest::Auto && mode == XdpModeActual::Native => {
-                xdp.attach(interface, XdpMode::Skb)
-                    .map_err(|e| Error::Attach {
-                        what: format!("xdp_ingress (generic) on {interface}"),
-                        source: Box::new(e),
-                    })?;
-                (
+        let (xdp_link, mode, reason, xdp_replaced) = if xdp_pin.exists() {
+            let old = open_pinned(&xdp_pin)?;
+            let link = XdpLink::try_from(old).map_err(|e| link_err(&xdp_pin, e))?;
+            let id = xdp.attach_to_link(link).map_err(attach_err(format!(
+                "xdp_ingress onto pinned link {}",
+                xdp_pin.display()
+            )))?;
+            let link: FdLink = xdp
+                .take_link(id)
+                .map_err(attach_err("take xdp link".into()))?
+                .try_into()
+                .map_err(|e| link_err(&xdp_pin, e))?;
+            let (mode, reason) = match pinned_xdp_mode(&self.pin_dir) {
+                Some(m) => (m, "kept from the pinned link".to_string()),
+                None => (
                     XdpModeActual::Generic,
-                    format!("driver refused native XDP ({e}); fell back to generic"),
-                )
-            }
-            Err(e) => {
-                return Err(Error::Attach {
-                    what: format!("xdp_ingress ({}) on {interface}", mode.as_str()),
-                    source: Box::new(e),
-                });
-            }
+                    "pinned link (mode not recorded)".to_string(),
+                ),
+            };
+            (link, mode, reason, true)
+        } else {
+            let (mode, reason) = match opts.xdp_mode {
+                XdpModeRequest::Native => (
+                    XdpModeActual::Native,
+                    "requested with --xdp-mode native".to_string(),
+                ),
+                XdpModeRequest::Generic => (
+                    XdpModeActual::Generic,
+                    "requested with --xdp-mode generic".to_string(),
+                ),
+                XdpModeRequest::Auto => auto_mode(interface),
+            };
+            let flags = |m| match m {
+                XdpModeActual::Native => XdpMode::Driver,
+                XdpModeActual::Generic => XdpMode::Skb,
+            };
+            let (id, mode, reason) = match xdp.attach(interface, flags(mode)) {
+                Ok(id) => (id, mode, reason),
+                Err(e)
+                    if opts.xdp_mode == XdpModeRequest::Auto && mode == XdpModeActual::Native =>
+                {
+                    let id = xdp
+                        .attach(interface, XdpMode::Skb)
+                        .map_err(attach_err(format!("xdp_ingress (generic) on {interface}")))?;
+                    (
+                        id,
+                        XdpModeActual::Generic,
+                        format!("driver refused native XDP ({e}); fell back to generic"),
+                    )
+                }
+                Err(e) => {
+                    return Err(attach_err(format!(
+                        "xdp_ingress ({}) on {interface}",
+                        mode.as_str()
+                    ))(e));
+                }
+            };
+            let link: FdLink = xdp
+                .take_link(id)
+                .map_err(attach_err("take xdp link".into()))?
+                .try_into()
+                .map_err(|e| link_err(&xdp_pin, e))?;
+            (link, mode, reason, false)
         };
-        let xdp_program_id = xdp.info().map(|i| i.id()).unwrap_or(0);
+        let (xdp_program_id, xdp_loaded_at_unix) = prog_facts(xdp.info());
+
+        // TCX egress
         let tc: &mut SchedClassifier = program(&mut self.tc, "tc_nat")?;
-        tc.attach_with_options(
-            interface,
-            TcAttachType::Egress,
-            TcAttachOptions::TcxOrder(LinkOrder::default()),
-        )
-        .map_err(|e| Error::Attach {
-            what: format!("tc_nat (tcx egress) on {interface}"),
-            source: Box::new(e),
-        })?;
-        let tc_program_id = tc.info().map(|i| i.id()).unwrap_or(0);
+        let (tc_link, tc_replaced) = if tc_pin.exists() {
+            let old = open_pinned(&tc_pin)?;
+            let link = SchedClassifierLink::try_from(old).map_err(|e| link_err(&tc_pin, e))?;
+            let id = tc.attach_to_link(link).map_err(attach_err(format!(
+                "tc_nat onto pinned link {}",
+                tc_pin.display()
+            )))?;
+            let link: FdLink = tc
+                .take_link(id)
+                .map_err(attach_err("take tcx link".into()))?
+                .try_into()
+                .map_err(|e| link_err(&tc_pin, e))?;
+            (link, true)
+        } else {
+            let id = tc
+                .attach_with_options(
+                    interface,
+                    TcAttachType::Egress,
+                    TcAttachOptions::TcxOrder(LinkOrder::default()),
+                )
+                .map_err(attach_err(format!("tc_nat (tcx egress) on {interface}")))?;
+            let link: FdLink = tc
+                .take_link(id)
+                .map_err(attach_err("take tcx link".into()))?
+                .try_into()
+                .map_err(|e| link_err(&tc_pin, e))?;
+            (link, false)
+        };
+        let (tc_program_id, tc_loaded_at_unix) = prog_facts(tc.info());
+
+        let xdp_link_id = xdp_link.info().map(|i| i.id()).unwrap_or(0);
+        let tc_link_id = tc_link.info().map(|i| i.id()).unwrap_or(0);
+        for (link, pin, replaced) in [
+            (xdp_link, &xdp_pin, xdp_replaced),
+            (tc_link, &tc_pin, tc_replaced),
+        ] {
+            let held = match (opts.persist, replaced) {
+                // Already pinned: our fd is an extra reference.
+                (true, true) => HeldLink::Owned(link),
+                (true, false) => HeldLink::Pinned(link.pin(pin).map_err(|e| Error::Io {
+                    what: format!("pin link {}", pin.display()),
+                    source: std::io::Error::other(e.to_string()),
+                })?),
+                (false, true) => {
+                    // Not persistent: drop the pin so the link dies with us.
+                    std::fs::remove_file(pin).map_err(|e| Error::Io {
+                        what: format!("unpin link {}", pin.display()),
+                        source: e,
+                    })?;
+                    HeldLink::Owned(link)
+                }
+                (false, false) => HeldLink::Owned(link),
+            };
+            self.links.push(held);
+        }
+        if opts.persist && !xdp_replaced {
+            record_xdp_mode(&self.pin_dir, mode)?;
+        }
         self.attachment = Some(Attachment {
             interface: interface.to_string(),
             ifindex,
@@ -214,6 +410,12 @@ impl Datapath {
             xdp_mode_reason: reason,
             xdp_program_id,
             tc_program_id,
+            xdp_link_id,
+            tc_link_id,
+            replaced_pinned_links: xdp_replaced || tc_replaced,
+            persistent: opts.persist,
+            xdp_loaded_at_unix,
+            tc_loaded_at_unix,
         });
         Ok(self.attachment.as_ref().unwrap())
     }
@@ -231,16 +433,119 @@ impl Datapath {
         run(prog, frame).map(|(v, out)| (v as i32, out))
     }
 
-    /// Removes every map pin and the pin directory itself (if then empty).
-    /// Used on a clean stop: maps stay alive while this process holds them.
+    /// Removes every map and link pin and the pin directory itself (if
+    /// then empty). Used on a clean stop without `--persist-datapath`: maps
+    /// and links stay alive while this process holds them.
     pub fn unpin_all(&self) -> Result<(), Error> {
         remove_pins(&self.pin_dir)
     }
 }
 
+/// Kernel id and load time (Unix seconds) of a loaded program.
+fn prog_facts(info: Result<aya::programs::ProgramInfo, aya::programs::ProgramError>) -> (u32, u64) {
+    match info {
+        Ok(i) => {
+            let at = i
+                .loaded_at()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            (i.id(), at)
+        }
+        Err(_) => (0, 0),
+    }
+}
+
+fn open_pinned(path: &Path) -> Result<FdLink, Error> {
+    PinnedLink::from_pin(path)
+        .map(FdLink::from)
+        .map_err(|e| link_err(path, e))
+}
+
+fn link_err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Io {
+        what: format!("link {}", path.display()),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+fn meta_array(pin_dir: &Path) -> Result<aya::maps::Array<aya::maps::MapData, abi::Meta>, Error> {
+    let data =
+        aya::maps::MapData::from_pin(pin_dir.join("rivora_meta")).map_err(|e| Error::Map {
+            map: "rivora_meta",
+            source: e,
+        })?;
+    aya::maps::Map::Array(data)
+        .try_into()
+        .map_err(|e| Error::Map {
+            map: "rivora_meta",
+            source: e,
+        })
+}
+
+fn pinned_xdp_mode(pin_dir: &Path) -> Option<XdpModeActual> {
+    match meta_array(pin_dir).ok()?.get(&0, 0).ok()?.xdp_mode {
+        abi::xdp_mode::NATIVE => Some(XdpModeActual::Native),
+        abi::xdp_mode::GENERIC => Some(XdpModeActual::Generic),
+        _ => None,
+    }
+}
+
+fn record_xdp_mode(pin_dir: &Path, mode: XdpModeActual) -> Result<(), Error> {
+    let mut meta = meta_array(pin_dir)?;
+    let mut m = meta.get(&0, 0).map_err(|e| Error::Map {
+        map: "rivora_meta",
+        source: e,
+    })?;
+    m.xdp_mode = match mode {
+        XdpModeActual::Native => abi::xdp_mode::NATIVE,
+        XdpModeActual::Generic => abi::xdp_mode::GENERIC,
+    };
+    meta.set(0, m, 0).map_err(|e| Error::Map {
+        map: "rivora_meta",
+        source: e,
+    })
+}
+
 /// Removes the pins of every Rivora map in `pin_dir`, then the directory if
 /// it is empty. Missing pins are not an error.
 pub fn remove_pins(pin_dir: &Path) -> Result<(), Error> {
+    remove_link_pins(pin_dir)?;
+    remove_map_pins(pin_dir)?;
+    match std::fs::remove_dir(pin_dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        // Something else lives there: leave it.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(()),
+        Err(e) => Err(Error::Io {
+            what: format!("remove {}", pin_dir.display()),
+            source: e,
+        }),
+    }
+}
+
+/// Removes the pins of the persistent links in `pin_dir`: a link whose last
+/// reference was its pin is detached.
+pub fn remove_link_pins(pin_dir: &Path) -> Result<Vec<String>, Error> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(pin_dir) else {
+        return Ok(removed);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if LINK_PIN_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            std::fs::remove_file(entry.path()).map_err(|e| Error::Io {
+                what: format!("remove link pin {}", entry.path().display()),
+                source: e,
+            })?;
+            removed.push(name);
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes the pins of every Rivora map in `pin_dir`.
+pub fn remove_map_pins(pin_dir: &Path) -> Result<(), Error> {
     for name in MAP_NAMES {
         match std::fs::remove_file(pin_dir.join(name)) {
             Ok(()) => {}
@@ -253,16 +558,7 @@ pub fn remove_pins(pin_dir: &Path) -> Result<(), Error> {
             }
         }
     }
-    match std::fs::remove_dir(pin_dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        // Something else lives there: leave it.
-        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Ok(()),
-        Err(e) => Err(Error::Io {
-            what: format!("remove {}", pin_dir.display()),
-            source: e,
-        }),
-    }
+    Ok(())
 }
 
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, Error>

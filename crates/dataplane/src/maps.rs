@@ -36,6 +36,8 @@ pub struct Maps {
     pub stats: PerCpuArray<MapData, abi::VipStats>,
     /// Per-reason per-CPU drop counters.
     pub drop_stats: PerCpuArray<MapData, abi::DropStats>,
+    /// Who wrote the maps (ABI version, table size, XDP mode).
+    pub meta: Array<MapData, abi::Meta>,
 }
 
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, Error> {
@@ -73,6 +75,7 @@ impl Maps {
             nat_reverse6: typed!(ebpf, "nat_reverse_map6"),
             stats: typed!(ebpf, "stats_map"),
             drop_stats: typed!(ebpf, "drop_stats_map"),
+            meta: typed!(ebpf, "rivora_meta"),
         })
     }
 }

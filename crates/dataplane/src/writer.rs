@@ -39,6 +39,22 @@ pub struct VipState {
     /// Worst relative deviation of a backend's slot share from its weight
     /// share (0.01 = 1%), reported because crowded tables shrink slices.
     pub worst_imbalance: f64,
+    /// Read back from pinned maps at start and not yet matched with the
+    /// configuration: name and weights are unknown until then.
+    pub adopted: bool,
+}
+
+/// What a start found in pinned maps and took over.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AdoptReport {
+    /// VIPs adopted with their service ID, slice and backends.
+    pub vips: usize,
+    /// Backends adopted with their ID, generation and state.
+    pub backends: usize,
+    /// Adopted backends no VIP uses: they retire (drain) as after a removal.
+    pub retiring: usize,
+    /// Inconsistent entries that were removed instead, and why.
+    pub dropped: Vec<String>,
 }
 
 /// A programmed backend, shared by every VIP that lists it.
@@ -72,6 +88,9 @@ pub struct ApplyReport {
     pub rebuilt: Vec<String>,
     /// VIPs only renamed.
     pub renamed: Vec<String>,
+    /// Adopted VIPs whose maps already held exactly what the config asks
+    /// for: kept as they were (same service ID, slice and backend IDs).
+    pub adopted: Vec<String>,
     /// Backends that got a new ID.
     pub backends_added: usize,
     /// Backends whose ID was released.
@@ -100,6 +119,7 @@ impl fmt::Display for ApplyReport {
             ("removed", &self.removed),
             ("rebuilt", &self.rebuilt),
             ("renamed", &self.renamed),
+            ("kept from pinned maps", &self.adopted),
         ] {
             if !list.is_empty() {
                 parts.push(format!("{label} {}", list.join(",")));
@@ -154,6 +174,7 @@ enum VipChange {
     Add,
     Rebuild,
     Rename,
+    Adopt,
 }
 
 struct PlannedVip {
@@ -309,6 +330,13 @@ impl Dataplane {
         for (key, spec) in &desired {
             let change = match self.vips.get(key) {
                 None => VipChange::Add,
+                Some(cur) if cur.adopted => {
+                    if self.adopted_matches(cur, spec, &id_of) {
+                        VipChange::Adopt
+                    } else {
+                        VipChange::Rebuild
+                    }
+                }
                 Some(cur) if cur.spec.backends != spec.backends || cur.spec.mode != spec.mode => {
                     VipChange::Rebuild
                 }
@@ -325,15 +353,19 @@ impl Dataplane {
                 (_, Some(cur)) => cur.service_id,
                 _ => unreachable!(),
             };
-            if let VipChange::Rename = change {
+            if let VipChange::Rename | VipChange::Adopt = change {
                 let cur = &self.vips[key];
+                let worst_imbalance = match change {
+                    VipChange::Adopt => imbalance_of(spec, cur.slice.size),
+                    _ => cur.worst_imbalance,
+                };
                 planned.push(PlannedVip {
                     spec: spec.clone(),
                     change,
                     service_id,
                     slice: cur.slice,
                     table: Vec::new(),
-                    worst_imbalance: cur.worst_imbalance,
+                    worst_imbalance,
                 });
                 continue;
             }
@@ -417,6 +449,14 @@ impl Dataplane {
                         .name = p.spec.name;
                     continue;
                 }
+                VipChange::Adopt => {
+                    report.adopted.push(p.spec.name.clone());
+                    let v = self.vips.get_mut(&key).expect("adopted VIP exists");
+                    v.spec = p.spec;
+                    v.adopted = false;
+                    v.worst_imbalance = p.worst_imbalance;
+                    continue;
+                }
                 VipChange::Add => report.added.push(p.spec.name.clone()),
                 VipChange::Rebuild => report.rebuilt.push(p.spec.name.clone()),
             }
@@ -464,6 +504,7 @@ impl Dataplane {
                     slice: p.slice,
                     generation,
                     worst_imbalance: p.worst_imbalance,
+                    adopted: false,
                 },
             );
         }
@@ -507,6 +548,295 @@ impl Dataplane {
             }
         }
         Ok(report)
+    }
+
+    /// Whether an adopted VIP's maps already hold exactly what `spec` asks
+    /// for: same mode, same backends, and the slice content equals the table
+    /// the spec's backends and weights give at the adopted slice size.
+    fn adopted_matches(
+        &self,
+        cur: &VipState,
+        spec: &VipSpec,
+        id_of: &BTreeMap<BackendKey, u32>,
+    ) -> bool {
+        let same_set = cur
+            .spec
+            .backends
+            .iter()
+            .map(|b| b.key)
+            .eq(spec.backends.iter().map(|b| b.key));
+        if cur.spec.mode != spec.mode || !same_set {
+            return false;
+        }
+        if spec.backends.is_empty() {
+            return cur.slice.size == 0;
+        }
+        let keys: Vec<String> = spec.backends.iter().map(|b| b.key.to_string()).collect();
+        let mb: Vec<MaglevBackend> = keys
+            .iter()
+            .zip(&spec.backends)
+            .map(|(k, b)| MaglevBackend {
+                key: k.as_bytes(),
+                weight: b.weight,
+            })
+            .collect();
+        let Ok(table) = maglev::build(&mb, cur.slice.size) else {
+            return false;
+        };
+        let want: Vec<u32> = table
+            .iter()
+            .map(|&i| id_of[&spec.backends[i as usize].key])
+            .collect();
+        want == self.maps.maglev.read(cur.slice.offset, cur.slice.size)
+    }
+
+    /// Takes over maps pinned by an earlier rivorad: reads back every VIP's
+    /// service ID, slice and backends and every backend's ID, generation and
+    /// state, so nothing is renumbered and no ID in use is handed out again.
+    /// Flow tables and counters are left as they are. Entries that do not
+    /// add up (a VIP whose service entry is inactive, whose slice overlaps
+    /// another, or names unknown backends) are removed and reported; the
+    /// configuration applied next re-creates what it lists.
+    pub fn adopt(maps: Maps) -> Result<(Self, AdoptReport), Error> {
+        let mut dp = Dataplane::new(maps);
+        let mut report = AdoptReport::default();
+        let mut max_generation = 0u32;
+
+        // Backends: every ID whose health slot is set.
+        let mut by_id: BTreeMap<u32, BackendState> = BTreeMap::new();
+        let mut seen_keys: BTreeSet<BackendKey> = BTreeSet::new();
+        for id in 0..abi::MAX_BACKENDS {
+            let state = dp
+                .maps
+                .backend_health
+                .get(&id, 0)
+                .map_err(|e| map_err("backend_health_map", e))?
+                .state;
+            if state == abi::backend_state::NONE {
+                continue;
+            }
+            let b4 = dp
+                .maps
+                .backend_map
+                .get(&id, 0)
+                .map_err(|e| map_err("backend_map", e))?;
+            let b6 = dp
+                .maps
+                .backend_map6
+                .get(&id, 0)
+                .map_err(|e| map_err("backend_map6", e))?;
+            let (key, mac, generation) = if b4.generation != 0 {
+                (
+                    BackendKey {
+                        addr: abi::addr4_from_be(b4.addr).into(),
+                        port: abi::port_from_be(b4.port),
+                    },
+                    b4.mac,
+                    b4.generation,
+                )
+            } else if b6.generation != 0 {
+                (
+                    BackendKey {
+                        addr: std::net::Ipv6Addr::from(b6.addr).into(),
+                        port: abi::port_from_be(b6.port),
+                    },
+                    b6.mac,
+                    b6.generation,
+                )
+            } else {
+                report
+                    .dropped
+                    .push(format!("backend ID {id}: health set but no address entry"));
+                dp.set_health(id, abi::backend_state::NONE)?;
+                continue;
+            };
+            if !seen_keys.insert(key) {
+                report
+                    .dropped
+                    .push(format!("backend ID {id}: {key} already has another ID"));
+                dp.set_health(id, abi::backend_state::NONE)?;
+                dp.clear_backend(key, id)?;
+                continue;
+            }
+            max_generation = max_generation.max(generation);
+            by_id.insert(
+                id,
+                BackendState {
+                    key,
+                    id,
+                    generation,
+                    mac,
+                    state,
+                    vips: BTreeSet::new(),
+                    retired_at: None,
+                },
+            );
+        }
+
+        // VIPs: every vip_map(6) entry and the service entry it points to.
+        let mut entries: Vec<(VipKey, u32)> = Vec::new();
+        for item in dp.maps.vip_map.iter() {
+            let (k, v) = item.map_err(|e| map_err("vip_map", e))?;
+            let key = VipKey {
+                addr: abi::addr4_from_be(k.addr).into(),
+                port: abi::port_from_be(k.port),
+                proto: k.proto,
+            };
+            entries.push((key, v.service_id));
+        }
+        for item in dp.maps.vip_map6.iter() {
+            let (k, v) = item.map_err(|e| map_err("vip_map6", e))?;
+            let key = VipKey {
+                addr: std::net::Ipv6Addr::from(k.addr).into(),
+                port: abi::port_from_be(k.port),
+                proto: k.proto,
+            };
+            entries.push((key, v.service_id));
+        }
+        let mut service_ids_used = BTreeSet::new();
+        for (key, service_id) in entries {
+            match dp.adopt_vip(key, service_id, &mut by_id, &service_ids_used) {
+                Ok(generation) => {
+                    service_ids_used.insert(service_id);
+                    max_generation = max_generation.max(generation);
+                    report.vips += 1;
+                }
+                Err(why) => {
+                    report
+                        .dropped
+                        .push(format!("VIP {key} (service ID {service_id}): {why}"));
+                    dp.remove_vip_key(&key)?;
+                }
+            }
+        }
+        // Service entries no adopted VIP points to are stale: clear them.
+        for id in 0..abi::MAX_VIPS {
+            if service_ids_used.contains(&id) {
+                continue;
+            }
+            let svc = dp
+                .maps
+                .service_config
+                .get(&id, 0)
+                .map_err(|e| map_err("service_config_map", e))?;
+            if svc != abi::Service::default() {
+                dp.maps
+                    .service_config
+                    .set(id, abi::Service::default(), 0)
+                    .map_err(|e| map_err("service_config_map", e))?;
+                report
+                    .dropped
+                    .push(format!("service ID {id}: entry without a VIP"));
+            }
+        }
+
+        let now = Instant::now();
+        for (_, mut b) in by_id {
+            if b.vips.is_empty() {
+                // Nothing routes new flows to it: it retires like a removed backend.
+                if b.state == abi::backend_state::HEALTHY {
+                    b.state = abi::backend_state::DRAINING;
+                    dp.set_health(b.id, b.state)?;
+                }
+                b.retired_at = Some(now);
+                report.retiring += 1;
+            }
+            report.backends += 1;
+            dp.backends.insert(b.key, b);
+        }
+        let backend_ids: BTreeSet<u32> = dp.backends.values().map(|b| b.id).collect();
+        dp.backend_ids = IdAllocator::adopt(abi::MAX_BACKENDS, &backend_ids);
+        dp.service_ids = IdAllocator::adopt(abi::MAX_VIPS, &service_ids_used);
+        dp.next_generation = max_generation.wrapping_add(1).max(1);
+        Ok((dp, report))
+    }
+
+    /// Adopts one VIP; on Err nothing of it was taken.
+    fn adopt_vip(
+        &mut self,
+        key: VipKey,
+        service_id: u32,
+        by_id: &mut BTreeMap<u32, BackendState>,
+        taken: &BTreeSet<u32>,
+    ) -> Result<u32, String> {
+        if service_id >= abi::MAX_VIPS || taken.contains(&service_id) {
+            return Err("service ID out of range or used twice".into());
+        }
+        let svc = self
+            .maps
+            .service_config
+            .get(&service_id, 0)
+            .map_err(|e| e.to_string())?;
+        if svc.flags & abi::service_flags::ACTIVE == 0 {
+            return Err("service entry is not active".into());
+        }
+        if (svc.flags & abi::service_flags::IPV6 != 0) != key.addr.is_ipv6() {
+            return Err("service entry is of the other address family".into());
+        }
+        let mode = match svc.mode {
+            abi::mode::NAT => Mode::Nat,
+            abi::mode::DSR => Mode::Dsr,
+            abi::mode::DSR_IPIP => Mode::DsrIpip,
+            abi::mode::DSR_GRE => Mode::DsrGre,
+            m => return Err(format!("unknown mode {m}")),
+        };
+        let slice = Slice {
+            offset: svc.maglev_offset,
+            size: svc.maglev_size,
+        };
+        if slice.offset as u64 + slice.size as u64 > self.slices.len() as u64 {
+            return Err("Maglev slice beyond the table".into());
+        }
+        let slots = self.maps.maglev.read(slice.offset, slice.size);
+        let ids: BTreeSet<u32> = slots.iter().copied().collect();
+        if ids.len() != svc.backend_count as usize {
+            return Err(format!(
+                "slice names {} backends, entry says {}",
+                ids.len(),
+                svc.backend_count
+            ));
+        }
+        for id in &ids {
+            match by_id.get(id) {
+                Some(b) if b.key.addr.is_ipv6() == key.addr.is_ipv6() => {}
+                _ => {
+                    return Err(format!(
+                        "slice names backend ID {id}, which is not a backend of its family"
+                    ));
+                }
+            }
+        }
+        if !self.slices.reserve(slice) {
+            return Err("Maglev slice overlaps another VIP's".into());
+        }
+        let mut backends = Vec::new();
+        for id in &ids {
+            let b = by_id.get_mut(id).expect("checked above");
+            b.vips.insert(key);
+            backends.push(BackendSpec {
+                key: b.key,
+                weight: 0,
+                mac: b.mac,
+            });
+        }
+        backends.sort();
+        self.vips.insert(
+            key,
+            VipState {
+                spec: VipSpec {
+                    name: format!("adopted-{service_id}"),
+                    key,
+                    mode,
+                    backends,
+                },
+                service_id,
+                slice,
+                generation: svc.generation,
+                worst_imbalance: 0.0,
+                adopted: true,
+            },
+        );
+        Ok(svc.generation)
     }
 
     /// Sets a backend's health state (healthy, draining, down).
@@ -814,6 +1144,25 @@ fn plan_slice(
         .map(|&i| id_of[&spec.backends[i as usize].key])
         .collect();
     Ok((slice, ids, worst_imbalance))
+}
+
+/// The worst imbalance of `spec`'s table at `size` slots.
+fn imbalance_of(spec: &VipSpec, size: u32) -> f64 {
+    if spec.backends.is_empty() {
+        return 0.0;
+    }
+    let keys: Vec<String> = spec.backends.iter().map(|b| b.key.to_string()).collect();
+    let mb: Vec<MaglevBackend> = keys
+        .iter()
+        .zip(&spec.backends)
+        .map(|(k, b)| MaglevBackend {
+            key: k.as_bytes(),
+            weight: b.weight,
+        })
+        .collect();
+    maglev::build(&mb, size)
+        .map(|t| maglev::worst_imbalance(&t, &mb))
+        .unwrap_or(f64::NAN)
 }
 
 impl BackendSpec {

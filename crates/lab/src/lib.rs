@@ -14,6 +14,8 @@
 //! * [`link`]: veth, bridge, address, route and offload helpers.
 //! * [`Topology`]: the standard client -- lb -- backends lab.
 //! * [`traffic`]: [`IdentityServer`], [`tcp_round`], [`udp_round`].
+//! * [`streams`]: long-running [`LongLivedTcp`], [`ConnectionChurn`] and
+//!   [`UdpSequence`] traffic for restart and outage tests.
 //! * [`demo`]: the README demo against a real `rivorad`.
 
 #![warn(missing_docs)]
@@ -22,6 +24,7 @@ pub mod demo;
 pub mod link;
 pub mod netns;
 pub mod rivorad;
+pub mod streams;
 mod sys;
 pub mod topology;
 pub mod traffic;
@@ -33,6 +36,9 @@ use anyhow::{Context, Result, bail};
 
 pub use netns::Netns;
 pub use rivorad::Rivorad;
+pub use streams::{
+    ChurnReport, ConnectionChurn, LongLivedReport, LongLivedTcp, SeqReport, UdpSequence,
+};
 pub use topology::Topology;
 pub use traffic::{
     IdentityServer, RoundReport, tcp_round, tcp_round_from_ports, udp_round, udp_round_from_ports,

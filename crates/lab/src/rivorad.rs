@@ -33,6 +33,9 @@ impl Rivorad {
         work: &Path,
         extra_args: &[&str],
     ) -> Result<Rivorad> {
+        // Readiness is the socket's appearance: one left by a daemon that was
+        // killed must not be mistaken for the new one's.
+        let _ = std::fs::remove_file(socket);
         let stdout_path = work.join("rivorad.stdout.log");
         let stderr_path = work.join("rivorad.stderr.log");
         let stdout = File::create(&stdout_path)?;
@@ -115,6 +118,23 @@ impl Rivorad {
         };
         self.stopped = true;
         self.remove_pin_dir();
+        Ok(status)
+    }
+
+    /// Sends `signal` to the daemon and waits for it to exit, leaving its
+    /// pins as it left them (restart tests: SIGKILL, or SIGTERM with
+    /// `--persist-datapath`).
+    pub fn signal_and_wait(&mut self, signal: i32) -> Result<ExitStatus> {
+        if let Some(s) = self.child.try_wait()? {
+            self.stopped = true;
+            return Ok(s);
+        }
+        // SAFETY: kill(2) on the PID of our own child, not yet waited for.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, signal);
+        }
+        let status = self.child.wait()?;
+        self.stopped = true;
         Ok(status)
     }
 

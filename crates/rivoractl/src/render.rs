@@ -71,13 +71,30 @@ pub fn status(s: &Status, now_unix: u64) -> String {
         utc(s.started_at_unix)
     };
     kv("Started", started);
+    if !s.start.is_empty() {
+        kv("Start", s.start.clone());
+    }
+    kv(
+        "Persist datapath",
+        if s.persist_datapath {
+            "yes: links pinned, the datapath keeps forwarding while rivorad is down".into()
+        } else {
+            "no: stopping rivorad detaches the programs".into()
+        },
+    );
     if s.programs.is_empty() {
         kv("Programs", "none attached".into());
     }
     for (i, p) in s.programs.iter().enumerate() {
-        let link = p
+        let mut link = p
             .link_id
             .map_or_else(|| "no link".to_string(), |id| format!("link id {id}"));
+        if p.link_pinned {
+            link.push_str(" pinned");
+        }
+        if p.loaded_at_unix != 0 {
+            link.push_str(&format!(", loaded {}", when(p.loaded_at_unix, now_unix)));
+        }
         kv(
             if i == 0 { "Programs" } else { "" },
             format!(
@@ -371,18 +388,24 @@ mod tests {
             vip_count: 2,
             backend_count: 3,
             started_at_unix: 1_700_000_000,
+            persist_datapath: false,
+            start: String::new(),
             programs: vec![
                 ProgramInfo {
                     name: "rivora_xdp".into(),
                     attach: "xdp generic on eth0".into(),
                     program_id: 41,
                     link_id: Some(9),
+                    link_pinned: false,
+                    loaded_at_unix: 0,
                 },
                 ProgramInfo {
                     name: "rivora_egress".into(),
                     attach: "tcx egress on eth0".into(),
                     program_id: 42,
                     link_id: None,
+                    link_pinned: false,
+                    loaded_at_unix: 0,
                 },
             ],
         }

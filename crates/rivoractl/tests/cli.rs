@@ -30,6 +30,8 @@ impl ApiSource for Fake {
             vip_count: 1,
             backend_count: 1,
             started_at_unix: 1_700_000_000,
+            persist_datapath: false,
+            start: String::new(),
             programs: vec![],
         }
     }

@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use rivora_api::{ProgramInfo, ReloadInfo};
 use rivora_dataplane::{
-    Datapath, Dataplane, LoadOptions, XdpModeRequest, ensure_bpffs, remove_pins,
+    AttachOptions, Datapath, Dataplane, LoadOptions, LoadOutcome, XdpModeRequest, ensure_bpffs,
+    remove_link_pins, remove_pins,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
@@ -40,29 +41,63 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         info!("mounted bpffs at /sys/fs/bpf");
     }
 
+    if args.uninstall {
+        return uninstall(&args.pin_dir);
+    }
+    let config_path = args.config.clone().expect("clap requires --config");
+    let interface = args.interface.clone().expect("clap requires --interface");
+
     // The first configuration must be valid: there is nothing older to keep.
-    let mut watch = ConfigWatch::new(&args.config);
+    let mut watch = ConfigWatch::new(&config_path);
     let (config, text) = watch.read_and_parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let specs = desired::from_config(&config);
 
-    if args.pin_dir.join("vip_map").exists() {
-        // Adoption of a previous run's maps comes with restart support; until
-        // then a start is a fresh start.
-        warn!(pin_dir = %args.pin_dir.display(), "removing pinned maps left by an earlier rivorad");
-        remove_pins(&args.pin_dir)?;
-    }
-    let (mut datapath, maps) = Datapath::load(&LoadOptions {
+    let (mut datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: args.pin_dir.clone(),
         maglev_table_size: args.maglev_table_size,
+        reset_incompatible: args.reset_pinned_state,
+        object_dir: args.bpf_object_dir.clone(),
     })
     .context("loading the BPF datapath")?;
-    let mut dataplane = Dataplane::new(maps);
+    // Pins this start created are ours to remove if it fails; adopted ones
+    // may be what keeps a persistent datapath forwarding: never touch them.
+    let fresh = outcome != LoadOutcome::Reused;
+    let fail = |datapath: &Datapath| {
+        if fresh {
+            let _ = datapath.unpin_all();
+        }
+    };
+    if let LoadOutcome::Reset(why) = &outcome {
+        warn!(
+            "--reset-pinned-state: replaced incompatible pinned maps ({})",
+            why.join("; ")
+        );
+    }
+    let (mut dataplane, adopted) = match Dataplane::adopt(maps) {
+        Ok(r) => r,
+        Err(e) => {
+            fail(&datapath);
+            return Err(e).context("adopting the pinned maps");
+        }
+    };
+    if outcome == LoadOutcome::Reused {
+        info!(
+            vips = adopted.vips,
+            backends = adopted.backends,
+            retiring = adopted.retiring,
+            "adopted the maps pinned in {}",
+            args.pin_dir.display()
+        );
+        for d in &adopted.dropped {
+            warn!("adoption: removed an inconsistent entry: {d}");
+        }
+    }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
     let report = match dataplane.apply(&specs) {
         Ok(r) => r,
         Err(e) => {
-            let _ = datapath.unpin_all();
-            return Err(e).context(format!("programming {}", args.config.display()));
+            fail(&datapath);
+            return Err(e).context(format!("programming {}", config_path.display()));
         }
     };
     watch.mark_applied(text);
@@ -73,10 +108,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         XdpModeArg::Native => XdpModeRequest::Native,
         XdpModeArg::Generic => XdpModeRequest::Generic,
     };
-    let attachment = match datapath.attach(&args.interface, request) {
+    let attach = AttachOptions {
+        interface: interface.clone(),
+        xdp_mode: request,
+        persist: args.persist_datapath,
+    };
+    let attachment = match datapath.attach(&attach) {
         Ok(a) => a.clone(),
         Err(e) => {
-            let _ = datapath.unpin_all();
+            fail(&datapath);
             return Err(e).context("attaching the datapath");
         }
     };
@@ -85,11 +125,31 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         xdp_mode = attachment.xdp_mode.as_str(),
         reason = %attachment.xdp_mode_reason,
         xdp_prog_id = attachment.xdp_program_id,
+        xdp_link_id = attachment.xdp_link_id,
         tc_prog_id = attachment.tc_program_id,
+        tc_link_id = attachment.tc_link_id,
+        hot_swap = attachment.replaced_pinned_links,
+        persistent = attachment.persistent,
         "datapath attached"
     );
     warn_if_not_forwarding(&specs);
 
+    let start_summary = match (&outcome, attachment.replaced_pinned_links) {
+        (LoadOutcome::Reused, swapped) => format!(
+            "adopted {} VIPs and {} backends from pinned maps{}",
+            adopted.vips,
+            adopted.backends,
+            if swapped {
+                "; programs swapped into the pinned links"
+            } else {
+                ""
+            }
+        ),
+        (LoadOutcome::Reset(_), _) => {
+            "incompatible pinned maps replaced (--reset-pinned-state)".to_string()
+        }
+        (LoadOutcome::Fresh, _) => "fresh datapath".to_string(),
+    };
     let started = now_unix();
     let shared = Arc::new(Mutex::new(Shared {
         dataplane,
@@ -103,7 +163,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             xdp_mode_requested: format!("{:?}", args.xdp_mode).to_lowercase(),
             xdp_mode: attachment.xdp_mode.as_str().to_string(),
             pin_dir: args.pin_dir.display().to_string(),
-            config_path: args.config.display().to_string(),
+            config_path: config_path.display().to_string(),
             config_generation: 1,
             last_reload: ReloadInfo {
                 at_unix: started,
@@ -112,6 +172,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 changes: Some(report.to_string()),
             },
             started_at_unix: started,
+            persist_datapath: attachment.persistent,
+            start: start_summary,
             programs: vec![
                 ProgramInfo {
                     name: "xdp_ingress".into(),
@@ -121,13 +183,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                         attachment.interface
                     ),
                     program_id: attachment.xdp_program_id,
-                    link_id: None,
+                    link_id: Some(attachment.xdp_link_id),
+                    link_pinned: attachment.persistent,
+                    loaded_at_unix: attachment.xdp_loaded_at_unix,
                 },
                 ProgramInfo {
                     name: "tc_nat".into(),
                     attach: format!("tcx egress on {}", attachment.interface),
                     program_id: attachment.tc_program_id,
-                    link_id: None,
+                    link_id: Some(attachment.tc_link_id),
+                    link_pinned: attachment.persistent,
+                    loaded_at_unix: attachment.tc_loaded_at_unix,
                 },
             ],
         },
@@ -153,7 +219,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = term.recv() => { info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
-                info!("SIGHUP: re-reading {}", args.config.display());
+                info!("SIGHUP: re-reading {}", config_path.display());
                 reload(&mut watch, &shared, true);
             }
             _ = tick.tick() => {
@@ -163,7 +229,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     Err(e) => error!("releasing retired backends: {e}"),
                 }
                 if watch.changed() {
-                    info!("{} changed: re-reading", args.config.display());
+                    info!("{} changed: re-reading", config_path.display());
                     reload(&mut watch, &shared, false);
                 }
             }
@@ -176,11 +242,44 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Err(_) => warn!("API server did not stop within 3 s"),
         _ => {}
     }
-    drop(datapath); // detaches XDP and TCX (the links die with their fds)
-    if let Err(e) = remove_pins(&args.pin_dir) {
-        error!("removing pins: {e}");
+    if args.persist_datapath {
+        drop(datapath); // the pinned links keep the programs attached
+        info!(
+            "datapath left forwarding (pinned links and maps in {}); bye",
+            args.pin_dir.display()
+        );
+    } else {
+        if let Err(e) = remove_pins(&args.pin_dir) {
+            error!("removing pins: {e}");
+        }
+        drop(datapath); // closing the last link fds detaches XDP and TCX
+        info!("datapath detached and pins removed; bye");
     }
-    info!("datapath detached and pins removed; bye");
+    Ok(())
+}
+
+/// `--uninstall`: removes the pinned links (which detaches the programs
+/// once nothing else holds them) and the pinned maps.
+fn uninstall(pin_dir: &Path) -> anyhow::Result<()> {
+    if !pin_dir.exists() {
+        info!("nothing to uninstall: {} does not exist", pin_dir.display());
+        return Ok(());
+    }
+    let links = remove_link_pins(pin_dir)?;
+    for l in &links {
+        info!(
+            "removed pinned link {l} (its program is detached unless a running rivorad holds it)"
+        );
+    }
+    remove_pins(pin_dir)?;
+    if pin_dir.exists() {
+        warn!(
+            "{} still holds files rivorad did not create; left in place",
+            pin_dir.display()
+        );
+    } else {
+        info!("removed {}", pin_dir.display());
+    }
     Ok(())
 }
 

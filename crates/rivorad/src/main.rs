@@ -20,17 +20,40 @@ use clap::{Parser, ValueEnum};
     long_about = "Rivora's per-node daemon. It loads the XDP ingress and TCX egress programs, pins their maps, \
 programs the VIPs listed in --config, attaches to --interface, and serves the local API (rivoractl) on a \
 root-only Unix socket. The file is re-applied on SIGHUP and whenever it changes; an invalid file is rejected \
-with a log line naming the field and line, and the previous configuration keeps forwarding. SIGTERM or SIGINT \
-detaches the programs and removes the pins."
+with a log line naming the field and line, and the previous configuration keeps forwarding. On start, maps pinned \
+by an earlier rivorad are adopted (every VIP keeps its IDs and flows keep their backends). SIGTERM or SIGINT \
+detaches the programs and removes the pins, unless --persist-datapath keeps the datapath forwarding."
 )]
 pub struct Args {
     /// YAML file listing the VIPs (the whole desired state).
-    #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "uninstall")]
+    pub config: Option<PathBuf>,
 
     /// Interface to attach to: XDP on its ingress, TCX on its egress (the side facing clients).
-    #[arg(long, value_name = "IF")]
-    pub interface: String,
+    #[arg(long, value_name = "IF", required_unless_present = "uninstall")]
+    pub interface: Option<String>,
+
+    /// Pin the XDP and TCX links too, so the datapath keeps forwarding while rivorad is down;
+    /// the next start adopts the maps and swaps its programs into the pinned links atomically.
+    /// Without it, stopping rivorad detaches everything and removes the pins.
+    #[arg(long)]
+    pub persist_datapath: bool,
+
+    /// If the pinned maps were written by an incompatible rivorad (another map ABI or Maglev
+    /// table size), replace them with empty ones instead of refusing to start. Flow state is
+    /// lost: NAT connections in progress break.
+    #[arg(long)]
+    pub reset_pinned_state: bool,
+
+    /// Remove everything rivorad left in --pin-dir (pinned links, which detaches the programs,
+    /// and pinned maps) and exit. The clean uninstall of a --persist-datapath installation.
+    #[arg(long, conflicts_with_all = ["config", "interface", "persist_datapath"])]
+    pub uninstall: bool,
+
+    /// Load xdp_ingress.o and tc_nat.o from this directory instead of the programs built into
+    /// rivorad (for testing a rebuilt program or staging a program-only upgrade).
+    #[arg(long, value_name = "DIR")]
+    pub bpf_object_dir: Option<PathBuf>,
 
     /// XDP attach mode. auto: generic on veth, bridges and bridge ports, native elsewhere
     /// (falling back to generic if the driver refuses).

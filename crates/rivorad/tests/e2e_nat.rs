@@ -58,12 +58,11 @@ fn nat_vips_spread_tcp_and_udp_by_weight_v4_and_v6() {
     // A clean stop detaches and leaves no pins behind.
     assert!(lab.stop(), "rivorad exits 0 on SIGTERM");
     assert!(!lab.pin_dir.exists(), "pin directory removed on stop");
-    let links = lab
-        .topo
-        .lb
-        .run(&["ip", "-d", "link", "show", "eth0"])
-        .unwrap();
-    assert!(!links.contains("xdp"), "XDP detached on stop:\n{links}");
+    assert_eq!(
+        lab.attached_programs(),
+        (None, vec![]),
+        "XDP and TCX detached on stop"
+    );
 }
 
 /// Acceptance: YAML changes (add a backend, remove one, change a weight, add

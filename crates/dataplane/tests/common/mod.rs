@@ -13,8 +13,8 @@ use etherparse::{
     IpHeaders, Ipv4Header, NetSlice, PacketBuilder, SlicedPacket, TransportSlice, VlanId,
 };
 use rivora_dataplane::{
-    BackendSpec, Datapath, Dataplane, LoadOptions, Mode, VipKey, VipSpec, ensure_bpffs, proto,
-    remove_pins,
+    AdoptReport, BackendSpec, Datapath, Dataplane, LoadOptions, LoadOutcome, Mode, VipKey, VipSpec,
+    ensure_bpffs, proto, remove_pins,
 };
 
 pub const XDP_DROP: u32 = 1;
@@ -24,22 +24,25 @@ pub const TCX_NEXT: i32 = -1;
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xc1];
 pub const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x1b];
 
-/// A datapath loaded for one test, with its pins removed on drop.
+/// A datapath loaded for one test, with its pins removed on drop (unless
+/// `keep_pins`, which simulates a daemon that died and left them).
 pub struct Rig {
     pub datapath: Datapath,
     pub dataplane: Dataplane,
     pub pin_dir: PathBuf,
+    pub keep_pins: bool,
 }
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        let _ = remove_pins(&self.pin_dir);
+        if !self.keep_pins {
+            let _ = remove_pins(&self.pin_dir);
+        }
     }
 }
 
-/// Loads the real programs. Panics (fails the test) without root: packet
-/// tests must never be skipped silently.
-pub fn rig(test: &str) -> Rig {
+/// A fresh, unique pin directory path for `test`.
+pub fn pin_dir(test: &str) -> PathBuf {
     assert_eq!(
         unsafe { libc::geteuid() },
         0,
@@ -47,20 +50,52 @@ pub fn rig(test: &str) -> Rig {
     );
     ensure_bpffs(std::path::Path::new("/sys/fs/bpf")).expect("bpffs");
     static N: AtomicU32 = AtomicU32::new(0);
-    let pin_dir = PathBuf::from(format!(
+    PathBuf::from(format!(
         "/sys/fs/bpf/rivora-test-{test}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let (datapath, maps) = Datapath::load(&LoadOptions {
-        pin_dir: pin_dir.clone(),
+    ))
+}
+
+/// Loads the programs over `pin_dir` and adopts what is pinned there.
+pub fn rig_at(pin_dir: &std::path::Path) -> (Rig, LoadOutcome, AdoptReport) {
+    let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
+        pin_dir: pin_dir.to_path_buf(),
         maglev_table_size: 65537,
+        reset_incompatible: false,
+        object_dir: None,
     })
     .expect("load datapath");
+    let (dataplane, report) = Dataplane::adopt(maps).expect("adopt");
+    (
+        Rig {
+            datapath,
+            dataplane,
+            pin_dir: pin_dir.to_path_buf(),
+            keep_pins: false,
+        },
+        outcome,
+        report,
+    )
+}
+
+/// Loads the real programs into a fresh pin directory. Panics (fails the
+/// test) without root: packet tests must never be skipped silently.
+pub fn rig(test: &str) -> Rig {
+    let dir = pin_dir(test);
+    let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
+        pin_dir: dir.clone(),
+        maglev_table_size: 65537,
+        reset_incompatible: false,
+        object_dir: None,
+    })
+    .expect("load datapath");
+    assert_eq!(outcome, LoadOutcome::Fresh);
     Rig {
         datapath,
         dataplane: Dataplane::new(maps),
-        pin_dir,
+        pin_dir: dir,
+        keep_pins: false,
     }
 }
 

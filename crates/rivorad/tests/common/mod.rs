@@ -129,6 +129,55 @@ impl Lab {
         self.rivorad = Some(d);
     }
 
+    /// Sends `signal` to rivorad and waits for it, leaving its pins alone.
+    pub fn kill(&mut self, signal: i32) -> std::process::ExitStatus {
+        let mut d = self.rivorad.take().expect("rivorad running");
+        d.signal_and_wait(signal).expect("signal rivorad")
+    }
+
+    /// Runs the rivorad binary to completion with `args` (in the lb
+    /// namespace), returning its exit status and stderr.
+    pub fn run_rivorad(&self, args: &[&str]) -> (bool, String) {
+        let out = self
+            .topo
+            .lb
+            .within(|| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_rivorad"))
+                    .args(args)
+                    .output()
+            })
+            .expect("enter lb namespace")
+            .expect("run rivorad");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Program IDs attached to the lb interface: (XDP, TCX egress).
+    pub fn attached_programs(&self) -> (Option<u32>, Vec<u32>) {
+        let link = self
+            .topo
+            .lb
+            .run(&["ip", "-d", "-j", "link", "show", "dev", "eth0"])
+            .expect("ip link");
+        let v: serde_json::Value = serde_json::from_str(&link).expect("ip -j output");
+        let xdp = v[0]["xdp"]["prog"]["id"].as_u64().map(|i| i as u32);
+        let tcx = self
+            .topo
+            .lb
+            .within(|| {
+                aya::programs::SchedClassifier::query_tcx(
+                    "eth0",
+                    aya::programs::TcAttachType::Egress,
+                )
+                .map(|(_, progs)| progs.iter().map(|p| p.id()).collect::<Vec<_>>())
+                .unwrap_or_default()
+            })
+            .expect("enter lb namespace");
+        (xdp, tcx)
+    }
+
     /// Stops rivorad with SIGTERM and returns whether it exited cleanly.
     pub fn stop(&mut self) -> bool {
         let mut d = self.rivorad.take().expect("rivorad running");

@@ -1,0 +1,208 @@
+//! Deciding whether maps pinned by an earlier rivorad can be adopted. Pinned
+//! maps outlive the daemon, and the kernel would happily hand a new daemon a
+//! map whose layout it no longer understands: every map is checked (type,
+//! key and value size, capacity) and the writer's ABI version is read from
+//! `rivora_meta` before anything is read or written.
+
+use std::mem::size_of;
+use std::path::Path;
+
+use aya::maps::{MapInfo, MapType};
+use rivora_abi as abi;
+
+/// What one pinned map must look like.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapSpec {
+    /// Pin name.
+    pub name: &'static str,
+    /// Map type.
+    pub map_type: MapType,
+    /// Key size in bytes.
+    pub key_size: u32,
+    /// Value size in bytes.
+    pub value_size: u32,
+    /// Capacity.
+    pub max_entries: u32,
+}
+
+/// Every map this build pins, as this build defines it (`bpf/maps.h`); a
+/// test checks the table against freshly created maps.
+pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
+    let s = |name, map_type, key: usize, value: usize, max_entries| MapSpec {
+        name,
+        map_type,
+        key_size: key as u32,
+        value_size: value as u32,
+        max_entries,
+    };
+    vec![
+        s(
+            "vip_map",
+            MapType::Hash,
+            size_of::<abi::VipKey4>(),
+            size_of::<abi::VipValue>(),
+            abi::MAX_VIPS,
+        ),
+        s(
+            "vip_map6",
+            MapType::Hash,
+            size_of::<abi::VipKey6>(),
+            size_of::<abi::VipValue>(),
+            abi::MAX_VIPS,
+        ),
+        s(
+            "service_config_map",
+            MapType::Array,
+            4,
+            size_of::<abi::Service>(),
+            abi::MAX_VIPS,
+        ),
+        s("maglev_table", MapType::Array, 4, 4, maglev_table_size),
+        s(
+            "backend_map",
+            MapType::Array,
+            4,
+            size_of::<abi::Backend4>(),
+            abi::MAX_BACKENDS,
+        ),
+        s(
+            "backend_map6",
+            MapType::Array,
+            4,
+            size_of::<abi::Backend6>(),
+            abi::MAX_BACKENDS,
+        ),
+        s(
+            "backend_health_map",
+            MapType::Array,
+            4,
+            size_of::<abi::BackendHealth>(),
+            abi::MAX_BACKENDS,
+        ),
+        s(
+            "connection_affinity_map",
+            MapType::LruHash,
+            size_of::<abi::Flow4>(),
+            size_of::<abi::Affinity>(),
+            abi::MAX_FLOWS,
+        ),
+        s(
+            "connection_affinity_map6",
+            MapType::LruHash,
+            size_of::<abi::Flow6>(),
+            size_of::<abi::Affinity>(),
+            abi::MAX_FLOWS,
+        ),
+        s(
+            "nat_reverse_map",
+            MapType::LruHash,
+            size_of::<abi::NatKey4>(),
+            size_of::<abi::NatValue4>(),
+            abi::MAX_FLOWS,
+        ),
+        s(
+            "nat_reverse_map6",
+            MapType::LruHash,
+            size_of::<abi::NatKey6>(),
+            size_of::<abi::NatValue6>(),
+            abi::MAX_FLOWS,
+        ),
+        s(
+            "stats_map",
+            MapType::PerCpuArray,
+            4,
+            size_of::<abi::VipStats>(),
+            abi::MAX_VIPS,
+        ),
+        s(
+            "drop_stats_map",
+            MapType::PerCpuArray,
+            4,
+            size_of::<abi::DropStats>(),
+            abi::DROP_REASON_SLOTS,
+        ),
+        s("rivora_meta", MapType::Array, 4, size_of::<abi::Meta>(), 1),
+    ]
+}
+
+/// What the pin directory holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PinnedState {
+    /// No Rivora map is pinned there: a fresh start.
+    Empty,
+    /// Every map is pinned and matches this build: adopt them.
+    Compatible,
+    /// Maps are pinned but cannot be used by this build; each line says why.
+    Incompatible(Vec<String>),
+}
+
+/// Inspects `pin_dir` without modifying anything.
+pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
+    let specs = expected_maps(maglev_table_size);
+    let present: Vec<&MapSpec> = specs
+        .iter()
+        .filter(|s| pin_dir.join(s.name).exists())
+        .collect();
+    if present.is_empty() {
+        return PinnedState::Empty;
+    }
+    let mut problems = Vec::new();
+    for spec in &specs {
+        let path = pin_dir.join(spec.name);
+        if !path.exists() {
+            problems.push(format!(
+                "map {} is missing while others are pinned",
+                spec.name
+            ));
+            continue;
+        }
+        match MapInfo::from_pin(&path) {
+            Err(e) => problems.push(format!("map {}: cannot open the pin: {e}", spec.name)),
+            Ok(info) => {
+                let ty = info.map_type().ok();
+                if ty != Some(spec.map_type) {
+                    problems.push(format!(
+                        "map {}: type {ty:?}, this build needs {:?}",
+                        spec.name, spec.map_type
+                    ));
+                }
+                let got = (info.key_size(), info.value_size(), info.max_entries());
+                let want = (spec.key_size, spec.value_size, spec.max_entries);
+                if got != want {
+                    problems.push(format!(
+                        "map {}: key/value size and capacity {}/{}/{}, this build needs {}/{}/{}",
+                        spec.name, got.0, got.1, got.2, want.0, want.1, want.2
+                    ));
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        match read_meta(pin_dir) {
+            Ok(meta) if meta.abi_version == abi::ABI_VERSION => {}
+            Ok(meta) if meta.abi_version == 0 => problems
+                .push("rivora_meta records no ABI version (maps of an unfinished start)".into()),
+            Ok(meta) => problems.push(format!(
+                "maps were written by ABI version {}, this build uses version {}",
+                meta.abi_version,
+                abi::ABI_VERSION
+            )),
+            Err(e) => problems.push(format!("rivora_meta: {e}")),
+        }
+    }
+    if problems.is_empty() {
+        PinnedState::Compatible
+    } else {
+        PinnedState::Incompatible(problems)
+    }
+}
+
+/// Reads the pinned `rivora_meta` entry.
+pub fn read_meta(pin_dir: &Path) -> Result<abi::Meta, String> {
+    let data =
+        aya::maps::MapData::from_pin(pin_dir.join("rivora_meta")).map_err(|e| e.to_string())?;
+    let arr: aya::maps::Array<_, abi::Meta> = aya::maps::Map::Array(data)
+        .try_into()
+        .map_err(|e: aya::maps::MapError| e.to_string())?;
+    arr.get(&0, 0).map_err(|e| e.to_string())
+}

@@ -1,0 +1,285 @@
+//! Restart adoption through the real programs: a datapath is loaded, its
+//! maps programmed, and then dropped without removing its pins (a daemon
+//! killed with SIGKILL); a new one loads over the same pins and adopts them.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use rivora_abi as abi;
+use rivora_dataplane::{BackendKey, Datapath, Error, LoadOptions, LoadOutcome, VipKey, proto};
+
+const VIP4: &str = "10.200.100.1";
+const VIP6: &str = "fd00:200:100::1";
+
+fn config() -> Vec<rivora_dataplane::VipSpec> {
+    vec![
+        vip(
+            "web4",
+            VIP4,
+            80,
+            proto::TCP,
+            vec![
+                backend("10.200.1.11", 8080, 1),
+                backend("10.200.1.12", 8080, 1),
+                backend("10.200.1.13", 8080, 2),
+            ],
+        ),
+        vip(
+            "dns4",
+            VIP4,
+            53,
+            proto::UDP,
+            vec![backend("10.200.1.11", 53, 1), backend("10.200.1.12", 53, 3)],
+        ),
+        vip(
+            "web6",
+            VIP6,
+            80,
+            proto::TCP,
+            vec![
+                backend("fd00:200:1::11", 8080, 1),
+                backend("fd00:200:1::12", 8080, 1),
+            ],
+        ),
+        vip("empty", VIP4, 81, proto::TCP, vec![]),
+    ]
+}
+
+/// (service ID, slice, backend IDs) of one VIP.
+type Layout = (u32, (u32, u32), Vec<u32>);
+
+/// The layout of every VIP, by key.
+fn ids(r: &Rig) -> BTreeMap<VipKey, Layout> {
+    let by_key: BTreeMap<BackendKey, u32> = r.dataplane.backends().map(|b| (b.key, b.id)).collect();
+    r.dataplane
+        .vips()
+        .map(|v| {
+            let backend_ids = v.spec.backends.iter().map(|b| by_key[&b.key]).collect();
+            (
+                v.spec.key,
+                (v.service_id, (v.slice.offset, v.slice.size), backend_ids),
+            )
+        })
+        .collect()
+}
+
+fn forward(r: &mut Rig, f: &FrameSpec) -> std::net::IpAddr {
+    let (v, out) = r.datapath.run_xdp(&f.build()).unwrap();
+    assert_eq!(v, XDP_PASS);
+    parse_checked(&out).dst
+}
+
+#[test]
+fn a_restart_adopts_every_id_slice_and_flow() {
+    let dir = pin_dir("adopt");
+    let mut first = rig_at(&dir).0;
+    first.dataplane.apply(&config()).unwrap();
+    // Leave a backend draining: operator state must survive a restart.
+    let drained = BackendKey {
+        addr: "10.200.1.13".parse().unwrap(),
+        port: 8080,
+    };
+    let flows: Vec<FrameSpec> = (0..100u16)
+        .map(|i| FrameSpec::new("10.200.0.2", 5000 + i, VIP4, 80, proto::TCP))
+        .collect();
+    let chosen: Vec<_> = flows.iter().map(|f| forward(&mut first, f)).collect();
+    first
+        .dataplane
+        .set_backend_state(&drained, abi::backend_state::DRAINING)
+        .unwrap();
+    let before = ids(&first);
+    let max_sid = before.values().map(|v| v.0).max().unwrap();
+    first.keep_pins = true;
+    drop(first);
+
+    let (mut second, outcome, report) = rig_at(&dir);
+    assert_eq!(outcome, LoadOutcome::Reused);
+    assert_eq!(
+        (report.vips, report.backends, report.retiring),
+        (4, 7, 0),
+        "{report:?}"
+    );
+    assert!(report.dropped.is_empty(), "{report:?}");
+    // Before any config is applied, established flows still go where they went.
+    let again: Vec<_> = flows.iter().map(|f| forward(&mut second, f)).collect();
+    assert_eq!(chosen, again);
+    // The same config keeps everything as it was.
+    let rep = second.dataplane.apply(&config()).unwrap();
+    assert_eq!(rep.adopted.len(), 4, "{rep:?}");
+    assert!(
+        rep.added.is_empty() && rep.rebuilt.is_empty() && rep.removed.is_empty(),
+        "{rep:?}"
+    );
+    assert_eq!(
+        ids(&second),
+        before,
+        "service IDs, slices and backend IDs kept"
+    );
+    let state = second
+        .dataplane
+        .backends()
+        .find(|b| b.key == drained)
+        .unwrap()
+        .state;
+    assert_eq!(
+        state,
+        abi::backend_state::DRAINING,
+        "drain state survives the restart"
+    );
+    assert!(
+        second.dataplane.vips().all(|v| v.worst_imbalance < 0.01),
+        "imbalance known again after matching"
+    );
+
+    // A file that drops one VIP and adds another.
+    let mut next = config();
+    next.retain(|v| v.name != "dns4");
+    next.push(vip(
+        "new4",
+        VIP4,
+        8443,
+        proto::TCP,
+        vec![backend("10.200.1.14", 8443, 1)],
+    ));
+    let rep = second.dataplane.apply(&next).unwrap();
+    assert_eq!(
+        (rep.added.clone(), rep.removed.clone()),
+        (vec!["new4".to_string()], vec!["dns4".to_string()])
+    );
+    let after = ids(&second);
+    let dns4 = VipKey {
+        addr: VIP4.parse().unwrap(),
+        port: 53,
+        proto: proto::UDP,
+    };
+    assert!(!after.contains_key(&dns4));
+    let new4 = after[&VipKey {
+        addr: VIP4.parse().unwrap(),
+        port: 8443,
+        proto: proto::TCP,
+    }]
+        .0;
+    assert!(
+        new4 > max_sid,
+        "the new VIP gets an ID never in use (got {new4}, highest before {max_sid})"
+    );
+    // dns4 is gone from every map.
+    let old = before[&dns4].0;
+    assert_eq!(
+        second.dataplane.maps().service_config.get(&old, 0).unwrap(),
+        abi::Service::default()
+    );
+    assert!(
+        second
+            .dataplane
+            .maps()
+            .vip_map
+            .iter()
+            .all(|e| e.unwrap().1.service_id != old)
+    );
+    let dns_backend = BackendKey {
+        addr: "10.200.1.12".parse().unwrap(),
+        port: 53,
+    };
+    assert!(
+        second.dataplane.backends().all(|b| b.key != dns_backend),
+        "its backends released"
+    );
+}
+
+#[test]
+fn a_changed_config_at_restart_rebuilds_only_what_changed() {
+    let dir = pin_dir("adoptchg");
+    let mut first = rig_at(&dir).0;
+    first.dataplane.apply(&config()).unwrap();
+    let before = ids(&first);
+    first.keep_pins = true;
+    drop(first);
+    let (mut second, _, _) = rig_at(&dir);
+    let mut next = config();
+    next[0].backends[2].weight = 5; // web4: weight change
+    let rep = second.dataplane.apply(&next).unwrap();
+    assert_eq!(rep.rebuilt, vec!["web4".to_string()]);
+    assert_eq!(rep.adopted.len(), 3);
+    let after = ids(&second);
+    let web4 = VipKey {
+        addr: VIP4.parse().unwrap(),
+        port: 80,
+        proto: proto::TCP,
+    };
+    assert_eq!(
+        after[&web4].0, before[&web4].0,
+        "rebuilt VIP keeps its service ID"
+    );
+    assert_eq!(after[&web4].2, before[&web4].2, "and its backend IDs");
+    assert_ne!(after[&web4].1, before[&web4].1, "but gets a new slice");
+}
+
+#[test]
+fn incompatible_pins_are_refused_with_the_reason() {
+    let dir = pin_dir("compat");
+    let mut first = rig_at(&dir).0;
+    first.dataplane.apply(&config()).unwrap();
+    first.keep_pins = true;
+    drop(first);
+    // Another Maglev table size is another layout.
+    let opts = |size, reset| LoadOptions {
+        pin_dir: dir.clone(),
+        maglev_table_size: size,
+        reset_incompatible: reset,
+        object_dir: None,
+    };
+    let err = Datapath::load(&opts(65521, false)).err().expect("refused");
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Incompatible { .. }), "{msg}");
+    assert!(
+        msg.contains("maglev_table")
+            && msg.contains("65537")
+            && msg.contains("--reset-pinned-state"),
+        "{msg}"
+    );
+    // The pins are untouched by the refusal.
+    let (mut ok, outcome, report) = rig_at(&dir);
+    assert_eq!(outcome, LoadOutcome::Reused);
+    assert_eq!(report.vips, 4);
+    ok.keep_pins = true;
+    drop(ok);
+
+    // Another ABI version recorded in rivora_meta.
+    {
+        let data = aya::maps::MapData::from_pin(dir.join("rivora_meta")).unwrap();
+        let mut meta: aya::maps::Array<_, abi::Meta> =
+            aya::maps::Map::Array(data).try_into().unwrap();
+        let mut m = meta.get(&0, 0).unwrap();
+        m.abi_version = 99;
+        meta.set(0, m, 0).unwrap();
+    }
+    let msg = Datapath::load(&opts(65537, false))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(msg.contains("ABI version 99"), "{msg}");
+    // With reset, the old maps are replaced by empty ones.
+    let (dp, maps, outcome) = Datapath::load(&opts(65537, true)).unwrap();
+    assert!(
+        matches!(outcome, LoadOutcome::Reset(ref why) if why.iter().any(|w| w.contains("ABI version 99")))
+    );
+    let (adopted, report) = rivora_dataplane::Dataplane::adopt(maps).unwrap();
+    assert_eq!(report.vips, 0);
+    drop((dp, adopted));
+    rivora_dataplane::remove_pins(&dir).unwrap();
+}
+
+#[test]
+fn the_expected_map_table_matches_what_the_objects_create() {
+    let r = rig("mapspec");
+    assert_eq!(
+        rivora_dataplane::compat::inspect(&r.pin_dir, 65537),
+        rivora_dataplane::compat::PinnedState::Compatible
+    );
+    for spec in rivora_dataplane::compat::expected_maps(65537) {
+        assert!(r.pin_dir.join(spec.name).exists(), "{} pinned", spec.name);
+    }
+}
