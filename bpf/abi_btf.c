@@ -25,6 +25,7 @@ struct rv_abi_all {
 	struct rv_drop_stats drop_stats;
 	struct rv_meta meta;
 	enum rv_xdp_mode xdp_mode;
+	enum rv_backend_flags backend_flags;
 	enum rv_abi_consts consts;
 	enum rv_mode mode;
 	enum rv_service_flags service_flags;

@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 1,
+	RV_ABI_VERSION = 2,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -127,9 +127,20 @@ struct rv_backend6 {
 	__u32 generation;
 };
 
-/* backend_health_map value, indexed by backend ID. */
+/* backend_health_map value, indexed by backend ID. The programs read only
+ * `state`; `flags` keeps the control plane's reasons for it (an operator's
+ * drain) across restarts. */
 struct rv_backend_health {
 	__u32 state; /* enum rv_backend_state */
+	__u32 flags; /* RV_BACKEND_F_* */
+};
+
+/* rv_backend_health.flags bits. */
+enum rv_backend_flags {
+	/* Drained by an operator: draining unless a probe says down. */
+	RV_BACKEND_F_DRAINED = 1 << 0,
+	/* The health probes consider it down. */
+	RV_BACKEND_F_PROBE_DOWN = 1 << 1,
 };
 
 /* A flow as the client sent it (connection_affinity_map key, IPv4). */

@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -192,11 +192,21 @@ pub struct Backend6 {
     pub generation: u32,
 }
 
-/// `struct rv_backend_health`: one of [`backend_state`].
+/// `struct rv_backend_health`: one of [`backend_state`], and the control
+/// plane's reasons for it ([`backend_flags`]), kept across restarts.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BackendHealth {
     pub state: u32,
+    pub flags: u32,
+}
+
+/// `enum rv_backend_flags`: bits of [`BackendHealth::flags`].
+pub mod backend_flags {
+    /// Drained by an operator.
+    pub const DRAINED: u32 = 1 << 0;
+    /// The health probes consider it down.
+    pub const PROBE_DOWN: u32 = 1 << 1;
 }
 
 /// `struct rv_flow4`: a client's flow (connection_affinity_map key).
@@ -376,7 +386,7 @@ pub fn layouts() -> Vec<StructLayout> {
         ),
         layout!(Backend4, "rv_backend4", [addr, port, mac, generation]),
         layout!(Backend6, "rv_backend6", [addr, port, mac, generation]),
-        layout!(BackendHealth, "rv_backend_health", [state]),
+        layout!(BackendHealth, "rv_backend_health", [state, flags]),
         layout!(Flow4, "rv_flow4", [src, dst, sport, dport, proto, pad]),
         layout!(Flow6, "rv_flow6", [src, dst, sport, dport, proto, pad]),
         layout!(Affinity, "rv_affinity", [backend_id, backend_generation]),
@@ -426,6 +436,8 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_DROP_NO_BACKEND", drop_reason::NO_BACKEND as i64),
         ("RV_DROP_REWRITE_FAILED", drop_reason::REWRITE_FAILED as i64),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
+        ("RV_BACKEND_F_DRAINED", backend_flags::DRAINED as i64),
+        ("RV_BACKEND_F_PROBE_DOWN", backend_flags::PROBE_DOWN as i64),
         ("RV_XDP_MODE_UNKNOWN", xdp_mode::UNKNOWN as i64),
         ("RV_XDP_MODE_NATIVE", xdp_mode::NATIVE as i64),
         ("RV_XDP_MODE_GENERIC", xdp_mode::GENERIC as i64),

@@ -1,21 +1,22 @@
 //! Typed client for the rivorad local API, used by `rivoractl`.
 //!
 //! One HTTP/1.1 connection per call: calls are rare (a human running a
-//! command) and a fresh connection keeps the client stateless.
+//! command, or `rivoractl watch` about once a second) and a fresh
+//! connection keeps the client stateless.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::header::{ACCEPT, HOST};
-use hyper::{Request, StatusCode};
+use hyper::header::{ACCEPT, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
-use crate::dto::{ApiError, BackendInfo, Stats, Status, VipInfo};
+use crate::dto::{ApiError, BackendInfo, DrainRequest, Stats, Status, VipInfo};
 use crate::{DEFAULT_SOCKET, paths};
 
 /// Default per-call deadline, so a wedged daemon cannot hang the CLI.
@@ -144,13 +145,50 @@ impl Client {
         self.get(paths::STATS).await
     }
 
+    /// `POST /v1/backends/drain`: stop sending new flows to the backends
+    /// matching `backend` (`ADDR:PORT`, `[V6]:PORT`, `ADDR` or a backend id)
+    /// while their established flows continue. Returns the affected
+    /// backends in their new state.
+    pub async fn drain(&self, backend: &str) -> Result<Vec<BackendInfo>, ClientError> {
+        self.post_drain(paths::DRAIN, backend).await
+    }
+
+    /// `POST /v1/backends/undrain`: end an operator drain of the backends
+    /// matching `backend`. Returns the affected backends in their new state.
+    pub async fn undrain(&self, backend: &str) -> Result<Vec<BackendInfo>, ClientError> {
+        self.post_drain(paths::UNDRAIN, backend).await
+    }
+
+    async fn post_drain(
+        &self,
+        endpoint: &'static str,
+        backend: &str,
+    ) -> Result<Vec<BackendInfo>, ClientError> {
+        let body = serde_json::to_vec(&DrainRequest {
+            backend: backend.to_string(),
+        })
+        .expect("a struct of one string always serializes");
+        self.call(Method::POST, endpoint, Some(body)).await
+    }
+
     async fn get<T: DeserializeOwned>(&self, endpoint: &'static str) -> Result<T, ClientError> {
-        let (status, body) = tokio::time::timeout(self.timeout, self.exchange(endpoint))
-            .await
-            .map_err(|_| ClientError::Timeout {
-                path: self.path.clone(),
-                timeout: self.timeout,
-            })??;
+        self.call(Method::GET, endpoint, None).await
+    }
+
+    /// One request with a JSON body (when given), answered with JSON `T`.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        endpoint: &'static str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, ClientError> {
+        let (status, body) =
+            tokio::time::timeout(self.timeout, self.exchange(method, endpoint, body))
+                .await
+                .map_err(|_| ClientError::Timeout {
+                    path: self.path.clone(),
+                    timeout: self.timeout,
+                })??;
         if status.is_success() {
             serde_json::from_slice(&body).map_err(|source| ClientError::Decode { endpoint, source })
         } else {
@@ -158,16 +196,27 @@ impl Client {
         }
     }
 
-    async fn exchange(&self, endpoint: &'static str) -> Result<(StatusCode, Bytes), ClientError> {
+    async fn exchange(
+        &self,
+        method: Method,
+        endpoint: &'static str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), ClientError> {
         let stream = UnixStream::connect(&self.path)
             .await
             .map_err(|e| connect_error(&self.path, e))?;
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        let request = Request::get(endpoint)
+        let mut request = Request::builder()
+            .method(method)
+            .uri(endpoint)
             .header(HOST, "localhost")
-            .header(ACCEPT, "application/json")
-            .body(Empty::<Bytes>::new())
+            .header(ACCEPT, "application/json");
+        if body.is_some() {
+            request = request.header(CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .expect("static request is well-formed");
         let call = async move {
             let response = sender.send_request(request).await?;

@@ -171,6 +171,56 @@ pub struct BackendInfo {
     pub state: String,
     /// Names of the VIPs this backend is a member of.
     pub vips: Vec<String>,
+    /// Drained by an operator (`rivoractl drain`); a failed probe still
+    /// turns it down.
+    #[serde(default)]
+    pub drained: bool,
+    /// Not listed by the config any more: draining until its retire grace
+    /// ends, then released.
+    #[serde(default)]
+    pub retiring: bool,
+    /// Active health checking of this backend; None when it has no check.
+    #[serde(default)]
+    pub probe: Option<ProbeInfo>,
+    /// When `state` last changed (Unix seconds; 0 = not since start).
+    #[serde(default)]
+    pub last_change_unix: u64,
+}
+
+/// The active health check of one backend and its latest result, so an
+/// operator sees why a backend is down without reading logs.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ProbeInfo {
+    /// `tcp` or `http`.
+    pub kind: String,
+    /// What is probed, e.g. `10.0.0.1:8080` or `http://10.0.0.1:8080/healthz`.
+    pub target: String,
+    /// Probe interval in milliseconds.
+    pub interval_ms: u64,
+    /// Probe timeout in milliseconds.
+    pub timeout_ms: u64,
+    /// Consecutive successes needed to come back up.
+    pub rise: u32,
+    /// Consecutive failures needed to go down.
+    pub fall: u32,
+    /// Whether the probes currently consider it up.
+    pub up: bool,
+    /// `ok`, `fail: <reason>`, or `pending` before the first probe.
+    pub last_result: String,
+    /// Latency of the last probe in milliseconds (successful or not).
+    pub last_latency_ms: f64,
+    /// Current run of identical results.
+    pub consecutive: u32,
+    /// When the last probe finished (Unix seconds; 0 = none yet).
+    pub last_probe_unix: u64,
+}
+
+/// Body of `POST /v1/backends/drain` and `/v1/backends/undrain`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DrainRequest {
+    /// Which backends: `ADDR:PORT` (`[v6]:PORT`), a bare `ADDR` (every
+    /// backend on that address), or a numeric backend ID.
+    pub backend: String,
 }
 
 /// Dataplane counters (`GET /v1/stats`).
@@ -183,6 +233,25 @@ pub struct Stats {
     pub vips: Vec<VipStats>,
     /// Global drop counters by reason, to diagnose why packets were lost.
     pub drops: Vec<DropCount>,
+    /// When the counters were read (Unix milliseconds), so a client can
+    /// turn two samples into rates.
+    #[serde(default)]
+    pub at_unix_ms: u64,
+    /// Occupancy of the flow tables, to see one filling before it
+    /// overflows (LRU tables then evict live flows).
+    #[serde(default)]
+    pub tables: Vec<TableUsage>,
+}
+
+/// Entries in use in one kernel table.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TableUsage {
+    /// Map name, e.g. `connection_affinity_map`.
+    pub name: String,
+    /// Entries in use.
+    pub entries: u64,
+    /// Capacity.
+    pub capacity: u64,
 }
 
 /// Traffic counters of one VIP, summed over all CPUs since program load.

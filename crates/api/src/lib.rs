@@ -19,6 +19,7 @@
 
 pub mod client;
 pub mod dto;
+pub mod metrics;
 pub mod server;
 
 pub use client::{Client, ClientError};
@@ -39,4 +40,10 @@ pub mod paths {
     pub const BACKENDS: &str = "/v1/backends";
     /// Dataplane counters: [`crate::Stats`].
     pub const STATS: &str = "/v1/stats";
+    /// POST [`crate::DrainRequest`]: drain backends; returns the affected
+    /// `Vec<`[`crate::BackendInfo`]`>`.
+    pub const DRAIN: &str = "/v1/backends/drain";
+    /// POST [`crate::DrainRequest`]: end a drain; returns the affected
+    /// `Vec<`[`crate::BackendInfo`]`>`.
+    pub const UNDRAIN: &str = "/v1/backends/undrain";
 }

@@ -3,6 +3,10 @@
 //! The daemon implements [`ApiSource`] over its live state and calls
 //! [`serve`] (or [`bind`] + [`ApiSocket::serve`] when it wants socket errors
 //! reported before it starts serving).
+//!
+//! Everything is read-only except `POST` [`paths::DRAIN`] /
+//! [`paths::UNDRAIN`], which take a [`DrainRequest`] and reach the daemon
+//! through [`ApiSource::set_drain`]; its [`ApiFailure`] picks the HTTP status.
 
 use std::fs::{self, DirBuilder, Permissions};
 use std::future::Future;
@@ -13,13 +17,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Serialize;
 
-use crate::dto::{ApiError, BackendInfo, Stats, Status, VipInfo};
+use crate::dto::{ApiError, BackendInfo, DrainRequest, Stats, Status, VipInfo};
 use crate::paths;
 
 /// Mode of the socket file: owner (root) read/write only, because the API
@@ -28,7 +33,51 @@ const SOCKET_MODE: u32 = 0o600;
 /// Mode of the socket directory when we create it, for the same reason.
 const DIR_MODE: u32 = 0o700;
 
-/// What the API serves: a read-only view of the daemon's state.
+/// Why a source call failed; decides the HTTP status of the answer, and its
+/// message becomes the [`ApiError`] body, so phrase it for the operator.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiFailure {
+    /// The request cannot be acted on as given (e.g. a malformed backend
+    /// selector): HTTP 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request names something that does not exist (e.g. no backend
+    /// matches): HTTP 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// This daemon does not implement the operation: HTTP 501.
+    #[error("{0}")]
+    NotSupported(String),
+    /// The daemon failed while acting on a valid request (e.g. a BPF map
+    /// update failed): HTTP 500.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiFailure {
+    /// HTTP status this failure is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiFailure::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiFailure::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiFailure::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiFailure::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The operator-facing message.
+    pub fn message(&self) -> &str {
+        match self {
+            ApiFailure::BadRequest(m)
+            | ApiFailure::NotFound(m)
+            | ApiFailure::NotSupported(m)
+            | ApiFailure::Internal(m) => m,
+        }
+    }
+}
+
+/// What the API serves: a view of the daemon's state, plus the one thing an
+/// operator may change through it (draining backends).
 ///
 /// The API crate knows nothing about BPF or config parsing; the daemon
 /// implements this trait so the HTTP layer can be tested with a fake.
@@ -44,6 +93,23 @@ pub trait ApiSource: Send + Sync + 'static {
     /// Dataplane counters, for `GET /v1/stats`. Fallible because reading BPF
     /// maps can fail; the error string is returned to the client as a 500.
     fn stats(&self) -> Result<Stats, String>;
+    /// Start (`drain == true`) or end an operator drain, for `POST
+    /// /v1/backends/drain` and `/v1/backends/undrain`.
+    ///
+    /// `backend` is the client's [`DrainRequest::backend`] selector,
+    /// trimmed and never empty (`ADDR:PORT`, `[V6]:PORT`, a bare `ADDR` or a
+    /// numeric backend id); the source resolves it. Returns every backend the
+    /// selector matched, in its new state. Unknown selectors should be
+    /// [`ApiFailure::NotFound`], malformed ones [`ApiFailure::BadRequest`].
+    ///
+    /// The default answers [`ApiFailure::NotSupported`], so a source that
+    /// predates draining keeps compiling and says so to the client.
+    fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
+        Err(ApiFailure::NotSupported(format!(
+            "this rivorad cannot {} backends (asked for {backend:?})",
+            if drain { "drain" } else { "undrain" }
+        )))
+    }
 }
 
 /// A bound, root-only API socket that has not started serving yet.
@@ -272,25 +338,60 @@ fn router(source: Arc<dyn ApiSource>) -> Router {
         .route(paths::VIPS, get(get_vips))
         .route(paths::BACKENDS, get(get_backends))
         .route(paths::STATS, get(get_stats))
+        .route(paths::DRAIN, post(post_drain))
+        .route(paths::UNDRAIN, post(post_undrain))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(source)
 }
 
 async fn get_status(State(src): Src) -> Response {
-    query(src, |s| Ok::<Status, String>(s.status())).await
+    query(src, |s| Ok::<Status, ApiFailure>(s.status())).await
 }
 
 async fn get_vips(State(src): Src) -> Response {
-    query(src, |s| Ok::<Vec<VipInfo>, String>(s.vips())).await
+    query(src, |s| Ok::<Vec<VipInfo>, ApiFailure>(s.vips())).await
 }
 
 async fn get_backends(State(src): Src) -> Response {
-    query(src, |s| Ok::<Vec<BackendInfo>, String>(s.backends())).await
+    query(src, |s| Ok::<Vec<BackendInfo>, ApiFailure>(s.backends())).await
 }
 
 async fn get_stats(State(src): Src) -> Response {
-    query(src, |s| s.stats()).await
+    query(src, |s| s.stats().map_err(ApiFailure::Internal)).await
+}
+
+async fn post_drain(State(src): Src, body: Bytes) -> Response {
+    set_drain(src, &body, true).await
+}
+
+async fn post_undrain(State(src): Src, body: Bytes) -> Response {
+    set_drain(src, &body, false).await
+}
+
+/// Shared body of the drain endpoints. The body is parsed by hand rather
+/// than with axum's `Json` extractor so that every rejection is a 400 with
+/// an [`ApiError`] body, and so that `curl -d` without a content type works.
+async fn set_drain(src: Arc<dyn ApiSource>, body: &[u8], drain: bool) -> Response {
+    let request: DrainRequest = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    r#"invalid request body: {e}; expected JSON like {{"backend": "10.0.0.1:8080"}}"#
+                ),
+            );
+        }
+    };
+    let backend = request.backend.trim().to_string();
+    if backend.is_empty() {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "no backend given: expected ADDR:PORT, [V6]:PORT, ADDR or a backend id".into(),
+        );
+    }
+    query(src, move |s| s.set_drain(&backend, drain)).await
 }
 
 /// Run a source call on the blocking pool (it may take locks or read BPF
@@ -298,11 +399,14 @@ async fn get_stats(State(src): Src) -> Response {
 async fn query<T, F>(src: Arc<dyn ApiSource>, f: F) -> Response
 where
     T: Serialize + Send + 'static,
-    F: FnOnce(&dyn ApiSource) -> Result<T, String> + Send + 'static,
+    F: FnOnce(&dyn ApiSource) -> Result<T, ApiFailure> + Send + 'static,
 {
     match tokio::task::spawn_blocking(move || f(&*src)).await {
         Ok(Ok(body)) => Json(body).into_response(),
-        Ok(Err(msg)) => error_response(StatusCode::INTERNAL_SERVER_ERROR, msg),
+        Ok(Err(failure)) => {
+            let status = failure.status();
+            error_response(status, failure.message().to_string())
+        }
         Err(join_err) => {
             tracing::error!(error = %join_err, "API handler failed");
             error_response(
@@ -317,23 +421,33 @@ async fn not_found(method: Method, uri: Uri) -> Response {
     error_response(
         StatusCode::NOT_FOUND,
         format!(
-            "no such endpoint: {method} {}; known endpoints: {}, {}, {}, {}",
+            "no such endpoint: {method} {}; known endpoints: GET {}, GET {}, GET {}, GET {}, \
+             POST {}, POST {}",
             uri.path(),
             paths::STATUS,
             paths::VIPS,
             paths::BACKENDS,
-            paths::STATS
+            paths::STATS,
+            paths::DRAIN,
+            paths::UNDRAIN,
         ),
     )
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    let path = uri.path();
+    let allowed = if path == paths::DRAIN || path == paths::UNDRAIN {
+        "it only accepts POST".to_string()
+    } else {
+        format!(
+            "it is read-only (GET); only POST {} and POST {} change state",
+            paths::DRAIN,
+            paths::UNDRAIN
+        )
+    };
     error_response(
         StatusCode::METHOD_NOT_ALLOWED,
-        format!(
-            "method {method} not allowed on {}; the API is read-only (GET)",
-            uri.path()
-        ),
+        format!("method {method} not allowed on {path}; {allowed}"),
     )
 }
 

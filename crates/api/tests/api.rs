@@ -5,16 +5,50 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rivora_api::server::ApiFailure;
 use rivora_api::*;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 struct FakeSource {
     stats_fail: bool,
+    /// Every `set_drain` call the server made: (selector, drain).
+    drain_calls: Mutex<Vec<(String, bool)>>,
+}
+
+impl FakeSource {
+    fn new(stats_fail: bool) -> Self {
+        FakeSource {
+            stats_fail,
+            drain_calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn drain_calls(&self) -> Vec<(String, bool)> {
+        self.drain_calls.lock().unwrap().clone()
+    }
+}
+
+/// A source that predates draining: it relies on the default `set_drain`.
+struct ReadOnlySource;
+
+impl ApiSource for ReadOnlySource {
+    fn status(&self) -> Status {
+        sample_status()
+    }
+    fn vips(&self) -> Vec<VipInfo> {
+        sample_vips()
+    }
+    fn backends(&self) -> Vec<BackendInfo> {
+        sample_backends()
+    }
+    fn stats(&self) -> Result<Stats, String> {
+        Ok(sample_stats())
+    }
 }
 
 fn sample_status() -> Status {
@@ -96,13 +130,76 @@ fn sample_vips() -> Vec<VipInfo> {
 }
 
 fn sample_backends() -> Vec<BackendInfo> {
-    vec![BackendInfo {
-        backend_id: 1,
-        address: "192.168.1.10".into(),
-        port: 8080,
-        state: "draining".into(),
-        vips: vec!["web".into(), "api".into()],
-    }]
+    vec![
+        BackendInfo {
+            backend_id: 1,
+            address: "192.168.1.10".into(),
+            port: 8080,
+            state: "healthy".into(),
+            vips: vec!["web".into(), "api".into()],
+            drained: false,
+            retiring: false,
+            probe: Some(ProbeInfo {
+                kind: "http".into(),
+                target: "http://192.168.1.10:8080/healthz".into(),
+                interval_ms: 2000,
+                timeout_ms: 500,
+                rise: 2,
+                fall: 3,
+                up: true,
+                last_result: "ok".into(),
+                last_latency_ms: 0.42,
+                consecutive: 17,
+                last_probe_unix: 1_700_000_200,
+            }),
+            last_change_unix: 1_700_000_050,
+        },
+        BackendInfo {
+            backend_id: 2,
+            address: "192.168.1.10".into(),
+            port: 8443,
+            state: "down".into(),
+            vips: vec!["api".into()],
+            drained: false,
+            retiring: false,
+            probe: Some(ProbeInfo {
+                kind: "tcp".into(),
+                target: "192.168.1.10:8443".into(),
+                interval_ms: 1000,
+                timeout_ms: 300,
+                rise: 1,
+                fall: 1,
+                up: false,
+                last_result: "fail: connect: refused".into(),
+                last_latency_ms: 0.1,
+                consecutive: 4,
+                last_probe_unix: 1_700_000_201,
+            }),
+            last_change_unix: 1_700_000_190,
+        },
+        BackendInfo {
+            backend_id: 3,
+            address: "2001:db8::10".into(),
+            port: 80,
+            state: "draining".into(),
+            vips: vec![],
+            drained: false,
+            retiring: true,
+            probe: None,
+            last_change_unix: 0,
+        },
+    ]
+}
+
+/// How the fake resolves a drain selector: by id, `addr:port` (IPv6 in
+/// brackets) or bare address, like the daemon.
+fn selects(b: &BackendInfo, selector: &str) -> bool {
+    let endpoint = if b.address.contains(':') {
+        format!("[{}]:{}", b.address, b.port)
+    } else {
+        format!("{}:{}", b.address, b.port)
+    };
+    selector == b.backend_id.to_string() || selector == endpoint || selector == b.address
 }
 
 fn sample_stats() -> Stats {
@@ -121,6 +218,19 @@ fn sample_stats() -> Stats {
             reason: "no_backend".into(),
             packets: 5,
         }],
+        at_unix_ms: 1_700_000_201_250,
+        tables: vec![
+            TableUsage {
+                name: "connection_affinity_map".into(),
+                entries: 950_000,
+                capacity: 1_000_000,
+            },
+            TableUsage {
+                name: "snat_map".into(),
+                entries: 0,
+                capacity: 65_536,
+            },
+        ],
     }
 }
 
@@ -139,6 +249,35 @@ impl ApiSource for FakeSource {
             Err("reading stats map failed: EPERM".into())
         } else {
             Ok(sample_stats())
+        }
+    }
+    fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
+        self.drain_calls
+            .lock()
+            .unwrap()
+            .push((backend.to_string(), drain));
+        if backend == "bad" {
+            return Err(ApiFailure::BadRequest(format!(
+                "{backend:?} is not ADDR:PORT, ADDR or a backend id"
+            )));
+        }
+        let hit: Vec<BackendInfo> = sample_backends()
+            .into_iter()
+            .filter(|b| selects(b, backend))
+            .map(|mut b| {
+                b.drained = drain;
+                if drain || b.retiring {
+                    b.state = "draining".into();
+                }
+                b
+            })
+            .collect();
+        if hit.is_empty() {
+            Err(ApiFailure::NotFound(format!(
+                "no backend matches {backend}"
+            )))
+        } else {
+            Ok(hit)
         }
     }
 }
@@ -169,6 +308,9 @@ impl Drop for TempDir {
 struct Running {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
+    /// The fake behind the server (when it is a [`FakeSource`]), to check
+    /// what the server asked of it.
+    fake: Option<Arc<FakeSource>>,
 }
 
 impl Running {
@@ -179,24 +321,39 @@ impl Running {
 }
 
 fn start(path: &Path, stats_fail: bool) -> Running {
+    let fake = Arc::new(FakeSource::new(stats_fail));
+    let mut running = start_with(path, fake.clone());
+    running.fake = Some(fake);
+    running
+}
+
+fn start_with(path: &Path, source: Arc<dyn ApiSource>) -> Running {
     let sock = bind(path).expect("bind");
     let (tx, rx) = oneshot::channel::<()>();
-    let source: Arc<dyn ApiSource> = Arc::new(FakeSource { stats_fail });
     let task = tokio::spawn(sock.serve(source, async {
         let _ = rx.await;
     }));
     Running {
         stop: Some(tx),
         task,
+        fake: None,
     }
 }
 
 /// Raw request for cases the typed client cannot express.
 fn raw_request(path: &Path, request_line: &str) -> (u16, String) {
+    raw_request_with_body(path, request_line, "")
+}
+
+/// Raw request with a body, sent without a Content-Type header (which the
+/// server must not require).
+fn raw_request_with_body(path: &Path, request_line: &str, body: &str) -> (u16, String) {
     let mut s = StdUnixStream::connect(path).unwrap();
     write!(
         s,
-        "{request_line} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        "{request_line} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
     )
     .unwrap();
     let mut out = String::new();
@@ -255,6 +412,19 @@ async fn unknown_route_is_404_json() {
     assert_eq!(status, 405);
     let err: ApiError = serde_json::from_str(&body).unwrap();
     assert!(err.error.contains("read-only"), "{err:?}");
+    assert!(err.error.contains("POST /v1/backends/drain"), "{err:?}");
+
+    let p = path.clone();
+    let (status, body) =
+        tokio::task::spawn_blocking(move || raw_request(&p, "GET /v1/backends/drain"))
+            .await
+            .unwrap();
+    assert_eq!(status, 405);
+    let err: ApiError = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        err.error,
+        "method GET not allowed on /v1/backends/drain; it only accepts POST"
+    );
 
     server.stop().await.unwrap();
 }
@@ -314,7 +484,7 @@ async fn serve_fn_end_to_end() {
     let (tx, rx) = oneshot::channel::<()>();
     let p = path.clone();
     let task = tokio::spawn(async move {
-        serve(&p, Arc::new(FakeSource { stats_fail: false }), async {
+        serve(&p, Arc::new(FakeSource::new(false)), async {
             let _ = rx.await;
         })
         .await
@@ -366,7 +536,7 @@ async fn live_socket_is_not_replaced() {
     let server = start(&path, false);
     let before = std::fs::symlink_metadata(&path).unwrap();
 
-    let err = serve(&path, Arc::new(FakeSource { stats_fail: false }), async {})
+    let err = serve(&path, Arc::new(FakeSource::new(false)), async {})
         .await
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
@@ -436,4 +606,156 @@ async fn unresponsive_daemon_times_out() {
         err.to_string().contains("did not answer within 0.2s"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_and_undrain_round_trip() {
+    let dir = TempDir::new();
+    let path = dir.0.join("rivorad.sock");
+    let server = start(&path, false);
+    let client = Client::new(&path);
+
+    // A bare address selects every backend on it.
+    let drained = client.drain("192.168.1.10").await.unwrap();
+    assert_eq!(
+        drained
+            .iter()
+            .map(|b| (b.backend_id, b.drained, b.state.as_str()))
+            .collect::<Vec<_>>(),
+        [(1, true, "draining"), (2, true, "draining")]
+    );
+    // Everything else about the backends comes back unchanged.
+    assert_eq!(drained[0].probe, sample_backends()[0].probe);
+    assert_eq!(drained[1].last_change_unix, 1_700_000_190);
+
+    let undrained = client.undrain("1").await.unwrap();
+    assert_eq!(undrained.len(), 1);
+    assert_eq!(undrained[0].port, 8080);
+    assert!(!undrained[0].drained);
+    assert_eq!(undrained[0].state, "healthy");
+
+    // IPv6 in brackets; a retiring backend stays draining when undrained.
+    let v6 = client.undrain("[2001:db8::10]:80").await.unwrap();
+    assert_eq!(v6.len(), 1);
+    assert!(v6[0].retiring && !v6[0].drained);
+    assert_eq!(v6[0].state, "draining");
+
+    // The selector reaches the source verbatim, with the right direction.
+    assert_eq!(
+        server.fake.as_ref().unwrap().drain_calls(),
+        [
+            ("192.168.1.10".to_string(), true),
+            ("1".to_string(), false),
+            ("[2001:db8::10]:80".to_string(), false),
+        ]
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn drain_failures_map_to_http_status() {
+    let dir = TempDir::new();
+    let path = dir.0.join("rivorad.sock");
+    let server = start(&path, false);
+    let client = Client::new(&path);
+
+    // ApiFailure::NotFound -> 404, message passed through.
+    let err = client.drain("10.9.9.9:80").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "rivorad returned HTTP 404: no backend matches 10.9.9.9:80"
+    );
+    // ApiFailure::BadRequest -> 400.
+    match client.undrain("bad").await.unwrap_err() {
+        ClientError::Api { status, message } => {
+            assert_eq!(status, 400);
+            assert_eq!(message, r#""bad" is not ADDR:PORT, ADDR or a backend id"#);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+
+    // Malformed bodies are a 400 with a JSON ApiError, never reaching the
+    // source; so is an empty selector.
+    for body in [
+        "not json",
+        r#"{"backend": 7}"#,
+        "{}",
+        r#"{"backend": "  "}"#,
+    ] {
+        let p = path.clone();
+        let (status, text) = tokio::task::spawn_blocking(move || {
+            raw_request_with_body(&p, "POST /v1/backends/drain", body)
+        })
+        .await
+        .unwrap();
+        assert_eq!(status, 400, "{body}: {text}");
+        let err: ApiError = serde_json::from_str(&text).unwrap();
+        assert!(
+            err.error.starts_with("invalid request body")
+                || err.error.starts_with("no backend given"),
+            "{body}: {err:?}"
+        );
+    }
+    // Without a content type (`curl -d`), a valid body is accepted.
+    let p = path.clone();
+    let (status, text) = tokio::task::spawn_blocking(move || {
+        raw_request_with_body(&p, "POST /v1/backends/undrain", r#"{"backend":"2"}"#)
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{text}");
+    let hit: Vec<BackendInfo> = serde_json::from_str(&text).unwrap();
+    assert_eq!(hit[0].backend_id, 2);
+
+    assert_eq!(
+        server.fake.as_ref().unwrap().drain_calls(),
+        [
+            ("10.9.9.9:80".to_string(), true),
+            ("bad".to_string(), false),
+            ("2".to_string(), false),
+        ]
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn drain_on_source_without_support_is_501() {
+    let dir = TempDir::new();
+    let path = dir.0.join("rivorad.sock");
+    let server = start_with(&path, Arc::new(ReadOnlySource));
+    let client = Client::new(&path);
+
+    match client.drain("192.168.1.10:8080").await.unwrap_err() {
+        ClientError::Api { status, message } => {
+            assert_eq!(status, 501);
+            assert_eq!(
+                message,
+                r#"this rivorad cannot drain backends (asked for "192.168.1.10:8080")"#
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let err = client.undrain("1").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("rivorad returned HTTP 501: this rivorad cannot undrain"),
+        "{err}"
+    );
+    // Reads are unaffected.
+    assert_eq!(client.backends().await.unwrap(), sample_backends());
+    server.stop().await.unwrap();
+}
+
+#[test]
+fn api_failure_status_codes() {
+    let cases = [
+        (ApiFailure::BadRequest("b".into()), 400),
+        (ApiFailure::NotFound("n".into()), 404),
+        (ApiFailure::NotSupported("s".into()), 501),
+        (ApiFailure::Internal("i".into()), 500),
+    ];
+    for (failure, code) in cases {
+        assert_eq!(failure.status().as_u16(), code, "{failure:?}");
+        assert_eq!(failure.to_string(), failure.message());
+    }
 }

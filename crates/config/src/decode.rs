@@ -9,14 +9,38 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use crate::error::FieldError;
 use crate::yaml::{Kind, Node, Pos, Value};
-use crate::{BackendConfig, Config, MAX_BACKENDS, MAX_VIPS, Mode, Protocol, VipConfig};
+use crate::{
+    BackendConfig, CheckKind, Config, HealthCheck, MAX_BACKENDS, MAX_VIPS, Mode, Protocol,
+    VipConfig,
+};
 
 const TOP_KEYS: &[&str] = &["vips"];
-const VIP_KEYS: &[&str] = &["name", "address", "port", "protocol", "mode", "backends"];
-const BACKEND_KEYS: &[&str] = &["address", "port", "weight", "mac"];
+const VIP_KEYS: &[&str] = &[
+    "name",
+    "address",
+    "port",
+    "protocol",
+    "mode",
+    "backends",
+    "healthCheck",
+];
+const BACKEND_KEYS: &[&str] = &["address", "port", "weight", "mac", "healthCheck"];
+const CHECK_KEYS: &[&str] = &[
+    "type",
+    "interval",
+    "timeout",
+    "rise",
+    "fall",
+    "port",
+    "path",
+    "expectStatus",
+    "host",
+];
+const HTTP_ONLY_KEYS: &[&str] = &["path", "expectStatus", "host"];
 
 /// Longest VIP name: `[a-z0-9][a-z0-9-_.]{0,62}`.
 const MAX_NAME_LEN: usize = 63;
@@ -203,7 +227,49 @@ impl Decoder {
                 ),
             );
         }
+        if self.errors.is_empty() {
+            self.check_shared_backend_probes(items, &vips);
+        }
         Config { vips }
+    }
+
+    /// A backend listed by several VIPs is probed once, so every listing must
+    /// lead to the same effective health check. Runs on a valid file only,
+    /// where `vips[i]` and its backends line up with the YAML items.
+    fn check_shared_backend_probes(&mut self, items: &[Node], vips: &[VipConfig]) {
+        let mut first: HashMap<(IpAddr, u16), (String, Option<HealthCheck>, Pos)> = HashMap::new();
+        for (i, (vip, item)) in vips.iter().zip(items).enumerate() {
+            let nodes: Vec<&Node> = match item.kind() {
+                Kind::Map(pairs) => pairs
+                    .iter()
+                    .find(|(k, _)| k.scalar_text() == Some("backends"))
+                    .map(|(_, v)| match v.kind() {
+                        Kind::Seq(list) => list.iter().collect(),
+                        _ => Vec::new(),
+                    })
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            for (j, b) in vip.backends.iter().enumerate() {
+                let pos = nodes.get(j).map(|n| n.pos).unwrap_or(item.pos);
+                let here = format!("vips[{i}].backends[{j}]");
+                match first.get(&(b.address, b.port)) {
+                    None => {
+                        first.insert((b.address, b.port), (here, b.health_check.clone(), pos));
+                    }
+                    Some((there, check, there_pos)) if *check != b.health_check => {
+                        let message = format!(
+                            "backend {} has a different health check than {there} (line {}); \
+                             a backend is probed once, so all VIPs listing it must agree",
+                            socket(b.address, b.port),
+                            there_pos.line
+                        );
+                        self.error(&join(&here, "healthCheck"), pos, message);
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
     }
 
     fn vip(
@@ -249,6 +315,11 @@ impl Decoder {
             None => Some(Mode::default()),
         };
 
+        let vip_check = match fields.optional("healthCheck") {
+            Some(n) => self.health_check(n, &join(path, "healthCheck")),
+            None => Some(None),
+        };
+
         let mut backends = Vec::new();
         if let Some(list) = fields.optional("backends") {
             let list_path = join(path, "backends");
@@ -257,7 +328,8 @@ impl Decoder {
                     let mut seen: HashMap<(IpAddr, u16), (usize, Pos)> = HashMap::new();
                     for (j, item) in items.iter().enumerate() {
                         let item_path = format!("{list_path}[{j}]");
-                        let backend = self.backend(item, &item_path, address, port);
+                        let inherited = vip_check.clone().flatten();
+                        let backend = self.backend(item, &item_path, address, port, inherited);
                         if let Some(key) = backend.key {
                             if let Some(&(first, first_pos)) = seen.get(&key) {
                                 self.error(
@@ -297,8 +369,14 @@ impl Decoder {
         if let (Some(address), Some(port), Some(protocol)) = (address, port, protocol) {
             draft.endpoint = Some((address, port, protocol));
         }
-        if let (Some(name), Some(address), Some(port), Some(protocol), Some(mode)) =
-            (name, address, port, protocol, mode)
+        if let (
+            Some(name),
+            Some(address),
+            Some(port),
+            Some(protocol),
+            Some(mode),
+            Some(health_check),
+        ) = (name, address, port, protocol, mode, vip_check)
         {
             draft.config = Some(VipConfig {
                 name,
@@ -307,6 +385,7 @@ impl Decoder {
                 protocol,
                 mode,
                 backends,
+                health_check,
             });
         }
         draft
@@ -334,6 +413,7 @@ impl Decoder {
         path: &str,
         vip_address: Option<IpAddr>,
         vip_port: Option<u16>,
+        inherited_check: Option<HealthCheck>,
     ) -> BackendDraft {
         let mut draft = BackendDraft::default();
         let Some(fields) = self.mapping(
@@ -378,19 +458,230 @@ impl Decoder {
             Some(n) => self.mac(n, &join(path, "mac")).map(Some),
             None => Some(None),
         };
+        let health_check = match fields.optional("healthCheck") {
+            Some(n) => self.health_check(n, &join(path, "healthCheck")),
+            None => Some(inherited_check),
+        };
 
         if let (Some(address), Some(port)) = (address, port) {
             draft.key = Some((address, port));
         }
-        if let (Some(address), Some(port), Some(weight), Some(mac)) = (address, port, weight, mac) {
+        if let (Some(address), Some(port), Some(weight), Some(mac), Some(health_check)) =
+            (address, port, weight, mac, health_check)
+        {
             draft.config = Some(BackendConfig {
                 address,
                 port,
                 weight: u32::from(weight),
                 mac,
+                health_check,
             });
         }
         draft
+    }
+
+    /// A `healthCheck` mapping: `Some(None)` for `type: none`, `None` when
+    /// invalid (problems reported).
+    fn health_check(&mut self, node: &Node, path: &str) -> Option<Option<HealthCheck>> {
+        let fields = self.mapping(
+            node,
+            path,
+            "a health check (a mapping with the keys type, interval, timeout, rise, fall, port, path, expectStatus, host)",
+            CHECK_KEYS,
+        )?;
+        let kind_node = self.required(&fields, path, "type")?;
+        let kind = self
+            .text(kind_node, &join(path, "type"), "a check type")?
+            .to_string();
+        if !matches!(kind.as_str(), "tcp" | "http" | "none") {
+            self.error(
+                &join(path, "type"),
+                kind_node.pos,
+                format!("{kind:?} is not a valid check type; valid values: tcp, http, none"),
+            );
+            return None;
+        }
+        if kind != "http" {
+            for key in HTTP_ONLY_KEYS {
+                if let Some(n) = fields.get(key) {
+                    self.error(
+                        &join(path, key),
+                        n.pos,
+                        format!("`{key}` only applies to `type: http`"),
+                    );
+                }
+            }
+        }
+        if kind == "none" {
+            return Some(None);
+        }
+        let interval = match fields.optional("interval") {
+            Some(n) => self.duration(
+                n,
+                &join(path, "interval"),
+                Duration::from_millis(100),
+                Duration::from_secs(3600),
+            ),
+            None => Some(Duration::from_secs(2)),
+        };
+        let timeout = match fields.optional("timeout") {
+            Some(n) => self.duration(
+                n,
+                &join(path, "timeout"),
+                Duration::from_millis(10),
+                Duration::from_secs(3600),
+            ),
+            None => Some(Duration::from_secs(1).min(interval.unwrap_or(Duration::from_secs(1)))),
+        };
+        if let (Some(i), Some(t), Some(n)) = (interval, timeout, fields.get("timeout"))
+            && t > i
+        {
+            self.error(
+                &join(path, "timeout"),
+                n.pos,
+                format!("timeout {t:?} is longer than the interval {i:?}; probes would overlap"),
+            );
+        }
+        let count = |me: &mut Self, key: &str, default: u32| match fields.optional(key) {
+            Some(n) => {
+                let v = me.number(n, &join(path, key), key)?;
+                if v > 100 {
+                    me.error(
+                        &join(path, key),
+                        n.pos,
+                        format!("{v} is not a valid {key} (1-100)"),
+                    );
+                    return None;
+                }
+                Some(u32::from(v))
+            }
+            None => Some(default),
+        };
+        let rise = count(self, "rise", 2);
+        let fall = count(self, "fall", 3);
+        let port = match fields.optional("port") {
+            Some(n) => self.number(n, &join(path, "port"), "port").map(Some),
+            None => Some(None),
+        };
+        let kind = if kind == "tcp" {
+            Some(CheckKind::Tcp)
+        } else {
+            let http_path = match fields.optional("path") {
+                Some(n) => {
+                    let p = self.text(n, &join(path, "path"), "an HTTP path")?;
+                    if !p.starts_with('/') || p.chars().any(|c| c.is_whitespace() || c.is_control())
+                    {
+                        self.error(
+                            &join(path, "path"),
+                            n.pos,
+                            format!(
+                                "{p:?} is not a valid HTTP path: start with / and use no spaces"
+                            ),
+                        );
+                        None
+                    } else {
+                        Some(p.to_string())
+                    }
+                }
+                None => Some("/".to_string()),
+            };
+            let expect = match fields.optional("expectStatus") {
+                Some(n) => self.status_range(n, &join(path, "expectStatus")),
+                None => Some((200, 399)),
+            };
+            let host = match fields.optional("host") {
+                Some(n) => self
+                    .text(n, &join(path, "host"), "a host name")
+                    .map(|h| Some(h.to_string())),
+                None => Some(None),
+            };
+            match (http_path, expect, host) {
+                (Some(path), Some(expect), Some(host)) => {
+                    Some(CheckKind::Http { path, expect, host })
+                }
+                _ => None,
+            }
+        };
+        let (kind, interval, timeout, rise, fall, port) =
+            (kind?, interval?, timeout?, rise?, fall?, port?);
+        Some(Some(HealthCheck {
+            kind,
+            interval,
+            timeout,
+            rise,
+            fall,
+            port,
+        }))
+    }
+
+    /// A duration with a unit: `500ms`, `2s`, `1m` (a bare number is
+    /// ambiguous and rejected), within `min..=max`.
+    fn duration(
+        &mut self,
+        node: &Node,
+        path: &str,
+        min: Duration,
+        max: Duration,
+    ) -> Option<Duration> {
+        let text = self
+            .text(node, path, "a duration such as 500ms or 2s")?
+            .trim()
+            .to_string();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (digits, unit) = text.split_at(split);
+        let value: Option<u64> = digits.parse().ok();
+        let d = match (value, unit) {
+            (Some(v), "ms") => Some(Duration::from_millis(v)),
+            (Some(v), "s") => Some(Duration::from_secs(v)),
+            (Some(v), "m") => v.checked_mul(60).map(Duration::from_secs),
+            _ => None,
+        };
+        match d {
+            Some(d) if d >= min && d <= max => Some(d),
+            Some(d) => {
+                self.error(
+                    path,
+                    node.pos,
+                    format!("{text} is out of range ({min:?} to {max:?}); got {d:?}"),
+                );
+                None
+            }
+            None => {
+                self.error(
+                    path,
+                    node.pos,
+                    format!("{text:?} is not a duration: write a whole number with a unit, e.g. 500ms, 2s or 1m"),
+                );
+                None
+            }
+        }
+    }
+
+    /// `200`, or `200-399`, within 100-599.
+    fn status_range(&mut self, node: &Node, path: &str) -> Option<(u16, u16)> {
+        let text = node.scalar_text().unwrap_or_default().trim().to_string();
+        let parse = |s: &str| {
+            s.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|v| (100..=599).contains(v))
+        };
+        let range = match text.split_once('-') {
+            Some((a, b)) => parse(a).zip(parse(b)).filter(|(a, b)| a <= b),
+            None => parse(&text).map(|v| (v, v)),
+        };
+        if range.is_none() {
+            self.error(
+                path,
+                node.pos,
+                format!(
+                    "{text:?} is not a status or status range (e.g. 200 or 200-399, within 100-599)"
+                ),
+            );
+        }
+        range
     }
 
     /// Checks that `node` is a mapping whose keys are all in `allowed` and

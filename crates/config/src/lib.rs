@@ -78,6 +78,44 @@ pub struct VipConfig {
     /// (counted as `no_healthy_backend`). Every backend has the VIP's address
     /// family and no (address, port) appears twice.
     pub backends: Vec<BackendConfig>,
+    /// The VIP's default active health check for its backends, as written
+    /// (each backend's effective check is in [`BackendConfig::health_check`]).
+    pub health_check: Option<HealthCheck>,
+}
+
+/// An active health check of a backend. Probes go to the backend's own
+/// address (never from the VIP); a backend listed by several VIPs is probed
+/// once, so every VIP must ask for the same check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// What a probe does.
+    pub kind: CheckKind,
+    /// Time between probes (100 ms - 1 h, default 2 s).
+    pub interval: std::time::Duration,
+    /// Longest a probe may take (at most the interval, default 1 s).
+    pub timeout: std::time::Duration,
+    /// Consecutive successes that bring a down backend back (default 2).
+    pub rise: u32,
+    /// Consecutive failures that take a backend down (default 3).
+    pub fall: u32,
+    /// Port to probe instead of the backend's own port.
+    pub port: Option<u16>,
+}
+
+/// The probe of a [`HealthCheck`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    /// A TCP connection that completes.
+    Tcp,
+    /// An HTTP/1.1 GET whose status is in `expect` (inclusive).
+    Http {
+        /// Request path, starting with `/` (default `/`).
+        path: String,
+        /// Accepted status range (default 200-399).
+        expect: (u16, u16),
+        /// Host header (default: the probed address).
+        host: Option<String>,
+    },
 }
 
 /// One real server behind a VIP.
@@ -93,6 +131,10 @@ pub struct BackendConfig {
     /// Unicast MAC address of the server, needed to deliver frames directly
     /// in the DSR modes; optional in NAT mode.
     pub mac: Option<[u8; 6]>,
+    /// Its effective health check: its own `healthCheck` if it has one
+    /// (`type: none` disables checking), else its VIP's; None = not probed
+    /// (the backend counts as healthy).
+    pub health_check: Option<HealthCheck>,
 }
 
 /// Transport protocol of a VIP. Part of the VIP's identity: TCP and UDP on

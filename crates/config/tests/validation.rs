@@ -67,6 +67,7 @@ fn example_file_parses() {
         port,
         weight,
         mac: None,
+        health_check: None,
     };
     let expected = Config {
         vips: vec![
@@ -83,6 +84,7 @@ fn example_file_parses() {
                     },
                     backend("10.200.1.12", 8080, 1),
                 ],
+                health_check: None,
             },
             VipConfig {
                 name: "dns".into(),
@@ -91,6 +93,7 @@ fn example_file_parses() {
                 protocol: Protocol::Udp,
                 mode: Mode::Nat,
                 backends: vec![backend("10.200.1.21", 53, 1), backend("10.200.1.22", 53, 1)],
+                health_check: None,
             },
             VipConfig {
                 name: "web6".into(),
@@ -103,6 +106,7 @@ fn example_file_parses() {
                     backend("2001:db8:1::12", 443, 1),
                     backend("2001:db8:1::13", 443, 2),
                 ],
+                health_check: None,
             },
         ],
     };
@@ -139,6 +143,7 @@ fn defaults_are_applied() {
             port: 80,
             weight: 1,
             mac: None,
+            health_check: None,
         }]
     );
     // Without a `backends` key the VIP has none (and drops its traffic).
@@ -273,7 +278,7 @@ vips:
             "rivora.yaml:3:14: vips[0].address: 10.0.0.1/24 has a prefix length: write a single address (10.0.0.1 without /24)",
             "rivora.yaml:4:11: vips[0].port: 0 is not a valid port (1-65535)",
             "rivora.yaml:5:15: vips[0].protocol: \"sctp\" is not a valid protocol; valid values: tcp, udp",
-            "rivora.yaml:6:5: vips[0].colour: unknown key `colour`; allowed keys: name, address, port, protocol, mode, backends",
+            "rivora.yaml:6:5: vips[0].colour: unknown key `colour`; allowed keys: name, address, port, protocol, mode, backends, healthCheck",
             "rivora.yaml:9:17: vips[0].backends[0].weight: 0 is not a valid weight (1-65535)",
             "rivora.yaml:10:14: vips[0].backends[0].mac: \"zz\" is not a valid MAC address: expected six hex octets separated by colons, like 02:00:00:00:00:01",
             "rivora.yaml:14:11: vips[1].mode: \"direct\" is not a valid mode; valid values: nat, dsr, dsr-ipip, dsr-gre",
@@ -349,7 +354,7 @@ fn unknown_vip_key() {
         "vips[0].weight",
         5,
         5,
-        "unknown key `weight`; allowed keys: name, address, port, protocol, mode, backends",
+        "unknown key `weight`; allowed keys: name, address, port, protocol, mode, backends, healthCheck",
     );
 }
 
@@ -363,7 +368,7 @@ fn unknown_backend_key() {
         "vips[0].backends[0].prot",
         7,
         9,
-        "unknown key `prot`; allowed keys: address, port, weight, mac",
+        "unknown key `prot`; allowed keys: address, port, weight, mac, healthCheck",
     );
 }
 

@@ -68,8 +68,16 @@ pub struct BackendState {
     pub generation: u32,
     /// MAC (DSR modes).
     pub mac: [u8; 6],
-    /// Health state (`rivora_abi::backend_state`).
+    /// Effective health state as written to the map
+    /// (`rivora_abi::backend_state`): down if the probes say so, else
+    /// draining if drained or retiring, else healthy.
     pub state: u32,
+    /// Drained by an operator.
+    pub drained: bool,
+    /// The health probes consider it down.
+    pub probe_down: bool,
+    /// When `state` last changed in this process (None: not since start).
+    pub last_change: Option<std::time::SystemTime>,
     /// VIPs that list it.
     pub vips: BTreeSet<VipKey>,
     /// Set when no VIP lists it any more: it keeps its ID (in the draining
@@ -395,7 +403,6 @@ impl Dataplane {
         for (key, id, mac) in new_backends {
             let generation = self.generation();
             self.write_backend(key, id, mac, generation)?;
-            self.set_health(id, abi::backend_state::HEALTHY)?;
             self.backends.insert(
                 key,
                 BackendState {
@@ -403,11 +410,15 @@ impl Dataplane {
                     id,
                     generation,
                     mac,
-                    state: abi::backend_state::HEALTHY,
+                    state: abi::backend_state::NONE,
+                    drained: false,
+                    probe_down: false,
+                    last_change: None,
                     vips: BTreeSet::new(),
                     retired_at: None,
                 },
             );
+            self.sync_health(&key)?;
             report.backends_added += 1;
         }
         let revived: Vec<BackendKey> = wanted
@@ -420,11 +431,11 @@ impl Dataplane {
             .copied()
             .collect();
         for key in revived {
-            let id = self.backends[&key].id;
-            self.set_health(id, abi::backend_state::HEALTHY)?;
-            let b = self.backends.get_mut(&key).expect("listed above");
-            b.retired_at = None;
-            b.state = abi::backend_state::HEALTHY;
+            self.backends
+                .get_mut(&key)
+                .expect("listed above")
+                .retired_at = None;
+            self.sync_health(&key)?;
             report.backends_revived += 1;
         }
         for (key, mac) in mac_changes {
@@ -539,11 +550,11 @@ impl Dataplane {
                 self.release_backend(key)?;
                 report.backends_removed += 1;
             } else {
-                let id = self.backends[&key].id;
-                self.set_health(id, abi::backend_state::DRAINING)?;
-                let b = self.backends.get_mut(&key).expect("listed above");
-                b.retired_at = Some(Instant::now());
-                b.state = abi::backend_state::DRAINING;
+                self.backends
+                    .get_mut(&key)
+                    .expect("listed above")
+                    .retired_at = Some(Instant::now());
+                self.sync_health(&key)?;
                 report.backends_retired += 1;
             }
         }
@@ -606,12 +617,12 @@ impl Dataplane {
         let mut by_id: BTreeMap<u32, BackendState> = BTreeMap::new();
         let mut seen_keys: BTreeSet<BackendKey> = BTreeSet::new();
         for id in 0..abi::MAX_BACKENDS {
-            let state = dp
+            let health = dp
                 .maps
                 .backend_health
                 .get(&id, 0)
-                .map_err(|e| map_err("backend_health_map", e))?
-                .state;
+                .map_err(|e| map_err("backend_health_map", e))?;
+            let state = health.state;
             if state == abi::backend_state::NONE {
                 continue;
             }
@@ -667,6 +678,10 @@ impl Dataplane {
                     generation,
                     mac,
                     state,
+                    drained: health.flags & abi::backend_flags::DRAINED != 0,
+                    probe_down: health.flags & abi::backend_flags::PROBE_DOWN != 0
+                        || state == abi::backend_state::DOWN,
+                    last_change: None,
                     vips: BTreeSet::new(),
                     retired_at: None,
                 },
@@ -734,15 +749,13 @@ impl Dataplane {
         for (_, mut b) in by_id {
             if b.vips.is_empty() {
                 // Nothing routes new flows to it: it retires like a removed backend.
-                if b.state == abi::backend_state::HEALTHY {
-                    b.state = abi::backend_state::DRAINING;
-                    dp.set_health(b.id, b.state)?;
-                }
                 b.retired_at = Some(now);
                 report.retiring += 1;
             }
             report.backends += 1;
-            dp.backends.insert(b.key, b);
+            let key = b.key;
+            dp.backends.insert(key, b);
+            dp.sync_health(&key)?;
         }
         let backend_ids: BTreeSet<u32> = dp.backends.values().map(|b| b.id).collect();
         dp.backend_ids = IdAllocator::adopt(abi::MAX_BACKENDS, &backend_ids);
@@ -839,16 +852,70 @@ impl Dataplane {
         Ok(svc.generation)
     }
 
-    /// Sets a backend's health state (healthy, draining, down).
+    /// Records an operator's drain (or its end). Returns whether the
+    /// effective state changed. A backend the probes consider down stays down.
+    pub fn set_drained(&mut self, key: &BackendKey, drained: bool) -> Result<bool, Error> {
+        self.backend_mut(key)?.drained = drained;
+        self.sync_health(key)
+    }
+
+    /// Records the health probes' verdict. Returns whether the effective
+    /// state changed. Slices are not rebuilt: the health map alone steers
+    /// new flows, so a flapping backend reshuffles nobody else's flows.
+    pub fn set_probe_down(&mut self, key: &BackendKey, down: bool) -> Result<bool, Error> {
+        self.backend_mut(key)?.probe_down = down;
+        self.sync_health(key)
+    }
+
+    /// Forces a state, for tests and tools: `HEALTHY` clears drain and
+    /// probe verdict, `DRAINING` drains, `DOWN` marks the probes down.
     pub fn set_backend_state(&mut self, key: &BackendKey, state: u32) -> Result<(), Error> {
-        let id = self
-            .backends
-            .get(key)
-            .ok_or_else(|| Error::Invalid(format!("no backend {key}")))?
-            .id;
-        self.set_health(id, state)?;
-        self.backends.get_mut(key).expect("checked").state = state;
-        Ok(())
+        let b = self.backend_mut(key)?;
+        match state {
+            abi::backend_state::HEALTHY => (b.drained, b.probe_down) = (false, false),
+            abi::backend_state::DRAINING => (b.drained, b.probe_down) = (true, false),
+            abi::backend_state::DOWN => b.probe_down = true,
+            s => return Err(Error::Invalid(format!("state {s} cannot be set"))),
+        }
+        self.sync_health(key).map(|_| ())
+    }
+
+    fn backend_mut(&mut self, key: &BackendKey) -> Result<&mut BackendState, Error> {
+        self.backends
+            .get_mut(key)
+            .ok_or_else(|| Error::Invalid(format!("no backend {key}")))
+    }
+
+    /// Writes a backend's effective state and its reasons to the health map
+    /// when they changed; returns whether the state changed.
+    fn sync_health(&mut self, key: &BackendKey) -> Result<bool, Error> {
+        let b = self.backends.get(key).expect("caller checked");
+        let state = if b.probe_down {
+            abi::backend_state::DOWN
+        } else if b.drained || b.retired_at.is_some() {
+            abi::backend_state::DRAINING
+        } else {
+            abi::backend_state::HEALTHY
+        };
+        let mut flags = 0;
+        if b.drained {
+            flags |= abi::backend_flags::DRAINED;
+        }
+        if b.probe_down {
+            flags |= abi::backend_flags::PROBE_DOWN;
+        }
+        let id = b.id;
+        let changed = b.state != state;
+        self.maps
+            .backend_health
+            .set(id, abi::BackendHealth { state, flags }, 0)
+            .map_err(|e| map_err("backend_health_map", e))?;
+        let b = self.backends.get_mut(key).expect("caller checked");
+        if changed {
+            b.state = state;
+            b.last_change = Some(std::time::SystemTime::now());
+        }
+        Ok(changed)
     }
 
     /// Per-VIP counters summed over CPUs, in VIP order.
@@ -876,6 +943,36 @@ impl Dataplane {
             });
         }
         Ok(out)
+    }
+
+    /// Entries in use in each flow table and its capacity, so an operator
+    /// sees a table filling before LRU eviction starts dropping live flows.
+    /// Counts by walking the keys: one syscall per entry, so call it at
+    /// scrape or CLI rate, not in a loop.
+    pub fn table_usage(&self) -> Vec<(&'static str, u64, u64)> {
+        let cap = abi::MAX_FLOWS as u64;
+        vec![
+            (
+                "connection_affinity_map",
+                self.maps.affinity.keys().count() as u64,
+                cap,
+            ),
+            (
+                "connection_affinity_map6",
+                self.maps.affinity6.keys().count() as u64,
+                cap,
+            ),
+            (
+                "nat_reverse_map",
+                self.maps.nat_reverse.keys().count() as u64,
+                cap,
+            ),
+            (
+                "nat_reverse_map6",
+                self.maps.nat_reverse6.keys().count() as u64,
+                cap,
+            ),
+        ]
     }
 
     /// Drop counters by reason (index = `rivora_abi::drop_reason`).
@@ -950,7 +1047,7 @@ impl Dataplane {
     fn set_health(&mut self, id: u32, state: u32) -> Result<(), Error> {
         self.maps
             .backend_health
-            .set(id, abi::BackendHealth { state }, 0)
+            .set(id, abi::BackendHealth { state, flags: 0 }, 0)
             .map_err(|e| map_err("backend_health_map", e))
     }
 

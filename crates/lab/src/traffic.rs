@@ -435,6 +435,9 @@ pub fn tcp_round(
 /// Why: with chosen ports the set of flows, and so the balancer's choices,
 /// is the same on every run, so a test that checks how flows spread is
 /// reproducible instead of depending on the kernel's random ephemeral ports.
+/// Pick ports below the ephemeral range (`net.ipv4.ip_local_port_range`,
+/// 32768 and up by default), or a concurrent connection that the kernel
+/// gave one of them makes the bind fail with "address already in use".
 pub fn tcp_round_from_ports(
     ns: &Netns,
     target: SocketAddr,

@@ -1,23 +1,33 @@
-//! `rivoractl`: command-line view of a running rivorad.
+//! `rivoractl`: command-line view of a running rivorad, and the switch for
+//! draining backends.
 //!
-//! A thin layer over [`rivora_api::Client`]: parse flags, make one API call,
-//! render it (see [`render`]). All logic about what the numbers mean lives
-//! in the daemon; this binary only formats.
+//! A thin layer over [`rivora_api::Client`]: parse flags, make the API
+//! calls, render the answers (see [`render`]; rates from two samples in
+//! [`rates`]). All logic about what the numbers mean lives in the daemon;
+//! this binary only samples and formats.
 
+mod rates;
 mod render;
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use rivora_api::{Client, ClientError, DEFAULT_SOCKET};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::MissedTickBehavior;
 
-/// Inspect a running rivorad (Rivora L4 load balancer node daemon).
+use crate::rates::WatchFrame;
+
+/// Inspect a running rivorad (Rivora L4 load balancer node daemon), and
+/// drain backends for maintenance.
 ///
-/// Reads the daemon's local API over its root-only Unix socket, so it
-/// usually needs root. It only reads state; it never changes it.
+/// Talks to the daemon's local API over its root-only Unix socket, so it
+/// usually needs root. Only `drain` and `undrain` change anything; every
+/// other command only reads.
 #[derive(Debug, Parser)]
 #[command(name = "rivoractl", version)]
 struct Cli {
@@ -31,7 +41,7 @@ struct Cli {
     )]
     socket: PathBuf,
 
-    /// Output format: `table` for people, `json` (the raw API answer) for scripts.
+    /// Output format: `table` for people, `json` for scripts.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
 
@@ -43,7 +53,7 @@ struct Cli {
 enum Output {
     /// Human-readable tables.
     Table,
-    /// Pretty-printed JSON, exactly the API's data.
+    /// JSON: the API's data (plus computed rates for `stats` and `watch`).
     Json,
 }
 
@@ -63,16 +73,142 @@ enum Command {
     /// slice as offset+size, worst load imbalance), then one row per
     /// VIP/backend pair with weight, backend id and state.
     Vips,
-    /// List backends, to see what is affected when a backend host goes away.
+    /// List backends and why each is in its state: drain, retirement, health probe.
     ///
-    /// One row per backend with its id, state (healthy/draining/down) and the
-    /// VIPs it serves.
+    /// One row per backend: id, state (healthy/draining/down, marked
+    /// `(drained)` when an operator drained it and `(retiring)` when it left
+    /// the config and is finishing its flows), its health probe and the
+    /// probe's last result (`ok 0.4 ms`, `fail: <reason>`, `pending`), when
+    /// the state last changed, and the VIPs it serves.
     Backends,
-    /// Show traffic counters and drops, to see whether VIPs get traffic and why packets are lost.
+    /// Show traffic rates, counters, drops and flow-table usage.
     ///
-    /// Per-VIP packets, bytes, new flows, drops and reply traffic (summed over
-    /// all CPUs since the programs were loaded), then drop counts by reason.
-    Stats,
+    /// Takes two samples INTERVAL apart and shows, per VIP, packets/s,
+    /// bytes/s and new flows/s next to the totals since the programs were
+    /// loaded (summed over all CPUs); then drops by reason, then how full the
+    /// flow tables are (`!` marks 90% or more: a full LRU table evicts live
+    /// flows). With `-o json`: the second sample plus `interval_secs` and
+    /// per-VIP `rates`.
+    Stats {
+        /// Seconds between the two samples; 0 shows totals only, without waiting.
+        #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_interval)]
+        interval: Duration,
+    },
+    /// Drain backends: established flows finish, no new flow goes to them.
+    ///
+    /// Use before maintenance of a backend host: draining lets the flows
+    /// already established with the backend finish (existing connections are
+    /// not broken) while no new flow is sent to it; watch them wind down with
+    /// `rivoractl watch`. A drain does not keep a broken backend in service:
+    /// a failed health probe still turns it down. The drain is kept by
+    /// rivorad and survives a rivorad restart, until `rivoractl undrain`.
+    ///
+    /// Prints the affected backends (JSON list with `-o json`).
+    Drain {
+        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`).
+        #[arg(value_name = "BACKEND", value_parser = parse_backend)]
+        backend: String,
+    },
+    /// End a drain: the backends get new flows again.
+    ///
+    /// Undoes `rivoractl drain` for the matching backends. A backend whose
+    /// health probe fails stays down, and one that has left the config keeps
+    /// draining until it is retired.
+    ///
+    /// Prints the affected backends (JSON list with `-o json`).
+    Undrain {
+        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`).
+        #[arg(value_name = "BACKEND", value_parser = parse_backend)]
+        backend: String,
+    },
+    /// Live view of per-VIP rates, flow tables and backend states.
+    ///
+    /// Every INTERVAL, reads counters and backends and redraws the screen
+    /// (when stdout is a terminal; otherwise prints each view after a
+    /// separator line). Rates are over the last interval. Stops on Ctrl-C or
+    /// after COUNT refreshes. With `-o json`: one JSON object per line per
+    /// refresh, `{"stats": <stats -o json>, "backends": [...]}`.
+    Watch {
+        /// Seconds between refreshes.
+        #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_refresh)]
+        interval: Duration,
+        /// Stop after this many refreshes (default: run until Ctrl-C).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+    },
+}
+
+/// Longest accepted interval; longer ones are almost certainly a typo
+/// (milliseconds given as seconds).
+const MAX_INTERVAL_SECS: f64 = 3600.0;
+
+/// `--interval` of `stats`: seconds, 0 allowed.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.0..=MAX_INTERVAL_SECS).contains(&secs) {
+        return Err(format!("must be between 0 and {MAX_INTERVAL_SECS} seconds"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `--interval` of `watch`: seconds, more than 0.
+fn parse_refresh(s: &str) -> Result<Duration, String> {
+    let d = parse_interval(s)?;
+    if d < Duration::from_millis(10) {
+        return Err("must be at least 0.01 seconds".into());
+    }
+    Ok(d)
+}
+
+/// A drain selector, checked and normalized (canonical address text, as the
+/// daemon prints it) before it is sent, so typos fail here with a clear
+/// message instead of as "no such backend".
+fn parse_backend(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if let Ok(id) = s.parse::<u32>() {
+        return Ok(id.to_string());
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok(ip.to_string());
+    }
+    if let Some(v6) = s
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|r| r.parse::<Ipv6Addr>().ok())
+    {
+        return Ok(v6.to_string());
+    }
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Ok(sa.to_string());
+    }
+    Err(format!(
+        "{s:?} is not ADDR:PORT, [IPV6]:PORT, ADDR or a numeric backend id"
+    ))
+}
+
+/// Why a command failed.
+enum Failure {
+    /// The API call failed; the message is the client's.
+    Api(ClientError),
+    /// Writing to stdout failed.
+    Output(io::Error),
+    /// Anything else, already phrased for the operator.
+    Other(String),
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        Failure::Api(e)
+    }
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Output(e)
+    }
 }
 
 fn main() -> ExitCode {
@@ -87,29 +223,34 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let text = match runtime.block_on(run(&cli)) {
-        Ok(text) => text,
-        Err(e) => {
-            eprintln!("rivoractl: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match io::stdout().lock().write_all(text.as_bytes()) {
+    let mut stdout = io::stdout().lock();
+    match runtime.block_on(run(&cli, &mut stdout)) {
         Ok(()) => ExitCode::SUCCESS,
         // `rivoractl stats | head` is not an error.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Failure::Output(e)) => {
             eprintln!("rivoractl: cannot write output: {e}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::Api(e)) => {
+            eprintln!("rivoractl: {e}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::Other(e)) => {
+            eprintln!("rivoractl: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-/// Make the one API call for the command and render its answer.
-async fn run(cli: &Cli) -> Result<String, ClientError> {
+/// Make the API calls for the command and write the rendered answers.
+///
+/// Everything but `watch` renders completely before writing, so a failed
+/// call leaves stdout empty.
+async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
     let client = Client::new(&cli.socket);
     let json = cli.output == Output::Json;
-    Ok(match cli.command {
+    let text = match cli.command {
         Command::Status => {
             let s = client.status().await?;
             if json {
@@ -131,18 +272,102 @@ async fn run(cli: &Cli) -> Result<String, ClientError> {
             if json {
                 render::json(&b)
             } else {
-                render::backends(&b)
+                render::backends(&b, now_unix())
             }
         }
-        Command::Stats => {
-            let s = client.stats().await?;
-            if json {
-                render::json(&s)
+        Command::Stats { interval } => {
+            let first = client.stats().await?;
+            let report = if interval.is_zero() {
+                rates::totals_only(first)
             } else {
-                render::stats(&s)
+                let since = Instant::now();
+                tokio::time::sleep(interval).await;
+                let second = client.stats().await?;
+                rates::with_rates(&first, second, since.elapsed())
+            };
+            if json {
+                render::json(&report)
+            } else {
+                render::stats(&report)
             }
         }
-    })
+        Command::Drain { ref backend } | Command::Undrain { ref backend } => {
+            let drain = matches!(cli.command, Command::Drain { .. });
+            let hit = if drain {
+                client.drain(backend).await?
+            } else {
+                client.undrain(backend).await?
+            };
+            if json {
+                render::json(&hit)
+            } else {
+                render::drain_result(&hit, drain, now_unix())
+            }
+        }
+        Command::Watch { interval, count } => {
+            return watch(&client, interval, count, json, out).await;
+        }
+    };
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// `rivoractl watch`: refresh every `interval` until Ctrl-C or `count`
+/// refreshes. Ctrl-C is a normal way to stop, so it exits successfully.
+async fn watch(
+    client: &Client,
+    interval: Duration,
+    count: Option<u64>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|e| Failure::Other(format!("cannot watch for Ctrl-C: {e}")))?;
+    let redraw = !json && io::stdout().is_terminal();
+    let refreshes = async {
+        let mut ticker = tokio::time::interval(interval);
+        // A slow daemon delays the next refresh rather than causing a burst.
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        ticker.tick().await; // the first tick is immediate
+        let mut prev = client.stats().await?;
+        let mut prev_at = Instant::now();
+        let mut done = 0u64;
+        loop {
+            ticker.tick().await;
+            let (stats, backends) = tokio::try_join!(client.stats(), client.backends())?;
+            let at = Instant::now();
+            let frame = WatchFrame {
+                stats: rates::with_rates(&prev, stats.clone(), at - prev_at),
+                backends,
+            };
+            let text = if json {
+                let mut line = serde_json::to_string(&frame).expect("API types always serialize");
+                line.push('\n');
+                line
+            } else {
+                let view = render::watch(&frame, now_unix());
+                if redraw {
+                    format!("\x1b[2J\x1b[H{view}")
+                } else if done > 0 {
+                    format!("{}\n{view}", "=".repeat(72))
+                } else {
+                    view
+                }
+            };
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+            done += 1;
+            if count.is_some_and(|n| done >= n) {
+                return Ok(());
+            }
+            (prev, prev_at) = (stats, at);
+        }
+    };
+    tokio::select! {
+        r = refreshes => r,
+        _ = interrupt.recv() => Ok(()),
+    }
 }
 
 fn now_unix() -> u64 {
@@ -181,5 +406,72 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["rivoractl", "stats", "-o", "yaml"]).is_err());
         assert!(Cli::try_parse_from(["rivoractl"]).is_err());
+    }
+
+    #[test]
+    fn backend_selectors() {
+        assert_eq!(parse_backend("10.0.0.1:8080").unwrap(), "10.0.0.1:8080");
+        assert_eq!(parse_backend(" 10.0.0.1 ").unwrap(), "10.0.0.1");
+        assert_eq!(parse_backend("42").unwrap(), "42");
+        assert_eq!(parse_backend("007").unwrap(), "7");
+        // IPv6 is normalized to the daemon's textual form.
+        assert_eq!(
+            parse_backend("[2001:DB8:0::10]:80").unwrap(),
+            "[2001:db8::10]:80"
+        );
+        assert_eq!(parse_backend("2001:db8::10").unwrap(), "2001:db8::10");
+        assert_eq!(parse_backend("[2001:db8::10]").unwrap(), "2001:db8::10");
+        for bad in [
+            "",
+            "web",
+            "10.0.0.1:http",
+            "10.0.0:80",
+            "2001:db8::10:80:x",
+            "-1",
+        ] {
+            let e = parse_backend(bad).unwrap_err();
+            assert!(e.contains("is not ADDR:PORT"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn subcommand_flags() {
+        let cli = Cli::try_parse_from(["rivoractl", "drain", "[::1]:80", "-o", "json"]).unwrap();
+        assert!(matches!(cli.command, Command::Drain { ref backend } if backend == "[::1]:80"));
+        let cli = Cli::try_parse_from(["rivoractl", "undrain", "3"]).unwrap();
+        assert!(matches!(cli.command, Command::Undrain { ref backend } if backend == "3"));
+        assert!(Cli::try_parse_from(["rivoractl", "drain"]).is_err());
+        assert!(Cli::try_parse_from(["rivoractl", "drain", "nope"]).is_err());
+
+        let cli = Cli::try_parse_from(["rivoractl", "stats"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::Stats { interval } if interval == Duration::from_secs(1))
+        );
+        let cli = Cli::try_parse_from(["rivoractl", "stats", "--interval", "0"]).unwrap();
+        assert!(matches!(cli.command, Command::Stats { interval } if interval.is_zero()));
+        let cli = Cli::try_parse_from(["rivoractl", "stats", "--interval", "0.25"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::Stats { interval } if interval == Duration::from_millis(250))
+        );
+        for bad in ["-1", "x", "NaN", "inf", "3601"] {
+            assert!(
+                Cli::try_parse_from(["rivoractl", "stats", "--interval", bad]).is_err(),
+                "{bad}"
+            );
+        }
+
+        let cli = Cli::try_parse_from(["rivoractl", "watch"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Watch { interval, count: None } if interval == Duration::from_secs(1)
+        ));
+        let cli = Cli::try_parse_from(["rivoractl", "watch", "--interval", "0.5", "--count", "3"])
+            .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Watch { interval, count: Some(3) } if interval == Duration::from_millis(500)
+        ));
+        assert!(Cli::try_parse_from(["rivoractl", "watch", "--interval", "0"]).is_err());
+        assert!(Cli::try_parse_from(["rivoractl", "watch", "--count", "0"]).is_err());
     }
 }

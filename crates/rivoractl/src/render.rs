@@ -9,11 +9,17 @@ use std::net::Ipv6Addr;
 
 use comfy_table::presets::ASCII_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
-use rivora_api::{BackendInfo, Stats, Status, VipInfo};
+use rivora_api::{BackendInfo, Status, TableUsage, VipInfo, VipStats};
 use serde::Serialize;
+
+use crate::rates::{StatsReport, VipRates, WatchFrame};
 
 /// Placeholder for absent values, so empty cells are never ambiguous.
 const NONE: &str = "-";
+
+/// Flow-table fill level (percent) from which a table is flagged: an LRU
+/// table that fills up evicts live flows, so it is worth noticing before.
+const FULL_WARN_PCT: u64 = 90;
 
 /// Pretty JSON of any API answer, newline-terminated.
 pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -158,13 +164,22 @@ pub fn vips(vips: &[VipInfo]) -> String {
     out
 }
 
-/// `rivoractl backends`: one row per backend.
-pub fn backends(backends: &[BackendInfo]) -> String {
+/// `rivoractl backends`: one row per backend, with why it is in its state
+/// (operator drain, retiring, health probe) and since when.
+pub fn backends(backends: &[BackendInfo], now_unix: u64) -> String {
     if backends.is_empty() {
         return "No backends configured.\n".into();
     }
     let mut t = table();
-    t.set_header(vec!["BACKEND ID", "BACKEND", "STATE", "VIPS"]);
+    t.set_header(vec![
+        "BACKEND ID",
+        "BACKEND",
+        "STATE",
+        "PROBE",
+        "LAST RESULT",
+        "LAST CHANGE",
+        "VIPS",
+    ]);
     for b in backends {
         let vips = if b.vips.is_empty() {
             NONE.to_string()
@@ -174,7 +189,15 @@ pub fn backends(backends: &[BackendInfo]) -> String {
         t.add_row(vec![
             b.backend_id.to_string(),
             endpoint(&b.address, b.port, None),
-            b.state.clone(),
+            backend_state(b),
+            b.probe
+                .as_ref()
+                .map_or_else(|| NONE.to_string(), |p| format!("{} {}", p.kind, p.target)),
+            b.probe.as_ref().map_or_else(
+                || NONE.to_string(),
+                |p| probe_result(&p.last_result, p.last_latency_ms),
+            ),
+            ago(b.last_change_unix, now_unix),
             vips,
         ]);
     }
@@ -182,36 +205,103 @@ pub fn backends(backends: &[BackendInfo]) -> String {
     finish(t)
 }
 
-/// `rivoractl stats`: per-VIP counters, then drops by reason.
-pub fn stats(s: &Stats) -> String {
+/// `rivoractl drain` / `undrain`: what the change means, then the affected
+/// backends.
+pub fn drain_result(backends_hit: &[BackendInfo], drain: bool, now_unix: u64) -> String {
+    if backends_hit.is_empty() {
+        return "No backend matched.\n".into();
+    }
+    let n = backends_hit.len();
+    let what = if n == 1 {
+        "1 backend".to_string()
+    } else {
+        format!("{n} backends")
+    };
+    let mut out = if drain {
+        format!(
+            "Drained {what}: established flows continue, no new flows are sent to {}.\n",
+            if n == 1 { "it" } else { "them" }
+        )
+    } else {
+        format!(
+            "Undrained {what}: new flows are sent to {} again unless down or retiring.\n",
+            if n == 1 { "it" } else { "them" }
+        )
+    };
+    out.push_str(&backends(backends_hit, now_unix));
+    out
+}
+
+/// `rivoractl stats`: per-VIP counters (with rates when two samples were
+/// taken), drops by reason, then flow-table usage.
+pub fn stats(r: &StatsReport) -> String {
+    let s = &r.stats;
     let mut out = String::new();
     if s.vips.is_empty() {
         out.push_str("No VIP counters.\n");
     } else {
         let mut t = table();
-        t.set_header(vec![
-            "VIP",
-            "SERVICE ID",
-            "PACKETS",
-            "BYTES",
-            "NEW FLOWS",
-            "DROPS",
-            "REPLY PACKETS",
-            "REPLY BYTES",
-        ]);
-        for v in &s.vips {
-            t.add_row(vec![
-                v.name.clone(),
-                v.service_id.to_string(),
-                v.packets.to_string(),
-                human_bytes(v.bytes),
-                v.new_flows.to_string(),
-                v.drops.to_string(),
-                v.reply_packets.to_string(),
-                human_bytes(v.reply_bytes),
+        if let Some(secs) = r.interval_secs {
+            let _ = writeln!(
+                out,
+                "Totals since the programs were loaded; rates over the last {}.",
+                seconds(secs)
+            );
+            t.set_header(vec![
+                "VIP",
+                "SERVICE ID",
+                "PACKETS",
+                "PKT/S",
+                "BYTES",
+                "BYTES/S",
+                "NEW FLOWS",
+                "FLOWS/S",
+                "DROPS",
+                "REPLY PACKETS",
+                "REPLY BYTES",
             ]);
+            for v in &s.vips {
+                let rate = rates_of(r, v);
+                t.add_row(vec![
+                    v.name.clone(),
+                    v.service_id.to_string(),
+                    v.packets.to_string(),
+                    per_sec(rate.and_then(|x| x.packets_per_sec)),
+                    human_bytes(v.bytes),
+                    bytes_per_sec(rate.and_then(|x| x.bytes_per_sec)),
+                    v.new_flows.to_string(),
+                    per_sec(rate.and_then(|x| x.new_flows_per_sec)),
+                    v.drops.to_string(),
+                    v.reply_packets.to_string(),
+                    human_bytes(v.reply_bytes),
+                ]);
+            }
+            right_align(&mut t, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        } else {
+            t.set_header(vec![
+                "VIP",
+                "SERVICE ID",
+                "PACKETS",
+                "BYTES",
+                "NEW FLOWS",
+                "DROPS",
+                "REPLY PACKETS",
+                "REPLY BYTES",
+            ]);
+            for v in &s.vips {
+                t.add_row(vec![
+                    v.name.clone(),
+                    v.service_id.to_string(),
+                    v.packets.to_string(),
+                    human_bytes(v.bytes),
+                    v.new_flows.to_string(),
+                    v.drops.to_string(),
+                    v.reply_packets.to_string(),
+                    human_bytes(v.reply_bytes),
+                ]);
+            }
+            right_align(&mut t, &[1, 2, 3, 4, 5, 6, 7]);
         }
-        right_align(&mut t, &[1, 2, 3, 4, 5, 6, 7]);
         out.push_str(&finish(t));
     }
     if s.drops.is_empty() {
@@ -226,7 +316,203 @@ pub fn stats(s: &Stats) -> String {
         out.push_str("\nDrops by reason:\n");
         out.push_str(&finish(d));
     }
+    out.push_str(&flow_tables(&s.tables));
     out
+}
+
+/// `rivoractl watch`: one refresh, current rates first (what an operator
+/// watches), then flow tables and backend states.
+pub fn watch(f: &WatchFrame, now_unix: u64) -> String {
+    let r = &f.stats;
+    let mut out = format!(
+        "rivorad at {}: rates over the last {} (Ctrl-C to stop)\n",
+        utc(now_unix),
+        r.interval_secs.map_or_else(|| NONE.to_string(), seconds)
+    );
+    if r.stats.vips.is_empty() {
+        out.push_str("No VIP counters.\n");
+    } else {
+        let mut t = table();
+        t.set_header(vec![
+            "VIP",
+            "PKT/S",
+            "BYTES/S",
+            "NEW FLOWS/S",
+            "DROPS/S",
+            "REPLY PKT/S",
+            "REPLY BYTES/S",
+            "PACKETS",
+            "NEW FLOWS",
+        ]);
+        for v in &r.stats.vips {
+            let rate = rates_of(r, v);
+            t.add_row(vec![
+                v.name.clone(),
+                per_sec(rate.and_then(|x| x.packets_per_sec)),
+                bytes_per_sec(rate.and_then(|x| x.bytes_per_sec)),
+                per_sec(rate.and_then(|x| x.new_flows_per_sec)),
+                per_sec(rate.and_then(|x| x.drops_per_sec)),
+                per_sec(rate.and_then(|x| x.reply_packets_per_sec)),
+                bytes_per_sec(rate.and_then(|x| x.reply_bytes_per_sec)),
+                v.packets.to_string(),
+                v.new_flows.to_string(),
+            ]);
+        }
+        right_align(&mut t, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        out.push_str(&finish(t));
+    }
+    out.push_str(&flow_tables(&r.stats.tables));
+    out.push('\n');
+    out.push_str(&backends(&f.backends, now_unix));
+    out
+}
+
+/// Flow-table fill levels, flagging tables close to full; empty when the
+/// daemon reports none.
+fn flow_tables(tables: &[TableUsage]) -> String {
+    if tables.is_empty() {
+        return String::new();
+    }
+    let mut t = table();
+    t.set_header(vec!["FLOW TABLE", "ENTRIES", "CAPACITY", "FULL"]);
+    let mut flagged = false;
+    for u in tables {
+        let (full, warn) = fill(u.entries, u.capacity);
+        flagged |= warn;
+        t.add_row(vec![
+            u.name.clone(),
+            u.entries.to_string(),
+            u.capacity.to_string(),
+            full,
+        ]);
+    }
+    right_align(&mut t, &[1, 2, 3]);
+    let mut out = String::from("\nFlow tables:\n");
+    out.push_str(&finish(t));
+    if flagged {
+        let _ = writeln!(
+            out,
+            "! = at least {FULL_WARN_PCT}% full: once full, new flows evict live ones."
+        );
+    }
+    out
+}
+
+/// `42.0%`, with a ` !` marker at [`FULL_WARN_PCT`] or more; the flag is
+/// decided on exact integers so 89.99% is never rounded into a warning.
+fn fill(entries: u64, capacity: u64) -> (String, bool) {
+    if capacity == 0 {
+        return (NONE.to_string(), false);
+    }
+    let pct = entries as f64 * 100.0 / capacity as f64;
+    let warn = u128::from(entries) * 100 >= u128::from(capacity) * u128::from(FULL_WARN_PCT);
+    // Never show "90.0%" without the marker (or "100.0%" when not full).
+    let text = if warn {
+        format!("{pct:.1}% !")
+    } else {
+        format!("{:.1}%", (pct * 10.0).floor() / 10.0)
+    };
+    (text, warn)
+}
+
+fn rates_of<'a>(r: &'a StatsReport, v: &VipStats) -> Option<&'a VipRates> {
+    r.rates
+        .iter()
+        .find(|x| x.service_id == v.service_id && x.name == v.name)
+}
+
+/// `draining (drained)`: the state, plus why when an operator drain or a
+/// retirement is behind it.
+fn backend_state(b: &BackendInfo) -> String {
+    let why: Vec<&str> = [(b.drained, "drained"), (b.retiring, "retiring")]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+    if why.is_empty() {
+        b.state.clone()
+    } else {
+        format!("{} ({})", b.state, why.join(", "))
+    }
+}
+
+/// `ok 0.4 ms`, `fail: connect: refused`, `pending`.
+fn probe_result(result: &str, latency_ms: f64) -> String {
+    if result == "ok" {
+        format!("ok {}", millis(latency_ms))
+    } else {
+        result.to_string()
+    }
+}
+
+/// Probe latency: `0.4 ms`, `12 ms`, `1.50 s`.
+pub fn millis(ms: f64) -> String {
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.2} s", ms / 1000.0)
+    }
+}
+
+/// A sampling interval: `1s`, `0.2s`, `2.5s`.
+fn seconds(secs: f64) -> String {
+    let s = format!("{secs:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}s")
+}
+
+/// Coarse age for a table cell: `45s ago`, `3m ago`, `2h ago`, `4d ago`;
+/// `-` for 0 (no change since start).
+pub fn ago(unix: u64, now_unix: u64) -> String {
+    if unix == 0 {
+        return NONE.to_string();
+    }
+    let Some(secs) = now_unix.checked_sub(unix) else {
+        // Clock skew between daemon and client.
+        return "just now".into();
+    };
+    match secs {
+        0..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86_400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+/// Event rate: `0/s`, `0.5/s`, `250/s`, `12.3k/s`, `1.2M/s`; `-` when
+/// unknown.
+pub fn per_sec(rate: Option<f64>) -> String {
+    const UNITS: [&str; 4] = ["k", "M", "G", "T"];
+    let Some(x) = rate else {
+        return NONE.to_string();
+    };
+    if x == 0.0 {
+        return "0/s".into();
+    }
+    if x < 9.95 {
+        return format!("{x:.1}/s");
+    }
+    if x < 999.5 {
+        return format!("{x:.0}/s");
+    }
+    let mut v = x / 1000.0;
+    let mut unit = 0;
+    while v >= 999.95 && unit < UNITS.len() - 1 {
+        v /= 1000.0;
+        unit += 1;
+    }
+    format!("{v:.1}{}/s", UNITS[unit])
+}
+
+/// Byte rate in the binary units of [`human_bytes`]: `512 B/s`,
+/// `1.2 MiB/s`; `-` when unknown.
+pub fn bytes_per_sec(rate: Option<f64>) -> String {
+    match rate {
+        None => NONE.to_string(),
+        Some(x) if x < 1023.5 => format!("{x:.0} B/s"),
+        Some(x) => format!("{}/s", scaled_bytes(x / 1024.0)),
+    }
 }
 
 /// `addr:port[/proto]`, with IPv6 addresses in brackets so the port is
@@ -245,11 +531,16 @@ pub fn endpoint(address: &str, port: u16, protocol: Option<&str>) -> String {
 
 /// Binary-prefixed size with one decimal (`512 B`, `1.2 MiB`).
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if n < 1024 {
         return format!("{n} B");
     }
-    let mut v = n as f64 / 1024.0;
+    scaled_bytes(n as f64 / 1024.0)
+}
+
+/// `kib` (at least 1) in the largest binary unit that keeps it below 1024.
+fn scaled_bytes(kib: f64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = kib;
     let mut unit = 0;
     // 1023.95+ would print as "1024.0", so move to the next unit instead.
     while v >= 1023.95 && unit < UNITS.len() - 1 {
@@ -339,7 +630,10 @@ fn finish(t: Table) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rivora_api::{DropCount, ProgramInfo, ReloadInfo, VipBackend, VipStats};
+    use crate::rates::tests::{sample, vip};
+    use crate::rates::{totals_only, with_rates};
+    use rivora_api::{DropCount, ProbeInfo, ProgramInfo, ReloadInfo, Stats, VipBackend};
+    use std::time::Duration;
 
     /// The trimmed cells of the table line whose first cell is `first`.
     fn row(out: &str, first: &str) -> Vec<String> {
@@ -607,36 +901,186 @@ mod tests {
         assert_eq!(vips(&[]), "No VIPs configured.\n");
     }
 
-    #[test]
-    fn backends_table() {
-        let bs = vec![
+    fn probe(kind: &str, target: &str, last_result: &str, latency: f64) -> ProbeInfo {
+        ProbeInfo {
+            kind: kind.into(),
+            target: target.into(),
+            interval_ms: 1000,
+            timeout_ms: 500,
+            rise: 2,
+            fall: 3,
+            up: last_result == "ok",
+            last_result: last_result.into(),
+            last_latency_ms: latency,
+            consecutive: 1,
+            last_probe_unix: 1_700_000_000,
+        }
+    }
+
+    fn sample_backends() -> Vec<BackendInfo> {
+        vec![
             BackendInfo {
                 backend_id: 1,
                 address: "192.168.1.10".into(),
                 port: 8080,
                 state: "healthy".into(),
                 vips: vec!["web".into(), "api".into()],
+                drained: false,
+                retiring: false,
+                probe: Some(probe(
+                    "http",
+                    "http://192.168.1.10:8080/healthz",
+                    "ok",
+                    0.42,
+                )),
+                last_change_unix: 1_700_000_000 - 180,
+            },
+            BackendInfo {
+                backend_id: 2,
+                address: "192.168.1.11".into(),
+                port: 8080,
+                state: "draining".into(),
+                vips: vec!["web".into()],
+                drained: true,
+                retiring: false,
+                probe: Some(probe("tcp", "192.168.1.11:8080", "ok", 12.3)),
+                last_change_unix: 1_700_000_000 - 45,
+            },
+            BackendInfo {
+                backend_id: 3,
+                address: "192.168.1.12".into(),
+                port: 8080,
+                state: "down".into(),
+                vips: vec!["web".into()],
+                drained: true,
+                retiring: true,
+                probe: Some(probe(
+                    "tcp",
+                    "192.168.1.12:8080",
+                    "fail: connect: refused",
+                    0.1,
+                )),
+                last_change_unix: 1_700_000_000 - 2 * 86_400,
+            },
+            BackendInfo {
+                backend_id: 4,
+                address: "192.168.1.13".into(),
+                port: 8080,
+                state: "draining".into(),
+                vips: vec![],
+                drained: false,
+                retiring: true,
+                probe: Some(probe("tcp", "192.168.1.13:8080", "pending", 0.0)),
+                last_change_unix: 1_700_000_000 - 7200,
             },
             BackendInfo {
                 backend_id: 12,
                 address: "2001:db8::1:10".into(),
                 port: 53,
-                state: "down".into(),
-                vips: vec![],
+                state: "healthy".into(),
+                vips: vec!["dns6".into()],
+                drained: false,
+                retiring: false,
+                probe: None,
+                last_change_unix: 0,
             },
-        ];
-        let out = backends(&bs);
+        ]
+    }
+
+    #[test]
+    fn backends_table() {
+        let out = backends(&sample_backends(), 1_700_000_000);
         println!("{out}");
         assert_eq!(
             row(&out, "BACKEND ID"),
-            ["BACKEND ID", "BACKEND", "STATE", "VIPS"]
+            [
+                "BACKEND ID",
+                "BACKEND",
+                "STATE",
+                "PROBE",
+                "LAST RESULT",
+                "LAST CHANGE",
+                "VIPS"
+            ]
         );
         assert_eq!(
             row(&out, "1"),
-            ["1", "192.168.1.10:8080", "healthy", "web, api"]
+            [
+                "1",
+                "192.168.1.10:8080",
+                "healthy",
+                "http http://192.168.1.10:8080/healthz",
+                "ok 0.4 ms",
+                "3m ago",
+                "web, api"
+            ]
         );
-        assert_eq!(row(&out, "12"), ["12", "[2001:db8::1:10]:53", "down", "-"]);
-        assert_eq!(backends(&[]), "No backends configured.\n");
+        assert_eq!(
+            row(&out, "2"),
+            [
+                "2",
+                "192.168.1.11:8080",
+                "draining (drained)",
+                "tcp 192.168.1.11:8080",
+                "ok 12 ms",
+                "45s ago",
+                "web"
+            ]
+        );
+        assert_eq!(
+            row(&out, "3"),
+            [
+                "3",
+                "192.168.1.12:8080",
+                "down (drained, retiring)",
+                "tcp 192.168.1.12:8080",
+                "fail: connect: refused",
+                "2d ago",
+                "web"
+            ]
+        );
+        assert_eq!(
+            row(&out, "4"),
+            [
+                "4",
+                "192.168.1.13:8080",
+                "draining (retiring)",
+                "tcp 192.168.1.13:8080",
+                "pending",
+                "2h ago",
+                "-"
+            ]
+        );
+        assert_eq!(
+            row(&out, "12"),
+            [
+                "12",
+                "[2001:db8::1:10]:53",
+                "healthy",
+                "-",
+                "-",
+                "-",
+                "dns6"
+            ]
+        );
+        assert_eq!(backends(&[], 0), "No backends configured.\n");
+    }
+
+    #[test]
+    fn drain_and_undrain_messages() {
+        let bs = sample_backends();
+        let out = drain_result(&bs[1..2], true, 1_700_000_000);
+        println!("{out}");
+        assert!(out.starts_with(
+            "Drained 1 backend: established flows continue, no new flows are sent to it.\n"
+        ));
+        assert_eq!(row(&out, "2")[2], "draining (drained)");
+        let out = drain_result(&bs[..2], false, 1_700_000_000);
+        assert!(out.starts_with(
+            "Undrained 2 backends: new flows are sent to them again unless down or retiring.\n"
+        ));
+        assert_eq!(rows(&out, "1").len(), 1);
+        assert_eq!(drain_result(&[], true, 0), "No backend matched.\n");
     }
 
     #[test]
@@ -674,8 +1118,10 @@ mod tests {
                     packets: 2,
                 },
             ],
+            at_unix_ms: 1_700_000_000_000,
+            tables: vec![],
         };
-        let out = stats(&s);
+        let out = stats(&totals_only(s));
         println!("{out}");
         assert_eq!(
             row(&out, "VIP"),
@@ -705,11 +1151,196 @@ mod tests {
         assert_eq!(row(&out, "no_backend"), ["no_backend", "17"]);
         assert_eq!(row(&out, "bad_header"), ["bad_header", "2"]);
 
-        let none = stats(&Stats {
+        // No rates without an interval, and no flow tables when none are
+        // reported (older daemon).
+        assert!(!out.contains("PKT/S") && !out.contains("rates over"));
+        assert!(!out.contains("Flow tables"));
+
+        let none = stats(&totals_only(Stats {
             vips: vec![],
             drops: vec![],
-        });
+            at_unix_ms: 0,
+            tables: vec![],
+        }));
         assert_eq!(none, "No VIP counters.\n\nDrops by reason: none\n");
+    }
+
+    #[test]
+    fn stats_rates_from_two_samples() {
+        let earlier = sample(
+            1_700_000_000_000,
+            vec![
+                vip("web", 1, 1_000_000, 1_000_000_000, 40_000),
+                vip("dns6", 2, 70, 7_000, 70),
+            ],
+        );
+        let mut later = sample(
+            1_700_000_000_500,
+            vec![
+                // +6,150 pkt, +629,146 B (0.6 MiB), +250 flows in 0.5 s.
+                vip("web", 1, 1_006_150, 1_000_629_146, 40_250),
+                // Counters went backwards: the programs were reloaded.
+                vip("dns6", 2, 5, 500, 5),
+                // Appeared between the samples.
+                vip("new", 3, 9, 900, 9),
+            ],
+        );
+        later.tables = vec![
+            TableUsage {
+                name: "connection_affinity_map".into(),
+                entries: 950_000,
+                capacity: 1_000_000,
+            },
+            TableUsage {
+                name: "snat_map".into(),
+                entries: 32_768,
+                capacity: 65_536,
+            },
+        ];
+        let r = with_rates(&earlier, later, Duration::from_millis(700));
+        let out = stats(&r);
+        println!("{out}");
+        assert!(
+            out.starts_with("Totals since the programs were loaded; rates over the last 0.5s.\n"),
+            "{out}"
+        );
+        assert_eq!(
+            row(&out, "VIP"),
+            [
+                "VIP",
+                "SERVICE ID",
+                "PACKETS",
+                "PKT/S",
+                "BYTES",
+                "BYTES/S",
+                "NEW FLOWS",
+                "FLOWS/S",
+                "DROPS",
+                "REPLY PACKETS",
+                "REPLY BYTES"
+            ]
+        );
+        assert_eq!(
+            row(&out, "web"),
+            [
+                "web",
+                "1",
+                "1006150",
+                "12.3k/s",
+                "954.3 MiB",
+                "1.2 MiB/s",
+                "40250",
+                "500/s",
+                "10061",
+                "503075",
+                "477.1 MiB"
+            ]
+        );
+        assert_eq!(
+            row(&out, "dns6"),
+            [
+                "dns6", "2", "5", "-", "500 B", "-", "5", "-", "0", "2", "250 B"
+            ]
+        );
+        assert_eq!(row(&out, "new")[3], "-");
+        assert_eq!(
+            row(&out, "FLOW TABLE"),
+            ["FLOW TABLE", "ENTRIES", "CAPACITY", "FULL"]
+        );
+        assert_eq!(
+            row(&out, "connection_affinity_map"),
+            ["connection_affinity_map", "950000", "1000000", "95.0% !"]
+        );
+        assert_eq!(
+            row(&out, "snat_map"),
+            ["snat_map", "32768", "65536", "50.0%"]
+        );
+        assert!(out.ends_with("! = at least 90% full: once full, new flows evict live ones.\n"));
+    }
+
+    #[test]
+    fn table_fill_marker() {
+        assert_eq!(fill(0, 100), ("0.0%".to_string(), false));
+        assert_eq!(fill(899_999, 1_000_000), ("89.9%".to_string(), false));
+        assert_eq!(fill(9, 10), ("90.0% !".to_string(), true));
+        assert_eq!(fill(100, 100), ("100.0% !".to_string(), true));
+        assert_eq!(fill(5, 0), ("-".to_string(), false));
+        assert_eq!(fill(u64::MAX, u64::MAX), ("100.0% !".to_string(), true));
+        // Below the threshold, no flag and no footnote.
+        let out = flow_tables(&[TableUsage {
+            name: "t".into(),
+            entries: 1,
+            capacity: 2,
+        }]);
+        assert!(!out.contains('!'), "{out}");
+        assert_eq!(flow_tables(&[]), "");
+    }
+
+    #[test]
+    fn watch_view() {
+        let earlier = sample(1_000, vec![vip("web", 1, 0, 0, 0)]);
+        let later = sample(3_000, vec![vip("web", 1, 200, 4096, 10)]);
+        let frame = WatchFrame {
+            stats: with_rates(&earlier, later, Duration::from_secs(2)),
+            backends: sample_backends(),
+        };
+        let out = watch(&frame, 1_700_000_000);
+        println!("{out}");
+        assert!(out.starts_with(
+            "rivorad at 2023-11-14 22:13:20 UTC: rates over the last 2s (Ctrl-C to stop)\n"
+        ));
+        assert_eq!(
+            row(&out, "web"),
+            [
+                "web",
+                "100/s",
+                "2.0 KiB/s",
+                "5.0/s",
+                "1.0/s",
+                "50/s",
+                "1.0 KiB/s",
+                "200",
+                "10"
+            ]
+        );
+        assert_eq!(row(&out, "connection_affinity_map")[3], "10.0%");
+        assert_eq!(row(&out, "2")[2], "draining (drained)");
+    }
+
+    #[test]
+    fn rate_units() {
+        assert_eq!(per_sec(None), "-");
+        assert_eq!(per_sec(Some(0.0)), "0/s");
+        assert_eq!(per_sec(Some(0.25)), "0.2/s");
+        assert_eq!(per_sec(Some(9.96)), "10/s");
+        assert_eq!(per_sec(Some(999.4)), "999/s");
+        assert_eq!(per_sec(Some(999.6)), "1.0k/s");
+        assert_eq!(per_sec(Some(12_345.0)), "12.3k/s");
+        assert_eq!(per_sec(Some(999_960.0)), "1.0M/s");
+        assert_eq!(per_sec(Some(2.5e9)), "2.5G/s");
+        assert_eq!(bytes_per_sec(None), "-");
+        assert_eq!(bytes_per_sec(Some(0.0)), "0 B/s");
+        assert_eq!(bytes_per_sec(Some(512.4)), "512 B/s");
+        assert_eq!(bytes_per_sec(Some(1023.6)), "1.0 KiB/s");
+        assert_eq!(bytes_per_sec(Some(1_258_291.0)), "1.2 MiB/s");
+        assert_eq!(millis(0.42), "0.4 ms");
+        assert_eq!(millis(12.3), "12 ms");
+        assert_eq!(millis(1500.0), "1.50 s");
+        assert_eq!(seconds(1.0), "1s");
+        assert_eq!(seconds(0.2), "0.2s");
+        assert_eq!(seconds(2.25), "2.25s");
+    }
+
+    #[test]
+    fn relative_times() {
+        assert_eq!(ago(0, 100), "-");
+        assert_eq!(ago(100, 100), "0s ago");
+        assert_eq!(ago(100, 159), "59s ago");
+        assert_eq!(ago(100, 160), "1m ago");
+        assert_eq!(ago(100, 100 + 3599), "59m ago");
+        assert_eq!(ago(100, 100 + 3600), "1h ago");
+        assert_eq!(ago(100, 100 + 86_400 * 3), "3d ago");
+        assert_eq!(ago(200, 100), "just now");
     }
 
     #[test]

@@ -3,11 +3,82 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
+use rivora_api::server::ApiFailure;
 use rivora_api::*;
 
-struct Fake;
+/// Fake daemon state. Stats grow by a fixed step per read, with read
+/// timestamps 200 ms apart, so the rates the CLI computes are exact
+/// whatever the real timing: 500 packets/s, 500 KiB/s, 50 new flows/s.
+struct Fake {
+    stats_fail: bool,
+    backends: Mutex<Vec<BackendInfo>>,
+    stats_reads: AtomicU64,
+}
+
+impl Fake {
+    fn new(stats_fail: bool) -> Self {
+        Fake {
+            stats_fail,
+            backends: Mutex::new(initial_backends()),
+            stats_reads: AtomicU64::new(0),
+        }
+    }
+}
+
+fn initial_backends() -> Vec<BackendInfo> {
+    vec![
+        BackendInfo {
+            backend_id: 1,
+            address: "192.168.1.10".into(),
+            port: 8080,
+            state: "healthy".into(),
+            vips: vec!["web".into()],
+            drained: false,
+            retiring: false,
+            probe: Some(ProbeInfo {
+                kind: "tcp".into(),
+                target: "192.168.1.10:8080".into(),
+                interval_ms: 1000,
+                timeout_ms: 500,
+                rise: 2,
+                fall: 3,
+                up: true,
+                last_result: "ok".into(),
+                last_latency_ms: 0.4,
+                consecutive: 9,
+                last_probe_unix: 1_700_000_000,
+            }),
+            last_change_unix: 0,
+        },
+        BackendInfo {
+            backend_id: 2,
+            address: "2001:db8::10".into(),
+            port: 80,
+            state: "down".into(),
+            vips: vec!["web".into()],
+            drained: false,
+            retiring: false,
+            probe: Some(ProbeInfo {
+                kind: "tcp".into(),
+                target: "[2001:db8::10]:80".into(),
+                interval_ms: 1000,
+                timeout_ms: 500,
+                rise: 2,
+                fall: 3,
+                up: false,
+                last_result: "fail: connect: refused".into(),
+                last_latency_ms: 0.2,
+                consecutive: 5,
+                last_probe_unix: 1_700_000_000,
+            }),
+            last_change_unix: 1_700_000_000,
+        },
+    ]
+}
 
 impl ApiSource for Fake {
     fn status(&self) -> Status {
@@ -28,7 +99,7 @@ impl ApiSource for Fake {
                 changes: None,
             },
             vip_count: 1,
-            backend_count: 1,
+            backend_count: 2,
             started_at_unix: 1_700_000_000,
             persist_datapath: false,
             start: String::new(),
@@ -56,16 +127,98 @@ impl ApiSource for Fake {
         }]
     }
     fn backends(&self) -> Vec<BackendInfo> {
-        vec![BackendInfo {
-            backend_id: 1,
-            address: "192.168.1.10".into(),
-            port: 8080,
-            state: "healthy".into(),
-            vips: vec!["web".into()],
-        }]
+        self.backends.lock().unwrap().clone()
     }
     fn stats(&self) -> Result<Stats, String> {
-        Err("stats map unreadable".into())
+        if self.stats_fail {
+            return Err("stats map unreadable".into());
+        }
+        let n = self.stats_reads.fetch_add(1, Ordering::SeqCst);
+        Ok(Stats {
+            vips: vec![VipStats {
+                name: "web".into(),
+                service_id: 1,
+                packets: 1_000 + 100 * n,
+                bytes: 102_400 * n,
+                new_flows: 10 * n,
+                drops: 0,
+                reply_packets: 0,
+                reply_bytes: 0,
+            }],
+            drops: vec![],
+            at_unix_ms: 1_700_000_000_000 + 200 * n,
+            tables: vec![TableUsage {
+                name: "connection_affinity_map".into(),
+                entries: 95,
+                capacity: 100,
+            }],
+        })
+    }
+    fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
+        let mut all = self.backends.lock().unwrap();
+        let mut hit = Vec::new();
+        for b in all.iter_mut() {
+            let endpoint = if b.address.contains(':') {
+                format!("[{}]:{}", b.address, b.port)
+            } else {
+                format!("{}:{}", b.address, b.port)
+            };
+            if backend == b.backend_id.to_string() || backend == endpoint || backend == b.address {
+                b.drained = drain;
+                if b.state != "down" {
+                    b.state = if drain { "draining" } else { "healthy" }.into();
+                }
+                hit.push(b.clone());
+            }
+        }
+        if hit.is_empty() {
+            Err(ApiFailure::NotFound(format!(
+                "no backend matches {backend}"
+            )))
+        } else {
+            Ok(hit)
+        }
+    }
+}
+
+/// A fake rivorad serving on its own thread and runtime.
+struct Server {
+    dir: PathBuf,
+    socket: PathBuf,
+    stop: std::sync::mpsc::Sender<()>,
+    thread: JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    fn start(name: &str, fake: Fake) -> Server {
+        let dir = std::env::temp_dir().join(format!("rivoractl-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let socket = dir.join("rivorad.sock");
+        let sock = bind(&socket).unwrap();
+        let (stop, stop_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(sock.serve(Arc::new(fake), async move {
+                let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
+            }))
+        });
+        Server {
+            dir,
+            socket,
+            stop,
+            thread,
+        }
+    }
+
+    fn stop(self) -> PathBuf {
+        self.stop.send(()).unwrap();
+        self.thread.join().unwrap().unwrap();
+        assert!(!self.socket.exists());
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.socket
     }
 }
 
@@ -79,43 +232,64 @@ fn rivoractl(socket: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+fn stdout(out: Output) -> String {
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The trimmed cells of the table line whose first cell is `first`.
+fn row(text: &str, first: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .find(|cells| cells[0] == first)
+        .unwrap_or_else(|| panic!("no row starting with {first:?} in\n{text}"))
+}
+
 #[test]
 fn cli_against_live_server() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("rivoractl-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let socket = dir.join("rivorad.sock");
+    let server = Server::start("read", Fake::new(true));
+    let socket = server.socket.clone();
 
-    let sock = bind(&socket).unwrap();
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-    let server = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(sock.serve(Arc::new(Fake), async move {
-            let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
-        }))
-    });
-
-    let out = rivoractl(&socket, &["status"]);
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = stdout(rivoractl(&socket, &["status"]));
     assert!(text.contains("| Version "), "{text}");
     assert!(text.contains("| 9.9.9 "), "{text}");
     assert!(text.contains("| eth0 (ifindex 4) "), "{text}");
 
     let out = rivoractl(&socket, &["vips", "-o", "json"]);
-    assert!(out.status.success(), "{out:?}");
-    let vips: Vec<VipInfo> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(vips, Fake.vips());
+    let vips: Vec<VipInfo> = serde_json::from_slice(stdout(out).as_bytes()).unwrap();
+    assert_eq!(vips, Fake::new(true).vips());
 
-    let out = rivoractl(&socket, &["-o", "table", "backends"]);
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        text.contains("| 192.168.1.10:8080 | healthy | web "),
-        "{text}"
+    let text = stdout(rivoractl(&socket, &["-o", "table", "backends"]));
+    assert_eq!(
+        row(&text, "1"),
+        [
+            "1",
+            "192.168.1.10:8080",
+            "healthy",
+            "tcp 192.168.1.10:8080",
+            "ok 0.4 ms",
+            "-",
+            "web"
+        ]
     );
+    let v6 = row(&text, "2");
+    assert_eq!(
+        v6[1..5],
+        [
+            "[2001:db8::10]:80",
+            "down",
+            "tcp [2001:db8::10]:80",
+            "fail: connect: refused"
+        ]
+    );
+    assert!(v6[5].ends_with(" ago"), "{v6:?}");
 
     // Server-side failure: exit 1, one line on stderr, nothing on stdout.
     let out = rivoractl(&socket, &["stats"]);
@@ -125,10 +299,12 @@ fn cli_against_live_server() {
         String::from_utf8(out.stderr).unwrap(),
         "rivoractl: rivorad returned HTTP 500: stats map unreadable\n"
     );
+    // Same for watch: it fails on the first read, before printing.
+    let out = rivoractl(&socket, &["watch", "--count", "1", "--interval", "0.05"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
 
-    stop_tx.send(()).unwrap();
-    server.join().unwrap().unwrap();
-    assert!(!socket.exists());
+    let socket = server.stop();
 
     // Daemon gone: exit 1 with the "not running" hint.
     let out = rivoractl(&socket, &["status"]);
@@ -140,5 +316,128 @@ fn cli_against_live_server() {
             socket.display()
         )
     );
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn drain_and_undrain() {
+    let server = Server::start("drain", Fake::new(false));
+    let socket = server.socket.clone();
+
+    let text = stdout(rivoractl(&socket, &["drain", "192.168.1.10:8080"]));
+    assert!(
+        text.starts_with(
+            "Drained 1 backend: established flows continue, no new flows are sent to it.\n"
+        ),
+        "{text}"
+    );
+    assert_eq!(row(&text, "1")[2], "draining (drained)");
+
+    // The drain shows in `backends`; a down backend stays down when drained,
+    // selected here by its (normalized) IPv6 address.
+    let text = stdout(rivoractl(&socket, &["drain", "2001:DB8::10"]));
+    assert_eq!(row(&text, "2")[2], "down (drained)");
+    let text = stdout(rivoractl(&socket, &["backends"]));
+    assert_eq!(row(&text, "1")[2], "draining (drained)");
+    assert_eq!(row(&text, "2")[2], "down (drained)");
+
+    // By id, JSON out.
+    let out = stdout(rivoractl(&socket, &["undrain", "1", "-o", "json"]));
+    let hit: Vec<BackendInfo> = serde_json::from_str(&out).unwrap();
+    assert_eq!(hit.len(), 1);
+    assert_eq!((hit[0].backend_id, hit[0].drained), (1, false));
+    assert_eq!(hit[0].state, "healthy");
+    let text = stdout(rivoractl(&socket, &["undrain", "[2001:db8::10]:80"]));
+    assert!(text.starts_with("Undrained 1 backend"), "{text}");
+    assert_eq!(row(&text, "2")[2], "down");
+
+    // Unknown backend: the daemon's 404, one line, exit 1.
+    let out = rivoractl(&socket, &["drain", "10.9.9.9"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "rivoractl: rivorad returned HTTP 404: no backend matches 10.9.9.9\n"
+    );
+    // Not a selector at all: a usage error before any call.
+    let out = rivoractl(&socket, &["drain", "web"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(r#""web" is not ADDR:PORT, [IPV6]:PORT, ADDR or a numeric backend id"#),
+        "{err}"
+    );
+
+    server.stop();
+}
+
+#[test]
+fn stats_rates_and_watch() {
+    let server = Server::start("stats", Fake::new(false));
+    let socket = server.socket.clone();
+
+    let text = stdout(rivoractl(&socket, &["stats", "--interval", "0.2"]));
+    assert!(
+        text.starts_with("Totals since the programs were loaded; rates over the last 0.2s.\n"),
+        "{text}"
+    );
+    let web = row(&text, "web");
+    assert_eq!(web[3], "500/s", "{text}");
+    assert_eq!(web[5], "500.0 KiB/s", "{text}");
+    assert_eq!(web[7], "50/s", "{text}");
+    assert_eq!(
+        row(&text, "connection_affinity_map"),
+        ["connection_affinity_map", "95", "100", "95.0% !"]
+    );
+
+    // Totals only: no wait, no rates.
+    let out = stdout(rivoractl(
+        &socket,
+        &["stats", "--interval", "0", "-o", "json"],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["interval_secs"], serde_json::Value::Null);
+    assert_eq!(v["rates"], serde_json::json!([]));
+    assert_eq!(v["vips"][0]["name"], "web");
+    assert_eq!(v["tables"][0]["entries"], 95);
+
+    let out = stdout(rivoractl(
+        &socket,
+        &["stats", "--interval", "0.2", "-o", "json"],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["interval_secs"], 0.2);
+    assert_eq!(v["rates"][0]["packets_per_sec"], 500.0);
+
+    // watch -o json: exactly one JSON object per line per refresh.
+    let out = stdout(rivoractl(
+        &socket,
+        &["watch", "--count", "2", "--interval", "0.1", "-o", "json"],
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    for line in lines {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["stats"]["interval_secs"], 0.2);
+        assert_eq!(v["stats"]["rates"][0]["packets_per_sec"], 500.0);
+        assert_eq!(v["stats"]["rates"][0]["new_flows_per_sec"], 50.0);
+        assert_eq!(v["stats"]["vips"][0]["name"], "web");
+        assert_eq!(v["backends"].as_array().unwrap().len(), 2);
+    }
+
+    // Table watch into a pipe: no screen clearing, a separator between views.
+    let text = stdout(rivoractl(
+        &socket,
+        &["watch", "--count", "2", "--interval", "0.1"],
+    ));
+    assert!(!text.contains('\x1b'), "{text:?}");
+    assert_eq!(
+        text.matches("rates over the last 0.2s (Ctrl-C to stop)")
+            .count(),
+        2
+    );
+    assert_eq!(text.lines().filter(|l| *l == "=".repeat(72)).count(), 1);
+    assert_eq!(row(&text, "web")[1], "500/s");
+    assert_eq!(row(&text, "1")[2], "healthy");
+
+    server.stop();
 }

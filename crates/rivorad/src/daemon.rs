@@ -1,5 +1,6 @@
 //! Start-up, the run loop and shutdown of rivorad.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,7 +16,9 @@ use tracing::{error, info, warn};
 
 use crate::source::{Shared, StateSource};
 use crate::watch::ConfigWatch;
-use crate::{Args, XdpModeArg, desired};
+use crate::{Args, XdpModeArg, desired, health};
+use rivora_dataplane::BackendKey;
+use rivora_health::Prober;
 
 /// Seconds since the epoch, for the API.
 pub fn now_unix() -> u64 {
@@ -93,6 +96,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
+    let existed_before: BTreeSet<BackendKey> = dataplane.backends().map(|b| b.key).collect();
     let report = match dataplane.apply(&specs) {
         Ok(r) => r,
         Err(e) => {
@@ -150,9 +154,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         (LoadOutcome::Fresh, _) => "fresh datapath".to_string(),
     };
+    let (mut prober, transitions) = Prober::new();
+    update_probes(&config, &mut dataplane, &mut prober, &existed_before);
     let started = now_unix();
     let shared = Arc::new(Mutex::new(Shared {
         dataplane,
+        prober,
         status: rivora_api::Status {
             version: env!("CARGO_PKG_VERSION").to_string(),
             abi_version: rivora_abi::ABI_VERSION,
@@ -207,6 +214,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let _ = stop_rx.wait_for(|s| *s).await;
         }),
     );
+    tokio::spawn(apply_transitions(transitions, shared.clone()));
+    let metrics = match args.metrics_listen {
+        None => None,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}"))?;
+            let for_scrape = shared.clone();
+            let snapshot: Arc<rivora_api::metrics::SnapshotFn> =
+                Arc::new(move || crate::metrics::snapshot(&for_scrape));
+            let mut stop = stop_tx.subscribe();
+            info!(%addr, "Prometheus metrics at http://{addr}/metrics");
+            Some(tokio::spawn(rivora_api::metrics::serve_metrics(
+                listener,
+                snapshot,
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+            )))
+        }
+    };
     info!(socket = %args.api_socket.display(), "rivorad ready");
 
     let mut term = signal(SignalKind::terminate())?;
@@ -237,6 +265,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let _ = stop_tx.send(true);
+    if let Some(m) = metrics {
+        let _ = tokio::time::timeout(Duration::from_secs(3), m).await;
+    }
     match tokio::time::timeout(Duration::from_secs(3), api).await {
         Ok(Ok(Err(e))) => warn!("API server: {e}"),
         Err(_) => warn!("API server did not stop within 3 s"),
@@ -256,6 +287,53 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         info!("datapath detached and pins removed; bye");
     }
     Ok(())
+}
+
+/// Points the prober at the checks `config` asks for, and lets backends that
+/// lost their check come back up.
+fn update_probes(
+    config: &rivora_config::Config,
+    dataplane: &mut Dataplane,
+    prober: &mut Prober<BackendKey>,
+    existed_before: &BTreeSet<BackendKey>,
+) {
+    let targets = health::targets(config, dataplane, existed_before);
+    for key in health::unchecked_but_down(&targets, dataplane) {
+        match dataplane.set_probe_down(&key, false) {
+            Ok(_) => info!(backend = %key, "no health check any more: back in service"),
+            Err(e) => error!(backend = %key, "clearing probe state: {e}"),
+        }
+    }
+    prober.set_targets(targets);
+}
+
+/// Applies the prober's verdicts to the dataplane as they arrive.
+async fn apply_transitions(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<rivora_health::Transition<BackendKey>>,
+    shared: Arc<Mutex<Shared>>,
+) {
+    while let Some(t) = rx.recv().await {
+        let mut s = shared.lock().expect("state lock");
+        if !s.dataplane.backends().any(|b| b.key == t.key) {
+            continue; // removed meanwhile
+        }
+        match s.dataplane.set_probe_down(&t.key, !t.up) {
+            Ok(changed) => {
+                let state = s
+                    .dataplane
+                    .backends()
+                    .find(|b| b.key == t.key)
+                    .map(|b| b.state)
+                    .unwrap_or(0);
+                if t.up {
+                    info!(backend = %t.key, changed, state, "health check passes again ({})", t.detail);
+                } else {
+                    warn!(backend = %t.key, changed, state, "health check failed: backend down ({})", t.detail);
+                }
+            }
+            Err(e) => error!(backend = %t.key, "recording a health verdict: {e}"),
+        }
+    }
 }
 
 /// `--uninstall`: removes the pinned links (which detaches the programs
@@ -290,13 +368,21 @@ fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
     let outcome = match watch.read_and_parse() {
         Err(e) => Err(e.to_string()),
         Ok((_, text)) if !forced && watch.is_applied(&text) => return,
-        Ok((config, text)) => match s.dataplane.apply(&desired::from_config(&config)) {
-            Ok(report) => {
-                watch.mark_applied(text);
-                Ok(report)
+        Ok((config, text)) => {
+            let existed_before: BTreeSet<BackendKey> =
+                s.dataplane.backends().map(|b| b.key).collect();
+            match s.dataplane.apply(&desired::from_config(&config)) {
+                Ok(report) => {
+                    watch.mark_applied(text);
+                    let Shared {
+                        dataplane, prober, ..
+                    } = &mut *s;
+                    update_probes(&config, dataplane, prober, &existed_before);
+                    Ok(report)
+                }
+                Err(e) => Err(e.to_string()),
             }
-            Err(e) => Err(e.to_string()),
-        },
+        }
     };
     let at_unix = now_unix();
     s.status.last_reload = match outcome {

@@ -4,6 +4,8 @@
 
 mod daemon;
 mod desired;
+mod health;
+mod metrics;
 mod source;
 mod watch;
 
@@ -77,6 +79,10 @@ pub struct Args {
     /// flows continue, it takes no new ones) before its ID is released. 0 releases at once.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub backend_retire_secs: u64,
+
+    /// Serve Prometheus metrics on this TCP address (e.g. 127.0.0.1:9469); off by default.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 
     /// How often the config file is checked for changes, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]

@@ -5,12 +5,17 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use rivora_abi as abi;
-use rivora_api::{ApiSource, BackendInfo, DropCount, Stats, Status, VipBackend, VipInfo, VipStats};
-use rivora_dataplane::{Dataplane, proto};
+use rivora_api::server::ApiFailure;
+use rivora_api::{
+    ApiSource, BackendInfo, DropCount, Stats, Status, TableUsage, VipBackend, VipInfo, VipStats,
+};
+use rivora_dataplane::{BackendKey, Dataplane, proto};
 
 /// Everything behind the lock.
 pub struct Shared {
     pub dataplane: Dataplane,
+    /// Active health checks of the backends that have one.
+    pub prober: rivora_health::Prober<BackendKey>,
     /// Daemon facts that are not in the maps; the counts are filled in on
     /// every read.
     pub status: Status,
@@ -19,7 +24,13 @@ pub struct Shared {
 /// The API's view of [`Shared`].
 pub struct StateSource(pub Arc<Mutex<Shared>>);
 
-fn state_name(state: u32) -> &'static str {
+fn unix_secs(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub fn state_name(state: u32) -> &'static str {
     match state {
         abi::backend_state::HEALTHY => "healthy",
         abi::backend_state::DRAINING => "draining",
@@ -90,6 +101,8 @@ impl ApiSource for StateSource {
             .vips()
             .map(|v| (v.spec.key, v.spec.name.clone()))
             .collect();
+        let probes: BTreeMap<BackendKey, rivora_health::ProbeStatus> =
+            s.prober.snapshot().into_iter().collect();
         let mut out: Vec<BackendInfo> = s
             .dataplane
             .backends()
@@ -103,6 +116,10 @@ impl ApiSource for StateSource {
                     .iter()
                     .filter_map(|k| names.get(k).cloned())
                     .collect(),
+                drained: b.drained,
+                retiring: b.retired_at.is_some(),
+                probe: probes.get(&b.key).map(crate::health::probe_info),
+                last_change_unix: b.last_change.map(unix_secs).unwrap_or(0),
             })
             .collect();
         out.sort_by_key(|b| b.backend_id);
@@ -138,6 +155,91 @@ impl ApiSource for StateSource {
                 packets,
             })
             .collect();
-        Ok(Stats { vips, drops })
+        let tables = s
+            .dataplane
+            .table_usage()
+            .into_iter()
+            .map(|(name, entries, capacity)| TableUsage {
+                name: name.to_string(),
+                entries,
+                capacity,
+            })
+            .collect();
+        let at_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Ok(Stats {
+            vips,
+            drops,
+            at_unix_ms,
+            tables,
+        })
     }
+
+    fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
+        let keys = {
+            let mut s = self.0.lock().expect("state lock");
+            let keys = select_backends(&s.dataplane, backend)?;
+            for key in &keys {
+                let changed = s
+                    .dataplane
+                    .set_drained(key, drain)
+                    .map_err(|e| ApiFailure::Internal(e.to_string()))?;
+                tracing::info!(
+                    backend = %key,
+                    changed,
+                    "{} by the operator",
+                    if drain { "drained" } else { "undrained" }
+                );
+            }
+            keys
+        };
+        let wanted: std::collections::BTreeSet<String> =
+            keys.iter().map(|k| k.to_string()).collect();
+        Ok(self
+            .backends()
+            .into_iter()
+            .filter(|b| {
+                let addr: std::net::IpAddr = b.address.parse().expect("we print valid addresses");
+                wanted.contains(&BackendKey { addr, port: b.port }.to_string())
+            })
+            .collect())
+    }
+}
+
+/// Resolves an operator's backend selector: a backend ID, `ADDR:PORT`
+/// (`[V6]:PORT`), or a bare address meaning every backend on it.
+fn select_backends(dp: &Dataplane, selector: &str) -> Result<Vec<BackendKey>, ApiFailure> {
+    let selector = selector.trim();
+    let found: Vec<BackendKey> = if let Ok(id) = selector.parse::<u32>() {
+        dp.backends()
+            .filter(|b| b.id == id)
+            .map(|b| b.key)
+            .collect()
+    } else if let Ok(sa) = selector.parse::<std::net::SocketAddr>() {
+        dp.backends()
+            .filter(|b| b.key.addr == sa.ip() && b.key.port == sa.port())
+            .map(|b| b.key)
+            .collect()
+    } else if let Ok(ip) = selector
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    {
+        dp.backends()
+            .filter(|b| b.key.addr == ip)
+            .map(|b| b.key)
+            .collect()
+    } else {
+        return Err(ApiFailure::BadRequest(format!(
+            "{selector:?} is not a backend: give ADDR:PORT, [IPv6]:PORT, a bare address, or a backend ID"
+        )));
+    };
+    if found.is_empty() {
+        return Err(ApiFailure::NotFound(format!(
+            "no backend matches {selector:?} (see rivoractl backends)"
+        )));
+    }
+    Ok(found)
 }

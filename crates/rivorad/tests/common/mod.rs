@@ -40,7 +40,7 @@ pub fn vip_yaml(name: &str, addr: &str, port: u16, proto: &str, backends: &str) 
 
 pub struct Lab {
     pub topo: Topology,
-    servers: Vec<IdentityServer>,
+    servers: Vec<Option<IdentityServer>>,
     pub work: PathBuf,
     pub config: PathBuf,
     pub socket: PathBuf,
@@ -66,17 +66,9 @@ impl Lab {
             N.fetch_add(1, Ordering::SeqCst)
         );
         let topo = Topology::build(tag).expect("topology");
-        let mut servers = Vec::new();
-        for (idx, ns) in topo.backends.iter().enumerate() {
-            let i = idx + 1;
-            let addrs = [
-                SocketAddr::new(backend_v4(i).into(), BACKEND_PORT),
-                SocketAddr::new(backend_v6(i).into(), BACKEND_PORT),
-            ];
-            servers.push(
-                IdentityServer::start(ns, &format!("b{i}"), &addrs).expect("identity server"),
-            );
-        }
+        let servers = (1..=topo.backends.len())
+            .map(|i| Some(start_server(&topo, i)))
+            .collect();
         let work = std::env::temp_dir().join(format!("rivora-e2e-{unique}"));
         std::fs::create_dir_all(&work).unwrap();
         Lab {
@@ -92,6 +84,48 @@ impl Lab {
                 .build()
                 .unwrap(),
         }
+    }
+
+    /// Stops backend `i`'s servers (1-based): its port refuses connections.
+    pub fn stop_server(&mut self, i: usize) {
+        self.servers[i - 1] = None;
+    }
+
+    /// Starts backend `i`'s servers again.
+    pub fn start_server(&mut self, i: usize) {
+        self.servers[i - 1] = Some(start_server(&self.topo, i));
+    }
+
+    /// GET `path` from `addr` inside the lb namespace; (status, body).
+    pub fn http_get_in_lb(&self, addr: SocketAddr, path: &str) -> (u16, String, String) {
+        use std::io::{Read, Write};
+        let path = path.to_string();
+        self.topo
+            .lb
+            .within(move || {
+                let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+                    .expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                write!(
+                    s,
+                    "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+                )
+                .unwrap();
+                let mut raw = String::new();
+                s.read_to_string(&mut raw).unwrap();
+                let (head, body) = raw.split_once("\r\n\r\n").expect("HTTP response");
+                let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+                let ctype = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-type: ")
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_default();
+                (status, ctype, body.to_string())
+            })
+            .expect("enter lb namespace")
     }
 
     /// Writes the config file (atomically, as an editor or tool would).
@@ -206,6 +240,57 @@ impl Lab {
         self.rt.block_on(self.client().vips()).expect("API vips")
     }
 
+    pub fn backends(&self) -> Vec<rivora_api::BackendInfo> {
+        self.rt
+            .block_on(self.client().backends())
+            .expect("API backends")
+    }
+
+    /// The API's view of the backend at `addr:8080`.
+    pub fn backend(&self, addr: &str) -> rivora_api::BackendInfo {
+        self.backends()
+            .into_iter()
+            .find(|b| b.address == addr && b.port == BACKEND_PORT)
+            .expect("backend listed")
+    }
+
+    pub fn drain(&self, selector: &str, on: bool) -> Vec<rivora_api::BackendInfo> {
+        let c = self.client();
+        self.rt
+            .block_on(async {
+                if on {
+                    c.drain(selector).await
+                } else {
+                    c.undrain(selector).await
+                }
+            })
+            .expect("API drain")
+    }
+
+    /// Polls until `pred` holds for the backend at `addr`, returning how long
+    /// it took; panics after `limit`.
+    pub fn wait_backend(
+        &self,
+        addr: &str,
+        limit: Duration,
+        what: &str,
+        pred: impl Fn(&rivora_api::BackendInfo) -> bool,
+    ) -> Duration {
+        let start = Instant::now();
+        loop {
+            let b = self.backend(addr);
+            if pred(&b) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{addr} not {what} within {limit:?}: {b:?}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Waits until the daemon reports a config generation above `after`
     /// (a successful reload) or a failed reload newer than `since_unix`.
     pub fn wait_reload(&self, after_generation: u64, since_unix: u64) -> rivora_api::Status {
@@ -249,6 +334,14 @@ impl Lab {
             Duration::from_secs(2),
         )
     }
+}
+
+fn start_server(topo: &Topology, i: usize) -> IdentityServer {
+    let addrs = [
+        SocketAddr::new(backend_v4(i).into(), BACKEND_PORT),
+        SocketAddr::new(backend_v6(i).into(), BACKEND_PORT),
+    ];
+    IdentityServer::start(&topo.backends[i - 1], &format!("b{i}"), &addrs).expect("identity server")
 }
 
 impl Drop for Lab {

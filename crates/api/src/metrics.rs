@@ -1,0 +1,543 @@
+//! Prometheus metrics of rivorad: a plain [`MetricsSnapshot`] the daemon
+//! fills from its BPF maps and prober, [`render`] to turn it into the
+//! Prometheus text exposition format (version 0.0.4), and [`serve_metrics`]
+//! to answer `GET /metrics` over TCP.
+//!
+//! # Why a snapshot and a collector
+//!
+//! Every value here already lives somewhere else: packet counters in per-CPU
+//! BPF maps, backend states and probe results in the daemon. Mirroring them
+//! into `prometheus_client` `Counter`/`Gauge` objects would mean a second copy
+//! that must be kept in sync (and pruned when a VIP or backend disappears).
+//! Instead each scrape takes one snapshot and a [`Registry`] built for that
+//! scrape encodes it through a [`Collector`] that emits `ConstCounter` /
+//! `ConstGauge` values: the pattern `prometheus_client` documents for
+//! "metrics retrieved ad hoc on each scrape". Series of a VIP or backend that
+//! no longer exists simply stop being emitted, and all families of one
+//! scrape come from the same instant.
+//!
+//! # Families
+//!
+//! | family | type | labels |
+//! |---|---|---|
+//! | `rivora_vip_info` | gauge (always 1) | `vip`, `address`, `port`, `protocol`, `mode` |
+//! | `rivora_vip_packets_total` | counter | `vip`, `address`, `port`, `protocol` |
+//! | `rivora_vip_bytes_total` | counter | same |
+//! | `rivora_vip_connections_total` | counter | same |
+//! | `rivora_vip_drops_total` | counter | same |
+//! | `rivora_vip_reply_packets_total` | counter | same |
+//! | `rivora_vip_reply_bytes_total` | counter | same |
+//! | `rivora_drops_total` | counter | `reason` |
+//! | `rivora_backend_info` | gauge (always 1) | `backend`, `backend_id` |
+//! | `rivora_backend_state` | gauge (state set) | `backend`, `state` |
+//! | `rivora_backend_drained` | gauge (0/1) | `backend` |
+//! | `rivora_backend_probe_up` | gauge (0/1) | `backend` |
+//! | `rivora_backend_probe_duration_seconds` | gauge | `backend` |
+//! | `rivora_backend_probes_total` | counter | `backend` |
+//! | `rivora_backend_probe_failures_total` | counter | `backend` |
+//! | `rivora_table_entries` | gauge | `table` |
+//! | `rivora_table_capacity` | gauge | `table` |
+//! | `rivora_config_generation` | gauge | |
+//! | `rivora_config_last_reload_success` | gauge (0/1) | |
+//! | `rivora_config_last_reload_timestamp_seconds` | gauge | |
+//! | `rivora_start_time_seconds` | gauge | |
+//!
+//! A family with no series (e.g. no VIPs configured yet) is left out
+//! entirely, as the Go client does. The forwarding mode and the dataplane
+//! backend id are exposed once in the `_info` families rather than on every
+//! series, so changing them does not fork every counter's time series; join
+//! on `vip` / `backend` to use them.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric, prometheus_text,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+/// URL path the metrics are served on: the conventional one, so a default
+/// Prometheus scrape config finds it.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// `Content-Type` of [`render`]'s output (Prometheus text format 0.0.4), so
+/// scrapers parse it with the right parser.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// The three values of [`BackendMetrics::state`] that
+/// `rivora_backend_state` always reports, so a dashboard can count backends
+/// per state even when none is currently in one of them.
+pub const BACKEND_STATES: [&str; 3] = ["healthy", "draining", "down"];
+
+/// Everything one scrape reports, read by the daemon at a single instant.
+///
+/// Plain data with no behaviour, so the daemon can fill it from BPF maps and
+/// its prober without depending on any metrics library, and tests can build
+/// one by hand.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsSnapshot {
+    /// Per-VIP traffic counters, one entry per programmed VIP.
+    pub vips: Vec<VipMetrics>,
+    /// Node-wide drop counters: (reason, packets). Kept apart from the
+    /// per-VIP drops because many drops (malformed packets, no VIP matched)
+    /// cannot be attributed to a VIP.
+    pub drops: Vec<(String, u64)>,
+    /// Per-backend health and probe data, one entry per backend.
+    pub backends: Vec<BackendMetrics>,
+    /// BPF map fill levels: (table, entries, capacity), so an operator is
+    /// warned before a full map starts refusing new flows.
+    pub tables: Vec<(String, u64, u64)>,
+    /// Generation of the applied configuration, bumped on every successful
+    /// reload, so a change can be correlated with traffic shifts.
+    pub config_generation: u64,
+    /// Whether the last reload attempt succeeded; a failed reload leaves the
+    /// old config running, which is worth alerting on.
+    pub last_reload_ok: bool,
+    /// When the last reload attempt happened (Unix seconds).
+    pub last_reload_unix: u64,
+    /// When the daemon started (Unix seconds), to spot restarts.
+    pub start_unix: u64,
+}
+
+/// Traffic counters of one VIP, read from the dataplane's per-VIP stats.
+///
+/// Exists so per-service traffic and drops can be graphed and alerted on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VipMetrics {
+    /// VIP name from the config file (label `vip`), the operators' handle.
+    pub name: String,
+    /// VIP address in textual form (label `address`).
+    pub address: String,
+    /// VIP port (label `port`).
+    pub port: u16,
+    /// L4 protocol, `tcp` or `udp` (label `protocol`).
+    pub protocol: String,
+    /// Forwarding mode; only on `rivora_vip_info`, see the module docs.
+    pub mode: String,
+    /// Packets forwarded towards backends.
+    pub packets: u64,
+    /// Bytes forwarded towards backends.
+    pub bytes: u64,
+    /// New flows (connections) scheduled onto a backend.
+    pub new_flows: u64,
+    /// Packets to this VIP that were dropped.
+    pub drops: u64,
+    /// Reply packets seen on the way back to clients.
+    pub reply_packets: u64,
+    /// Reply bytes seen on the way back to clients.
+    pub reply_bytes: u64,
+}
+
+/// Health and probe data of one backend.
+///
+/// Exists so operators can see which backends take traffic and why a
+/// backend was taken out (probe failures vs. an operator drain).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BackendMetrics {
+    /// Backend as `address:port` (label `backend`), e.g. `10.0.0.1:8080`.
+    pub backend: String,
+    /// Dataplane backend id; only on `rivora_backend_info`, to relate the
+    /// series to BPF map contents.
+    pub backend_id: u32,
+    /// Current state: `healthy`, `draining` or `down`.
+    pub state: String,
+    /// Drained by an operator (`rivoractl drain`).
+    pub drained: bool,
+    /// Result of the latest probe; `None` when the backend has no health
+    /// check or has not been probed yet (then no series is emitted, rather
+    /// than a misleading 0).
+    pub probe_up: Option<bool>,
+    /// How long the latest probe took, in seconds; `None` as for `probe_up`.
+    pub probe_latency_seconds: Option<f64>,
+    /// Probes run since the daemon started.
+    pub probes_total: u64,
+    /// Probes that failed since the daemon started.
+    pub probe_failures_total: u64,
+}
+
+/// Renders `s` in the Prometheus text exposition format, version 0.0.4
+/// (served with [`CONTENT_TYPE`]).
+///
+/// A [`Registry`] is built for this one call with a collector over a copy of
+/// the snapshot (a registered collector must be `'static`); see the module
+/// docs for why.
+pub fn render(s: &MetricsSnapshot) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector(s.clone())));
+    let mut out = String::new();
+    // Writing to a String cannot fail and our collector only propagates
+    // writer errors, so an error here is a bug.
+    prometheus_text::encode(&mut out, &registry).expect("encoding metrics into a String");
+    out
+}
+
+/// Encodes one [`MetricsSnapshot`] at scrape time.
+#[derive(Debug)]
+struct SnapshotCollector(MetricsSnapshot);
+
+/// An empty label set, for metrics whose labels all come from elsewhere.
+const NO_LABELS: [(&str, &str); 0] = [];
+
+fn bool_gauge(b: bool) -> u64 {
+    u64::from(b)
+}
+
+/// Emits one counter family; nothing when `samples` is empty.
+fn counters<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut samples = samples.into_iter().peekable();
+    if samples.peek().is_none() {
+        return Ok(());
+    }
+    let mut family = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    for (labels, value) in samples {
+        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// Emits one gauge family; nothing when `samples` is empty.
+fn gauges<L: EncodeLabelSet, N: EncodeGaugeValue>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    samples: impl IntoIterator<Item = (L, N)>,
+) -> fmt::Result {
+    let mut samples = samples.into_iter().peekable();
+    if samples.peek().is_none() {
+        return Ok(());
+    }
+    let mut family = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+    for (labels, value) in samples {
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// Emits one info family (`<name>_info{...} 1`, a gauge in the 0.0.4
+/// format); nothing when `samples` is empty.
+fn infos<L: EncodeLabelSet + Clone + std::hash::Hash + Eq>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = L>,
+) -> fmt::Result {
+    let mut samples = samples.into_iter().peekable();
+    if samples.peek().is_none() {
+        return Ok(());
+    }
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Info)?;
+    for labels in samples {
+        Info::new(labels).encode(family.encode_family(&NO_LABELS)?)?;
+    }
+    Ok(())
+}
+
+/// A VIP's identifying labels on every per-VIP series.
+type VipLabels<'a> = [(&'static str, &'a str); 4];
+/// Reads one counter of a VIP.
+type VipCounter = fn(&VipMetrics) -> u64;
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let s = &self.0;
+        let bytes = Unit::Bytes;
+        let seconds = Unit::Seconds;
+
+        // --- VIPs ---
+        let ports: Vec<String> = s.vips.iter().map(|v| v.port.to_string()).collect();
+        let vip_labels: Vec<VipLabels<'_>> = s
+            .vips
+            .iter()
+            .zip(&ports)
+            .map(|(v, port)| {
+                [
+                    ("vip", v.name.as_str()),
+                    ("address", v.address.as_str()),
+                    ("port", port.as_str()),
+                    ("protocol", v.protocol.as_str()),
+                ]
+            })
+            .collect();
+        infos(
+            &mut enc,
+            "rivora_vip",
+            "Programmed VIPs (always 1), carrying the forwarding mode; join on vip",
+            vip_labels.iter().zip(&s.vips).map(|(l, v)| {
+                let [vip, address, port, protocol] = *l;
+                [vip, address, port, protocol, ("mode", v.mode.as_str())]
+            }),
+        )?;
+        let vip_counters: [(&str, Option<&Unit>, &str, VipCounter); 6] = [
+            (
+                "rivora_vip_packets",
+                None,
+                "Packets forwarded from clients to the VIP's backends",
+                |v| v.packets,
+            ),
+            (
+                "rivora_vip",
+                Some(&bytes),
+                "Bytes forwarded from clients to the VIP's backends",
+                |v| v.bytes,
+            ),
+            (
+                "rivora_vip_connections",
+                None,
+                "New flows (connections) scheduled onto a backend of the VIP",
+                |v| v.new_flows,
+            ),
+            (
+                "rivora_vip_drops",
+                None,
+                "Packets addressed to the VIP that the dataplane dropped",
+                |v| v.drops,
+            ),
+            (
+                "rivora_vip_reply_packets",
+                None,
+                "Reply packets from the VIP's backends to clients",
+                |v| v.reply_packets,
+            ),
+            (
+                "rivora_vip_reply",
+                Some(&bytes),
+                "Reply bytes from the VIP's backends to clients",
+                |v| v.reply_bytes,
+            ),
+        ];
+        for (name, unit, help, read) in vip_counters {
+            counters(
+                &mut enc,
+                name,
+                help,
+                unit,
+                vip_labels.iter().zip(&s.vips).map(|(l, v)| (*l, read(v))),
+            )?;
+        }
+
+        // --- node-wide drops ---
+        counters(
+            &mut enc,
+            "rivora_drops",
+            "Packets dropped by the dataplane on this node, by reason",
+            None,
+            s.drops
+                .iter()
+                .map(|(reason, n)| ([("reason", reason.as_str())], *n)),
+        )?;
+
+        // --- backends ---
+        let backend_ids: Vec<String> = s
+            .backends
+            .iter()
+            .map(|b| b.backend_id.to_string())
+            .collect();
+        infos(
+            &mut enc,
+            "rivora_backend",
+            "Known backends (always 1), carrying the dataplane backend id; join on backend",
+            s.backends
+                .iter()
+                .zip(&backend_ids)
+                .map(|(b, id)| [("backend", b.backend.as_str()), ("backend_id", id.as_str())]),
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_backend_state",
+            "Backend state as a state set: 1 for the current state (healthy, draining or down), 0 for the others",
+            None,
+            s.backends.iter().flat_map(|b| {
+                // The fixed states always appear; an unexpected state is
+                // reported as well so the set still sums to 1.
+                let extra =
+                    (!BACKEND_STATES.contains(&b.state.as_str())).then_some(b.state.as_str());
+                BACKEND_STATES.into_iter().chain(extra).map(move |state| {
+                    (
+                        [("backend", b.backend.as_str()), ("state", state)],
+                        bool_gauge(b.state == state),
+                    )
+                })
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_backend_drained",
+            "Whether an operator drained the backend (rivoractl drain): 1 drained, 0 not",
+            None,
+            s.backends
+                .iter()
+                .map(|b| ([("backend", b.backend.as_str())], bool_gauge(b.drained))),
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_backend_probe_up",
+            "Result of the backend's latest health probe: 1 success, 0 failure; absent without a health check",
+            None,
+            s.backends.iter().filter_map(|b| {
+                b.probe_up
+                    .map(|up| ([("backend", b.backend.as_str())], bool_gauge(up)))
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_backend_probe_duration",
+            "Duration of the backend's latest health probe",
+            Some(&seconds),
+            s.backends.iter().filter_map(|b| {
+                b.probe_latency_seconds
+                    .map(|d| ([("backend", b.backend.as_str())], d))
+            }),
+        )?;
+        counters(
+            &mut enc,
+            "rivora_backend_probes",
+            "Health probes run against the backend",
+            None,
+            s.backends
+                .iter()
+                .map(|b| ([("backend", b.backend.as_str())], b.probes_total)),
+        )?;
+        counters(
+            &mut enc,
+            "rivora_backend_probe_failures",
+            "Health probes against the backend that failed",
+            None,
+            s.backends
+                .iter()
+                .map(|b| ([("backend", b.backend.as_str())], b.probe_failures_total)),
+        )?;
+
+        // --- BPF tables ---
+        gauges(
+            &mut enc,
+            "rivora_table_entries",
+            "Entries currently in the dataplane table (BPF map)",
+            None,
+            s.tables
+                .iter()
+                .map(|(t, entries, _)| ([("table", t.as_str())], *entries)),
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_table_capacity",
+            "Maximum entries of the dataplane table (BPF map)",
+            None,
+            s.tables
+                .iter()
+                .map(|(t, _, capacity)| ([("table", t.as_str())], *capacity)),
+        )?;
+
+        // --- daemon ---
+        gauges(
+            &mut enc,
+            "rivora_config_generation",
+            "Generation of the applied configuration, bumped by every successful reload",
+            None,
+            [(NO_LABELS, s.config_generation)],
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_config_last_reload_success",
+            "Whether the last configuration reload succeeded: 1 yes, 0 no (the previous config stays applied)",
+            None,
+            [(NO_LABELS, bool_gauge(s.last_reload_ok))],
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_config_last_reload_timestamp",
+            "Unix time of the last configuration reload attempt",
+            Some(&seconds),
+            [(NO_LABELS, s.last_reload_unix)],
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_start_time",
+            "Unix time when rivorad started",
+            Some(&seconds),
+            [(NO_LABELS, s.start_unix)],
+        )?;
+        Ok(())
+    }
+}
+
+/// Produces a fresh snapshot for each scrape; an `Err` message is answered
+/// as HTTP 500. Called on tokio's blocking pool, so it may read BPF maps.
+pub type SnapshotFn = dyn Fn() -> Result<MetricsSnapshot, String> + Send + Sync;
+
+/// Serves `GET /metrics` on `listener` until `shutdown` completes.
+///
+/// Each scrape runs `snapshot` and [`render`] on tokio's blocking pool
+/// (reading BPF maps is a series of syscalls that must not stall the async
+/// workers) and answers 200 with [`CONTENT_TYPE`], or 500 with the error
+/// message as plain text. Other paths are 404. Plain TCP without auth is
+/// the Prometheus convention; bind to an address only the scraper reaches.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    snapshot: Arc<SnapshotFn>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    axum::serve(listener, router(snapshot))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+fn router(snapshot: Arc<SnapshotFn>) -> Router {
+    Router::new()
+        .route(METRICS_PATH, get(scrape))
+        .fallback(not_found)
+        .with_state(snapshot)
+}
+
+async fn scrape(State(snapshot): State<Arc<SnapshotFn>>) -> Response {
+    let rendered = tokio::task::spawn_blocking(move || snapshot().map(|s| render(&s))).await;
+    match rendered {
+        Ok(Ok(body)) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Ok(Err(message)) => {
+            tracing::warn!(error = %message, "metrics scrape failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, message)
+        }
+        Err(join) => {
+            let message = format!("collecting metrics failed: {join}");
+            tracing::warn!(error = %message, "metrics scrape failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, message)
+        }
+    }
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("not found: metrics are served on {METRICS_PATH}"),
+    )
+}
+
+fn error(status: StatusCode, mut message: String) -> Response {
+    if !message.ends_with('\n') {
+        message.push('\n');
+    }
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message,
+    )
+        .into_response()
+}
