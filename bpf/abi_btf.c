@@ -24,6 +24,17 @@ struct rv_abi_all {
 	struct rv_vip_stats vip_stats;
 	struct rv_drop_stats drop_stats;
 	struct rv_meta meta;
+	struct rv_vip_range_key4 vip_range_key4;
+	struct rv_vip_range_key6 vip_range_key6;
+	struct rv_frag_key4 frag_key4;
+	struct rv_frag_key6 frag_key6;
+	struct rv_frag_value frag_value;
+	struct rv_frag_rev_value4 frag_rev_value4;
+	struct rv_frag_rev_value6 frag_rev_value6;
+	struct rv_rl_config rl_config;
+	struct rv_rl_key4 rl_key4;
+	struct rv_rl_key6 rl_key6;
+	struct rv_rl_bucket rl_bucket;
 	enum rv_xdp_mode xdp_mode;
 	enum rv_backend_flags backend_flags;
 	enum rv_abi_consts consts;

@@ -119,6 +119,88 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } drop_stats_map SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, RV_MAX_RANGE_PREFIXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rv_vip_range_key4);
+	__type(value, struct rv_vip_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vip_range_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, RV_MAX_RANGE_PREFIXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rv_vip_range_key6);
+	__type(value, struct rv_vip_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vip_range_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FRAGS);
+	__type(key, struct rv_frag_key4);
+	__type(value, struct rv_frag_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frag_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FRAGS);
+	__type(key, struct rv_frag_key6);
+	__type(value, struct rv_frag_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frag_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FRAGS);
+	__type(key, struct rv_frag_key4);
+	__type(value, struct rv_frag_rev_value4);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frag_rev_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FRAGS);
+	__type(key, struct rv_frag_key6);
+	__type(value, struct rv_frag_rev_value6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frag_rev_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_rl_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rl_config_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct rv_rl_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} svc_rl_config_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_RL_BUCKETS);
+	__type(key, struct rv_rl_key4);
+	__type(value, struct rv_rl_bucket);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rl_buckets_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_RL_BUCKETS);
+	__type(key, struct rv_rl_key6);
+	__type(value, struct rv_rl_bucket);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rl_buckets_map6 SEC(".maps");
+
 /* Not read by the programs: the control plane's record of who wrote the
  * pinned maps (ABI version, table size, XDP mode). */
 struct {

@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 2,
+	RV_ABI_VERSION = 3,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -38,6 +38,17 @@ enum rv_abi_consts {
 	RV_MAGLEV_PROBE_WINDOW = 16,
 	/* Size of drop_stats_map: room for enum rv_drop_reason to grow. */
 	RV_DROP_REASON_SLOTS = 16,
+	/* Fragment tracking tables (first fragment -> its backend). */
+	RV_MAX_FRAGS = 16384,
+	/* SYN rate-limit buckets (per source, per VIP or node-wide). */
+	RV_MAX_RL_BUCKETS = 65536,
+	/* Entries of each port-range trie (a range becomes several prefixes). */
+	RV_MAX_RANGE_PREFIXES = 16384,
+	/* IPv6 extension headers stepped over, at most, and their total size. */
+	RV_MAX_IPV6_EXT_HEADERS = 4,
+	RV_MAX_IPV6_EXT_BYTES = 248,
+	/* service_id used for the node-wide rate-limit bucket of a source. */
+	RV_RL_NODE_SERVICE = 0xffffffff,
 };
 
 /* Forwarding mode of a service (rv_service.mode). */
@@ -53,6 +64,11 @@ enum rv_service_flags {
 	RV_SVC_F_IPV6 = 1 << 0,
 	/* The entry is programmed and may be used (an all-zero slot is not). */
 	RV_SVC_F_ACTIVE = 1 << 1,
+	/* sessionAffinity: clientIP: the Maglev hash covers the source address
+	 * only, so every connection of a client lands on the same backend. */
+	RV_SVC_F_AFFINITY_CLIENT_IP = 1 << 2,
+	/* The service has its own SYN rate limit in svc_rl_config_map. */
+	RV_SVC_F_SYN_RATE_LIMIT = 1 << 3,
 };
 
 /* backend_health_map values. 0 means "no backend with this ID": a freed ID
@@ -75,7 +91,15 @@ enum rv_drop_reason {
 	RV_DROP_NO_BACKEND = 2,
 	/* The packet could not be rewritten (bounds check failed after parse). */
 	RV_DROP_REWRITE_FAILED = 3,
-	RV_DROP_REASON_COUNT = 4,
+	/* A TCP SYN over its source's rate limit. */
+	RV_DROP_RATE_LIMITED = 4,
+	/* Not a drop: a later fragment whose first fragment was not seen was
+	 * passed to the kernel untouched (counted so it is visible). */
+	RV_PASS_FRAG_UNMATCHED = 5,
+	/* Not a drop: an ICMP error quoting a flow the tables do not know was
+	 * passed to the kernel untouched. */
+	RV_PASS_ICMP_UNMATCHED = 6,
+	RV_DROP_REASON_COUNT = 7,
 };
 
 /* vip_map key: an exact IPv4 VIP. */
@@ -91,6 +115,27 @@ struct rv_vip_key6 {
 	__u8 addr[16];
 	__be16 port;
 	__u8 proto;
+	__u8 pad;
+};
+
+/* vip_range_map key (LPM trie): protocol and address match exactly, the
+ * port by prefix, so a port range is stored as the few prefixes covering it
+ * and a whole-address VIP as a 0-bit port prefix. prefixlen counts bits of
+ * proto + addr + port. */
+struct rv_vip_range_key4 {
+	__u32 prefixlen;
+	__u8 proto;
+	__u8 addr[4];
+	__u8 port[2]; /* network order */
+	__u8 pad;
+};
+
+/* vip_range_map6 key. */
+struct rv_vip_range_key6 {
+	__u32 prefixlen;
+	__u8 proto;
+	__u8 addr[16];
+	__u8 port[2];
 	__u8 pad;
 };
 
@@ -206,6 +251,76 @@ struct rv_nat_value6 {
 	__be16 vip_port;
 	__u16 pad;
 	__u32 service_id;
+};
+
+/* frag_map / frag_rev_map key: the fragments of one datagram (IPv4). The
+ * id is the IPv4 identification, zero-extended. */
+struct rv_frag_key4 {
+	__be32 src;
+	__be32 dst;
+	__be32 id;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* frag_map6 / frag_rev_map6 key (IPv6 fragment header identification). */
+struct rv_frag_key6 {
+	__u8 src[16];
+	__u8 dst[16];
+	__be32 id;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* frag_map(6) value: where the first fragment went, so the later ones
+ * (which carry no ports) follow it. */
+struct rv_frag_value {
+	__u32 backend_id;
+	__u32 backend_generation;
+	__u32 service_id;
+	__u32 pad;
+};
+
+/* frag_rev_map value (IPv4): the VIP a reply datagram's later fragments
+ * get back as their source. */
+struct rv_frag_rev_value4 {
+	__be32 vip;
+	__u32 service_id;
+};
+
+/* frag_rev_map6 value. */
+struct rv_frag_rev_value6 {
+	__u8 vip[16];
+	__u32 service_id;
+};
+
+/* rl_config_map (one entry) and svc_rl_config_map (per service ID): a
+ * token bucket per source for TCP SYNs. */
+struct rv_rl_config {
+	__u64 rate;  /* SYNs per second per source */
+	__u64 burst; /* bucket depth in SYNs */
+	__u32 enabled;
+	__u32 pad;
+};
+
+/* rl_buckets_map key (IPv4 source); service_id is RV_RL_NODE_SERVICE for
+ * the node-wide limit. */
+struct rv_rl_key4 {
+	__be32 src;
+	__u32 service_id;
+};
+
+/* rl_buckets_map6 key. */
+struct rv_rl_key6 {
+	__u8 src[16];
+	__u32 service_id;
+};
+
+/* rl_buckets_map(6) value. Tokens are kept in nano-tokens so a refill of
+ * elapsed_ns * rate needs no division. */
+struct rv_rl_bucket {
+	__u64 nanotokens;
+	__u64 last_ns;
 };
 
 /* rivora_meta value (one entry, index 0): what wrote the pinned maps. A

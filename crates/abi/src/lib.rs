@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -25,6 +25,18 @@ pub const MAGLEV_TABLE_DEFAULT: u32 = 65537;
 pub const MAGLEV_PROBE_WINDOW: u32 = 16;
 /// Length of `drop_stats_map`.
 pub const DROP_REASON_SLOTS: u32 = 16;
+/// Capacity of each fragment table.
+pub const MAX_FRAGS: u32 = 16384;
+/// Capacity of each SYN rate-limit bucket table.
+pub const MAX_RL_BUCKETS: u32 = 65536;
+/// Capacity of each port-range trie (prefixes, not VIPs).
+pub const MAX_RANGE_PREFIXES: u32 = 16384;
+/// IPv6 extension headers the parser steps over, at most.
+pub const MAX_IPV6_EXT_HEADERS: u32 = 4;
+/// Their total size, at most.
+pub const MAX_IPV6_EXT_BYTES: u32 = 248;
+/// `service_id` of the node-wide rate-limit bucket of a source.
+pub const RL_NODE_SERVICE: u32 = 0xffff_ffff;
 
 /// `enum rv_mode`: how a service forwards.
 pub mod mode {
@@ -44,6 +56,10 @@ pub mod service_flags {
     pub const IPV6: u8 = 1 << 0;
     /// The entry is programmed; an all-zero array slot is not.
     pub const ACTIVE: u8 = 1 << 1;
+    /// sessionAffinity clientIP: Maglev hashes the source address only.
+    pub const AFFINITY_CLIENT_IP: u8 = 1 << 2;
+    /// The service has its own SYN rate limit (svc_rl_config_map).
+    pub const SYN_RATE_LIMIT: u8 = 1 << 3;
 }
 
 /// `enum rv_backend_state`: values of [`BackendHealth::state`].
@@ -68,14 +84,24 @@ pub mod drop_reason {
     pub const NO_BACKEND: u32 = 2;
     /// Bounds check failed while rewriting.
     pub const REWRITE_FAILED: u32 = 3;
+    /// A TCP SYN over its source's rate limit.
+    pub const RATE_LIMITED: u32 = 4;
+    /// Not a drop: a later fragment without its first was passed.
+    pub const PASS_FRAG_UNMATCHED: u32 = 5;
+    /// Not a drop: an ICMP error quoting an unknown flow was passed.
+    pub const PASS_ICMP_UNMATCHED: u32 = 6;
     /// Number of reasons defined so far.
-    pub const COUNT: u32 = 4;
-    /// Stable, Prometheus-friendly names, indexed by reason.
+    pub const COUNT: u32 = 7;
+    /// Stable, Prometheus-friendly names, indexed by reason. The `passed_`
+    /// ones count packets handed to the kernel untouched, not drops.
     pub const NAMES: [&str; COUNT as usize] = [
         "no_healthy_backend",
         "no_service",
         "no_backend",
         "rewrite_failed",
+        "rate_limited",
+        "passed_unmatched_fragment",
+        "passed_unmatched_icmp_error",
     ];
 }
 
@@ -317,6 +343,110 @@ pub mod xdp_mode {
     pub const GENERIC: u32 = 2;
 }
 
+/// `struct rv_vip_range_key4`: LPM key of a port-range VIP prefix.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipRangeKey4 {
+    pub prefixlen: u32,
+    pub proto: u8,
+    pub addr: [u8; 4],
+    pub port: [u8; 2],
+    pub pad: u8,
+}
+
+/// `struct rv_vip_range_key6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipRangeKey6 {
+    pub prefixlen: u32,
+    pub proto: u8,
+    pub addr: [u8; 16],
+    pub port: [u8; 2],
+    pub pad: u8,
+}
+
+/// `struct rv_frag_key4`: the fragments of one IPv4 datagram.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FragKey4 {
+    pub src: u32,
+    pub dst: u32,
+    pub id: u32,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct rv_frag_key6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FragKey6 {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub id: u32,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct rv_frag_value`: where a datagram's first fragment went.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FragValue {
+    pub backend_id: u32,
+    pub backend_generation: u32,
+    pub service_id: u32,
+    pub pad: u32,
+}
+
+/// `struct rv_frag_rev_value4`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FragRevValue4 {
+    pub vip: u32,
+    pub service_id: u32,
+}
+
+/// `struct rv_frag_rev_value6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FragRevValue6 {
+    pub vip: [u8; 16],
+    pub service_id: u32,
+}
+
+/// `struct rv_rl_config`: a per-source SYN token bucket's parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RlConfig {
+    pub rate: u64,
+    pub burst: u64,
+    pub enabled: u32,
+    pub pad: u32,
+}
+
+/// `struct rv_rl_key4`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RlKey4 {
+    pub src: u32,
+    pub service_id: u32,
+}
+
+/// `struct rv_rl_key6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RlKey6 {
+    pub src: [u8; 16],
+    pub service_id: u32,
+}
+
+/// `struct rv_rl_bucket`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RlBucket {
+    pub nanotokens: u64,
+    pub last_ns: u64,
+}
+
 /// `struct rv_drop_stats`: per-CPU counter of one drop reason.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -342,6 +472,17 @@ pod!(
     VipStats,
     DropStats,
     Meta,
+    VipRangeKey4,
+    VipRangeKey6,
+    FragKey4,
+    FragKey6,
+    FragValue,
+    FragRevValue4,
+    FragRevValue6,
+    RlConfig,
+    RlKey4,
+    RlKey6,
+    RlBucket,
 );
 
 /// One struct's layout as the Rust side sees it: the test compares each
@@ -405,6 +546,29 @@ pub fn layouts() -> Vec<StructLayout> {
             "rv_meta",
             [abi_version, maglev_table_size, xdp_mode, pad]
         ),
+        layout!(
+            VipRangeKey4,
+            "rv_vip_range_key4",
+            [prefixlen, proto, addr, port, pad]
+        ),
+        layout!(
+            VipRangeKey6,
+            "rv_vip_range_key6",
+            [prefixlen, proto, addr, port, pad]
+        ),
+        layout!(FragKey4, "rv_frag_key4", [src, dst, id, proto, pad]),
+        layout!(FragKey6, "rv_frag_key6", [src, dst, id, proto, pad]),
+        layout!(
+            FragValue,
+            "rv_frag_value",
+            [backend_id, backend_generation, service_id, pad]
+        ),
+        layout!(FragRevValue4, "rv_frag_rev_value4", [vip, service_id]),
+        layout!(FragRevValue6, "rv_frag_rev_value6", [vip, service_id]),
+        layout!(RlConfig, "rv_rl_config", [rate, burst, enabled, pad]),
+        layout!(RlKey4, "rv_rl_key4", [src, service_id]),
+        layout!(RlKey6, "rv_rl_key6", [src, service_id]),
+        layout!(RlBucket, "rv_rl_bucket", [nanotokens, last_ns]),
     ]
 }
 
@@ -424,6 +588,14 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_MODE_DSR_GRE", mode::DSR_GRE as i64),
         ("RV_SVC_F_IPV6", service_flags::IPV6 as i64),
         ("RV_SVC_F_ACTIVE", service_flags::ACTIVE as i64),
+        (
+            "RV_SVC_F_AFFINITY_CLIENT_IP",
+            service_flags::AFFINITY_CLIENT_IP as i64,
+        ),
+        (
+            "RV_SVC_F_SYN_RATE_LIMIT",
+            service_flags::SYN_RATE_LIMIT as i64,
+        ),
         ("RV_BACKEND_NONE", backend_state::NONE as i64),
         ("RV_BACKEND_HEALTHY", backend_state::HEALTHY as i64),
         ("RV_BACKEND_DRAINING", backend_state::DRAINING as i64),
@@ -435,7 +607,22 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_DROP_NO_SERVICE", drop_reason::NO_SERVICE as i64),
         ("RV_DROP_NO_BACKEND", drop_reason::NO_BACKEND as i64),
         ("RV_DROP_REWRITE_FAILED", drop_reason::REWRITE_FAILED as i64),
+        ("RV_DROP_RATE_LIMITED", drop_reason::RATE_LIMITED as i64),
+        (
+            "RV_PASS_FRAG_UNMATCHED",
+            drop_reason::PASS_FRAG_UNMATCHED as i64,
+        ),
+        (
+            "RV_PASS_ICMP_UNMATCHED",
+            drop_reason::PASS_ICMP_UNMATCHED as i64,
+        ),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
+        ("RV_MAX_FRAGS", MAX_FRAGS as i64),
+        ("RV_MAX_RL_BUCKETS", MAX_RL_BUCKETS as i64),
+        ("RV_MAX_RANGE_PREFIXES", MAX_RANGE_PREFIXES as i64),
+        ("RV_MAX_IPV6_EXT_HEADERS", MAX_IPV6_EXT_HEADERS as i64),
+        ("RV_MAX_IPV6_EXT_BYTES", MAX_IPV6_EXT_BYTES as i64),
+        ("RV_RL_NODE_SERVICE", -1),
         ("RV_BACKEND_F_DRAINED", backend_flags::DRAINED as i64),
         ("RV_BACKEND_F_PROBE_DOWN", backend_flags::PROBE_DOWN as i64),
         ("RV_XDP_MODE_UNKNOWN", xdp_mode::UNKNOWN as i64),

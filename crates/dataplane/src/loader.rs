@@ -62,6 +62,16 @@ pub const MAP_NAMES: &[&str] = &[
     "stats_map",
     "drop_stats_map",
     "rivora_meta",
+    "vip_range_map",
+    "vip_range_map6",
+    "frag_map",
+    "frag_map6",
+    "frag_rev_map",
+    "frag_rev_map6",
+    "rl_config_map",
+    "svc_rl_config_map",
+    "rl_buckets_map",
+    "rl_buckets_map6",
 ];
 
 /// Pin name prefixes of the persistent links (`--persist-datapath`).
