@@ -2,7 +2,9 @@
 /*
  * tc_nat: TCX egress program, full NAT only. A backend's reply that matches
  * nat_reverse_map leaves with the VIP address and port as its source, so the
- * client only ever sees the VIP.
+ * client only ever sees the VIP. The later fragments of a reply follow its
+ * first fragment (frag_rev_map), and an ICMP error a backend sends about a
+ * client's packet is rewritten to come from the VIP, quoted packet included.
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -11,6 +13,7 @@
 #include "rivora_abi.h"
 #include "maps.h"
 #include "parse.h"
+#include "nat.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -21,8 +24,9 @@ char LICENSE[] SEC("license") = "GPL";
 #define TCX_NEXT -1
 #endif
 
-/* Enough linear data for Ethernet, two VLAN tags, IPv6 and TCP. */
-#define RV_TC_PULL_LEN 128
+/* Enough linear data for Ethernet, two VLAN tags, IPv6 with extension
+ * headers and TCP, or an ICMPv6 error quoting IPv6 and TCP. */
+#define RV_TC_PULL_LEN 256
 
 static __always_inline void rv_count_reply(__u32 service_id, __u64 bytes)
 {
@@ -34,97 +38,139 @@ static __always_inline void rv_count_reply(__u32 service_id, __u64 bytes)
 	}
 }
 
-static __always_inline __u64 rv_l4_csum_flags(__u8 proto)
+/* The VIP (address, port) a backend's reply from src:sport to dst:dport
+ * must come from, if the flow is ours. */
+static __always_inline int rv_reverse(const __u32 *src, const __u32 *dst, __be16 sport, __be16 dport, __u8 proto,
+				      __u32 *vip, __be16 *vip_port, __u32 *service_id, const int v6)
 {
-	/* UDP: keep a zero (absent) IPv4 checksum, never produce a zero one. */
-	return proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	if (v6) {
+		struct rv_nat_key6 k = { .sport = sport, .dport = dport, .proto = proto };
+		__builtin_memcpy(k.src, src, 16);
+		__builtin_memcpy(k.dst, dst, 16);
+		struct rv_nat_value6 *v = bpf_map_lookup_elem(&nat_reverse_map6, &k);
+		if (!v)
+			return -1;
+		__builtin_memcpy(vip, v->vip, 16);
+		*vip_port = v->vip_port;
+		*service_id = v->service_id;
+	} else {
+		struct rv_nat_key4 k = { .src = src[0], .dst = dst[0], .sport = sport, .dport = dport, .proto = proto };
+		struct rv_nat_value4 *v = bpf_map_lookup_elem(&nat_reverse_map, &k);
+		if (!v)
+			return -1;
+		vip[0] = v->vip;
+		*vip_port = v->vip_port;
+		*service_id = v->service_id;
+	}
+	return 0;
 }
 
-static __always_inline __u32 rv_l4_check_off(const struct rv_pkt *p)
+static __always_inline void rv_frag_rev_record(const struct rv_pkt *p, const __u32 *vip, __u32 service_id,
+					       const int v6)
 {
-	return p->l4_off + (p->proto == IPPROTO_TCP ? offsetof(struct tcphdr, check)
-						    : offsetof(struct udphdr, check));
+	if (v6) {
+		struct rv_frag_key6 k = { .id = p->frag_id, .proto = p->proto };
+		struct rv_frag_rev_value6 v = { .service_id = service_id };
+		__builtin_memcpy(k.src, p->src, 16);
+		__builtin_memcpy(k.dst, p->dst, 16);
+		__builtin_memcpy(v.vip, vip, 16);
+		bpf_map_update_elem(&frag_rev_map6, &k, &v, BPF_ANY);
+	} else {
+		struct rv_frag_key4 k = { .src = p->src[0], .dst = p->dst[0], .id = p->frag_id, .proto = p->proto };
+		struct rv_frag_rev_value4 v = { .vip = vip[0], .service_id = service_id };
+		bpf_map_update_elem(&frag_rev_map, &k, &v, BPF_ANY);
+	}
 }
 
-/* L4 source port: same offset in TCP and UDP. */
-static __always_inline __u32 rv_l4_sport_off(const struct rv_pkt *p)
+/* An unfragmented reply or a first fragment. The skb checksum helpers are
+ * used because a forwarded skb may carry a partial (offloaded) checksum,
+ * which an in-place incremental update would get wrong. */
+static __always_inline int rv_egress_l4(struct __sk_buff *skb, struct rv_pkt *p, const int v6)
 {
-	return p->l4_off + offsetof(struct udphdr, source);
-}
+	__u32 vip[4] = {};
+	__be16 vip_port;
+	__u32 service_id;
+	__u64 flags = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	__u32 check_off = p->l4_off + rv_l4_csum_off(p->proto);
+	__u32 sport_off = p->l4_off + offsetof(struct udphdr, source);
 
-static __always_inline int rv_snat4(struct __sk_buff *skb, struct rv_pkt *p)
-{
-	void *data_end = (void *)(long)skb->data_end;
-	struct iphdr *ip = p->l3;
-	struct rv_nat_key4 nk = {};
-	struct rv_nat_value4 *nv;
-	__be32 old_addr, new_addr;
-	__be16 old_port, new_port;
-	__u64 flags = rv_l4_csum_flags(p->proto);
-	__u32 check_off = rv_l4_check_off(p);
-
-	if ((void *)(ip + 1) > data_end)
+	if (rv_reverse(p->src, p->dst, p->sport, p->dport, p->proto, vip, &vip_port, &service_id, v6))
 		return TCX_NEXT;
-	nk.src = ip->saddr;
-	nk.dst = ip->daddr;
-	nk.sport = p->sport;
-	nk.dport = p->dport;
-	nk.proto = p->proto;
-	nv = bpf_map_lookup_elem(&nat_reverse_map, &nk);
-	if (!nv)
-		return TCX_NEXT;
+	rv_count_reply(service_id, skb->len);
+	if (p->first_frag)
+		rv_frag_rev_record(p, vip, service_id, v6);
 
-	old_addr = ip->saddr;
-	new_addr = nv->vip;
-	old_port = p->sport;
-	new_port = nv->vip_port;
-	rv_count_reply(nv->service_id, skb->len);
-
-	bpf_l4_csum_replace(skb, check_off, old_addr, new_addr, flags | BPF_F_PSEUDO_HDR | sizeof(new_addr));
-	bpf_l4_csum_replace(skb, check_off, old_port, new_port, flags | sizeof(new_port));
-	bpf_l3_csum_replace(skb, p->l3_off + offsetof(struct iphdr, check), old_addr, new_addr, sizeof(new_addr));
-	bpf_skb_store_bytes(skb, p->l3_off + offsetof(struct iphdr, saddr), &new_addr, sizeof(new_addr), 0);
-	bpf_skb_store_bytes(skb, rv_l4_sport_off(p), &new_port, sizeof(new_port), 0);
+	if (v6) {
+		__s64 diff = bpf_csum_diff((__be32 *)p->src, 16, (__be32 *)vip, 16, 0);
+		if (diff < 0)
+			return TCX_NEXT;
+		bpf_l4_csum_replace(skb, check_off, 0, diff, flags | BPF_F_PSEUDO_HDR);
+		bpf_l4_csum_replace(skb, check_off, p->sport, vip_port, flags | sizeof(vip_port));
+		bpf_skb_store_bytes(skb, p->l3_off + offsetof(struct ipv6hdr, saddr), vip, 16, 0);
+	} else {
+		bpf_l4_csum_replace(skb, check_off, p->src[0], vip[0], flags | BPF_F_PSEUDO_HDR | 4);
+		bpf_l4_csum_replace(skb, check_off, p->sport, vip_port, flags | sizeof(vip_port));
+		bpf_l3_csum_replace(skb, p->l3_off + offsetof(struct iphdr, check), p->src[0], vip[0], 4);
+		bpf_skb_store_bytes(skb, p->l3_off + offsetof(struct iphdr, saddr), vip, 4, 0);
+	}
+	bpf_skb_store_bytes(skb, sport_off, &vip_port, sizeof(vip_port), 0);
 	return TCX_NEXT;
 }
 
-static __always_inline int rv_snat6(struct __sk_buff *skb, struct rv_pkt *p)
+/* A later fragment of a reply: the source its first fragment got. */
+static __always_inline int rv_egress_frag(struct __sk_buff *skb, struct rv_pkt *p, const int v6)
 {
 	void *data_end = (void *)(long)skb->data_end;
-	struct ipv6hdr *ip6 = p->l3;
-	struct rv_nat_key6 nk = {};
-	struct rv_nat_value6 *nv;
-	__u8 old_addr[16], new_addr[16];
-	__be16 old_port, new_port;
-	__u64 flags = rv_l4_csum_flags(p->proto);
-	__u32 check_off = rv_l4_check_off(p);
-	__s64 diff;
+	__u32 vip[4] = {};
+	__u32 service_id;
 
-	if ((void *)(ip6 + 1) > data_end)
-		return TCX_NEXT;
-	__builtin_memcpy(nk.src, &ip6->saddr, 16);
-	__builtin_memcpy(nk.dst, &ip6->daddr, 16);
-	nk.sport = p->sport;
-	nk.dport = p->dport;
-	nk.proto = p->proto;
-	nv = bpf_map_lookup_elem(&nat_reverse_map6, &nk);
-	if (!nv)
-		return TCX_NEXT;
-
-	__builtin_memcpy(old_addr, nk.src, 16);
-	__builtin_memcpy(new_addr, nv->vip, 16);
-	old_port = p->sport;
-	new_port = nv->vip_port;
-	rv_count_reply(nv->service_id, skb->len);
-
-	diff = bpf_csum_diff((__be32 *)old_addr, 16, (__be32 *)new_addr, 16, 0);
-	if (diff < 0)
-		return TCX_NEXT;
-	bpf_l4_csum_replace(skb, check_off, 0, diff, flags | BPF_F_PSEUDO_HDR);
-	bpf_l4_csum_replace(skb, check_off, old_port, new_port, flags | sizeof(new_port));
-	bpf_skb_store_bytes(skb, p->l3_off + offsetof(struct ipv6hdr, saddr), new_addr, 16, 0);
-	bpf_skb_store_bytes(skb, rv_l4_sport_off(p), &new_port, sizeof(new_port), 0);
+	if (v6) {
+		struct rv_frag_key6 k = { .id = p->frag_id, .proto = p->proto };
+		__builtin_memcpy(k.src, p->src, 16);
+		__builtin_memcpy(k.dst, p->dst, 16);
+		struct rv_frag_rev_value6 *v = bpf_map_lookup_elem(&frag_rev_map6, &k);
+		if (!v)
+			return TCX_NEXT;
+		__builtin_memcpy(vip, v->vip, 16);
+		service_id = v->service_id;
+	} else {
+		struct rv_frag_key4 k = { .src = p->src[0], .dst = p->dst[0], .id = p->frag_id, .proto = p->proto };
+		struct rv_frag_rev_value4 *v = bpf_map_lookup_elem(&frag_rev_map, &k);
+		if (!v)
+			return TCX_NEXT;
+		vip[0] = v->vip;
+		service_id = v->service_id;
+	}
+	rv_count_reply(service_id, skb->len);
+	rv_nat_frag(p, data_end, vip, 1, v6);
 	return TCX_NEXT;
+}
+
+/* An ICMP error a backend sends about a client's packet (e.g. port
+ * unreachable for a UDP datagram): the quote is client:cport ->
+ * backend:bport, which is the reverse of the reply flow. It must leave from
+ * the VIP and quote the packet the client actually sent (to the VIP). */
+static __always_inline int rv_egress_icmp(struct __sk_buff *skb, struct rv_pkt *p, const int v6)
+{
+	void *data_end = (void *)(long)skb->data_end;
+	__u32 vip[4] = {};
+	__be16 vip_port;
+	__u32 service_id;
+
+	if (rv_reverse(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto, vip, &vip_port, &service_id, v6))
+		return TCX_NEXT;
+	rv_count_reply(service_id, skb->len);
+	rv_nat_icmp(p, data_end, vip, vip_port, 1, 0, v6);
+	return TCX_NEXT;
+}
+
+static __always_inline int rv_egress(struct __sk_buff *skb, struct rv_pkt *p, const int v6)
+{
+	if (p->kind == RV_PKT_L4)
+		return rv_egress_l4(skb, p, v6);
+	if (p->kind == RV_PKT_FRAG_LATER)
+		return rv_egress_frag(skb, p, v6);
+	return rv_egress_icmp(skb, p, v6);
 }
 
 SEC("classifier")
@@ -137,6 +183,6 @@ int tc_nat(struct __sk_buff *skb)
 	if (rv_parse((void *)(long)skb->data, (void *)(long)skb->data_end, &p) != RV_PARSE_OK)
 		return TCX_NEXT;
 	if (p.family == 4)
-		return rv_snat4(skb, &p);
-	return rv_snat6(skb, &p);
+		return rv_egress(skb, &p, 0);
+	return rv_egress(skb, &p, 1);
 }

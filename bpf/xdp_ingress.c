@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * xdp_ingress: the forwarding program. For every frame on the attached
- * interface: parse, match a VIP, pick a backend (affinity, else Maglev),
- * then forward by the VIP's mode. Only full NAT exists so far: rewrite the
+ * interface: parse, match a VIP, rate-limit SYNs, pick a backend (affinity,
+ * else Maglev), then forward by the VIP's mode. Full NAT: rewrite the
  * destination to the backend, record the reverse mapping for tc_nat, and
  * XDP_PASS so the kernel routes the packet on.
+ *
+ * Around that path: a later fragment follows the backend its first fragment
+ * chose (frag_map); an ICMP error about a reply goes to the backend that
+ * owns the flow, with the quoted packet rewritten to match.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -18,6 +22,18 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+#define RV_NANO 1000000000ULL
+/* Refill at most this much time at once, so elapsed * rate cannot overflow
+ * (rate is at most 1,000,000 SYNs/s, enforced by the control plane). */
+#define RV_RL_MAX_ELAPSED_NS (1000ULL * RV_NANO)
+
+/* A backend as the hot path needs it, whatever its family. */
+struct rv_be {
+	__u32 addr[4];
+	__be16 port;
+	__u32 generation;
+};
+
 static __always_inline void rv_count_forward(__u32 service_id, __u64 bytes, int new_flow)
 {
 	struct rv_vip_stats *s = bpf_map_lookup_elem(&stats_map, &service_id);
@@ -28,6 +44,14 @@ static __always_inline void rv_count_forward(__u32 service_id, __u64 bytes, int 
 		if (new_flow)
 			s->new_flows++;
 	}
+}
+
+static __always_inline void rv_count_event(__u32 reason)
+{
+	struct rv_drop_stats *d = bpf_map_lookup_elem(&drop_stats_map, &reason);
+
+	if (d)
+		d->packets++;
 }
 
 static __always_inline const struct rv_service *rv_service_of(__u32 service_id)
@@ -41,183 +65,336 @@ static __always_inline const struct rv_service *rv_service_of(__u32 service_id)
 	return svc;
 }
 
-static __always_inline int rv_ingress4(struct xdp_md *ctx, struct rv_pkt *p)
+/* The service of (proto, addr, port): an exact VIP, else a port-range or
+ * whole-address VIP (longest prefix). Returns -1 when there is none. */
+static __always_inline int rv_find_vip(__u8 proto, const __u32 *addr, __be16 port, __u32 *service_id, const int v6)
+{
+	struct rv_vip_value *v;
+
+	if (v6) {
+		struct rv_vip_key6 k = { .port = port, .proto = proto };
+		__builtin_memcpy(k.addr, addr, 16);
+		v = bpf_map_lookup_elem(&vip_map6, &k);
+		if (!v) {
+			struct rv_vip_range_key6 r = { .prefixlen = 8 + 128 + 16, .proto = proto };
+			__builtin_memcpy(r.addr, addr, 16);
+			__builtin_memcpy(r.port, &port, 2);
+			v = bpf_map_lookup_elem(&vip_range_map6, &r);
+		}
+	} else {
+		struct rv_vip_key4 k = { .addr = addr[0], .port = port, .proto = proto };
+		v = bpf_map_lookup_elem(&vip_map, &k);
+		if (!v) {
+			struct rv_vip_range_key4 r = { .prefixlen = 8 + 32 + 16, .proto = proto };
+			__builtin_memcpy(r.addr, addr, 4);
+			__builtin_memcpy(r.port, &port, 2);
+			v = bpf_map_lookup_elem(&vip_range_map, &r);
+		}
+	}
+	if (!v)
+		return -1;
+	*service_id = v->service_id;
+	return 0;
+}
+
+static __always_inline int rv_backend(__u32 id, struct rv_be *out, const int v6)
+{
+	if (v6) {
+		struct rv_backend6 *b = bpf_map_lookup_elem(&backend_map6, &id);
+		if (!b || !b->generation)
+			return -1;
+		__builtin_memcpy(out->addr, b->addr, 16);
+		out->port = b->port;
+		out->generation = b->generation;
+	} else {
+		struct rv_backend4 *b = bpf_map_lookup_elem(&backend_map, &id);
+		if (!b || !b->generation)
+			return -1;
+		out->addr[0] = b->addr;
+		out->port = b->port;
+		out->generation = b->generation;
+	}
+	return 0;
+}
+
+/* Whether a TCP SYN from this source is within its token bucket: the
+ * service's own limit if it has one, else the node-wide one if enabled. */
+static __always_inline int rv_syn_allowed(const struct rv_pkt *p, const struct rv_service *svc, __u32 service_id,
+					  const int v6)
+{
+	struct rv_rl_config *cfg;
+	struct rv_rl_bucket *b;
+	__u32 key_service = service_id, zero = 0;
+	__u64 now, elapsed, tokens, cap;
+
+	if (svc->flags & RV_SVC_F_SYN_RATE_LIMIT) {
+		cfg = bpf_map_lookup_elem(&svc_rl_config_map, &service_id);
+	} else {
+		cfg = bpf_map_lookup_elem(&rl_config_map, &zero);
+		key_service = RV_RL_NODE_SERVICE;
+	}
+	if (!cfg || !cfg->enabled || !cfg->rate)
+		return 1;
+	now = bpf_ktime_get_ns();
+	cap = cfg->burst * RV_NANO;
+	if (v6) {
+		struct rv_rl_key6 k = { .service_id = key_service };
+		__builtin_memcpy(k.src, p->src, 16);
+		b = bpf_map_lookup_elem(&rl_buckets_map6, &k);
+		if (!b) {
+			struct rv_rl_bucket nb = { .nanotokens = cap - RV_NANO, .last_ns = now };
+			bpf_map_update_elem(&rl_buckets_map6, &k, &nb, BPF_ANY);
+			return 1;
+		}
+	} else {
+		struct rv_rl_key4 k = { .src = p->src[0], .service_id = key_service };
+		b = bpf_map_lookup_elem(&rl_buckets_map, &k);
+		if (!b) {
+			struct rv_rl_bucket nb = { .nanotokens = cap - RV_NANO, .last_ns = now };
+			bpf_map_update_elem(&rl_buckets_map, &k, &nb, BPF_ANY);
+			return 1;
+		}
+	}
+	elapsed = now - b->last_ns;
+	if (elapsed > RV_RL_MAX_ELAPSED_NS)
+		elapsed = RV_RL_MAX_ELAPSED_NS;
+	tokens = b->nanotokens + elapsed * cfg->rate;
+	if (tokens > cap)
+		tokens = cap;
+	b->last_ns = now;
+	if (tokens < RV_NANO) {
+		b->nanotokens = tokens;
+		return 0;
+	}
+	b->nanotokens = tokens - RV_NANO;
+	return 1;
+}
+
+/* The Maglev hash of a flow: the 5-tuple, or the source address alone for
+ * sessionAffinity clientIP. */
+static __always_inline __u32 rv_flow_hash(const __u32 *src, const __u32 *dst, __be16 sport, __be16 dport, __u8 proto,
+					  int client_ip, const int v6)
+{
+	__u32 h = RV_HASH_SEED;
+	int words = v6 ? 4 : 1;
+
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		if (i < words)
+			h = rv_hash_mix(h, src[i]);
+	if (client_ip)
+		return rv_hash_final(h);
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		if (i < words)
+			h = rv_hash_mix(h, dst[i]);
+	h = rv_hash_mix(h, ((__u32)sport << 16) | dport);
+	return rv_hash_final(rv_hash_mix(h, proto));
+}
+
+/* The backend of an established flow, if its affinity entry still names a
+ * usable backend (healthy or draining, same generation). */
+static __always_inline int rv_affinity_backend(const __u32 *src, const __u32 *dst, __be16 sport, __be16 dport,
+					       __u8 proto, __u32 *backend_id, struct rv_be *be, const int v6)
+{
+	struct rv_affinity *aff;
+
+	if (v6) {
+		struct rv_flow6 f = { .sport = sport, .dport = dport, .proto = proto };
+		__builtin_memcpy(f.src, src, 16);
+		__builtin_memcpy(f.dst, dst, 16);
+		aff = bpf_map_lookup_elem(&connection_affinity_map6, &f);
+	} else {
+		struct rv_flow4 f = { .src = src[0], .dst = dst[0], .sport = sport, .dport = dport, .proto = proto };
+		aff = bpf_map_lookup_elem(&connection_affinity_map, &f);
+	}
+	if (!aff)
+		return -1;
+	*backend_id = aff->backend_id;
+	if (rv_backend(aff->backend_id, be, v6) || !rv_affinity_usable(aff, be->generation))
+		return -1;
+	return 0;
+}
+
+static __always_inline void rv_affinity_record(const struct rv_pkt *p, __u32 backend_id, __u32 generation, const int v6)
+{
+	struct rv_affinity a = { .backend_id = backend_id, .backend_generation = generation };
+
+	if (v6) {
+		struct rv_flow6 f = { .sport = p->sport, .dport = p->dport, .proto = p->proto };
+		__builtin_memcpy(f.src, p->src, 16);
+		__builtin_memcpy(f.dst, p->dst, 16);
+		bpf_map_update_elem(&connection_affinity_map6, &f, &a, BPF_ANY);
+	} else {
+		struct rv_flow4 f = {
+			.src = p->src[0], .dst = p->dst[0], .sport = p->sport, .dport = p->dport, .proto = p->proto
+		};
+		bpf_map_update_elem(&connection_affinity_map, &f, &a, BPF_ANY);
+	}
+}
+
+/* Records how the backend's reply is turned back into the VIP's: the reply
+ * leaves as backend:port -> client:sport. Written for new flows, and for
+ * established ones whose entry was evicted. */
+static __always_inline void rv_nat_record(const struct rv_pkt *p, const struct rv_be *be, __be16 be_port,
+					  __u32 service_id, int new_flow, const int v6)
+{
+	if (v6) {
+		struct rv_nat_key6 k = { .sport = be_port, .dport = p->sport, .proto = p->proto };
+		__builtin_memcpy(k.src, be->addr, 16);
+		__builtin_memcpy(k.dst, p->src, 16);
+		if (new_flow || !bpf_map_lookup_elem(&nat_reverse_map6, &k)) {
+			struct rv_nat_value6 v = { .vip_port = p->dport, .service_id = service_id };
+			__builtin_memcpy(v.vip, p->dst, 16);
+			bpf_map_update_elem(&nat_reverse_map6, &k, &v, BPF_ANY);
+		}
+	} else {
+		struct rv_nat_key4 k = {
+			.src = be->addr[0], .dst = p->src[0], .sport = be_port, .dport = p->sport, .proto = p->proto
+		};
+		if (new_flow || !bpf_map_lookup_elem(&nat_reverse_map, &k)) {
+			struct rv_nat_value4 v = { .vip = p->dst[0], .vip_port = p->dport, .service_id = service_id };
+			bpf_map_update_elem(&nat_reverse_map, &k, &v, BPF_ANY);
+		}
+	}
+}
+
+/* A first fragment's choice, for the later fragments of its datagram. The
+ * key holds the VIP (the later fragments' destination). */
+static __always_inline void rv_frag_record(const struct rv_pkt *p, __u32 backend_id, __u32 generation,
+					   __u32 service_id, const int v6)
+{
+	struct rv_frag_value v = {
+		.backend_id = backend_id, .backend_generation = generation, .service_id = service_id
+	};
+
+	if (v6) {
+		struct rv_frag_key6 k = { .id = p->frag_id, .proto = p->proto };
+		__builtin_memcpy(k.src, p->src, 16);
+		__builtin_memcpy(k.dst, p->dst, 16);
+		bpf_map_update_elem(&frag_map6, &k, &v, BPF_ANY);
+	} else {
+		struct rv_frag_key4 k = { .src = p->src[0], .dst = p->dst[0], .id = p->frag_id, .proto = p->proto };
+		bpf_map_update_elem(&frag_map, &k, &v, BPF_ANY);
+	}
+}
+
+static __always_inline __u64 rv_frame_len(struct xdp_md *ctx)
+{
+	return (void *)(long)ctx->data_end - (void *)(long)ctx->data;
+}
+
+/* TCP or UDP (unfragmented, or a first fragment) to a VIP. */
+static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
 {
 	void *data_end = (void *)(long)ctx->data_end;
-	struct iphdr *ip = p->l3;
-	struct rv_vip_key4 vk = {};
-	struct rv_flow4 flow = {};
-	struct rv_vip_value *vip;
 	const struct rv_service *svc;
-	struct rv_affinity *aff;
-	struct rv_backend4 *be;
-	__u32 backend_id = 0, service_id;
+	struct rv_be be = {};
+	__u32 service_id, backend_id = 0;
 	int new_flow = 0;
 
-	if ((void *)(ip + 1) > data_end)
+	if (rv_find_vip(p->proto, p->dst, p->dport, &service_id, v6))
 		return XDP_PASS;
-	vk.addr = ip->daddr;
-	vk.port = p->dport;
-	vk.proto = p->proto;
-	vip = bpf_map_lookup_elem(&vip_map, &vk);
-	if (!vip)
-		return XDP_PASS;
-	service_id = vip->service_id;
 	svc = rv_service_of(service_id);
 	if (!svc)
 		return XDP_DROP;
-
-	flow.src = ip->saddr;
-	flow.dst = ip->daddr;
-	flow.sport = p->sport;
-	flow.dport = p->dport;
-	flow.proto = p->proto;
-
-	aff = bpf_map_lookup_elem(&connection_affinity_map, &flow);
-	if (aff) {
-		backend_id = aff->backend_id;
-		be = bpf_map_lookup_elem(&backend_map, &backend_id);
-		if (!be || !rv_affinity_usable(aff, be->generation))
-			aff = 0;
+	if (p->proto == IPPROTO_TCP && (p->tcp_flags & (RV_TCP_FLAG_SYN | RV_TCP_FLAG_ACK)) == RV_TCP_FLAG_SYN &&
+	    !rv_syn_allowed(p, svc, service_id, v6)) {
+		rv_count_drop(RV_DROP_RATE_LIMITED, service_id);
+		return XDP_DROP;
 	}
-	if (!aff) {
-		__u32 h = RV_HASH_SEED;
-		struct rv_affinity na = {};
 
-		h = rv_hash_mix(h, flow.src);
-		h = rv_hash_mix(h, flow.dst);
-		h = rv_hash_mix(h, ((__u32)flow.sport << 16) | flow.dport);
-		h = rv_hash_final(rv_hash_mix(h, flow.proto));
+	if (rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, &backend_id, &be, v6)) {
+		__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto,
+				       svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP, v6);
 		if (rv_maglev_pick(svc, h, &backend_id)) {
 			rv_count_drop(RV_DROP_NO_HEALTHY_BACKEND, service_id);
 			return XDP_DROP;
 		}
-		be = bpf_map_lookup_elem(&backend_map, &backend_id);
-		if (!be) {
+		if (rv_backend(backend_id, &be, v6)) {
 			rv_count_drop(RV_DROP_NO_BACKEND, service_id);
 			return XDP_DROP;
 		}
-		na.backend_id = backend_id;
-		na.backend_generation = be->generation;
-		bpf_map_update_elem(&connection_affinity_map, &flow, &na, BPF_ANY);
+		rv_affinity_record(p, backend_id, be.generation, v6);
 		new_flow = 1;
 	}
 
-	/* The reply leaves the backend as backend:port -> client:sport. */
-	struct rv_nat_key4 nk = {
-		.src = be->addr,
-		.dst = flow.src,
-		.sport = be->port,
-		.dport = flow.sport,
-		.proto = flow.proto,
-	};
-	if (new_flow || !bpf_map_lookup_elem(&nat_reverse_map, &nk)) {
-		struct rv_nat_value4 nv = {
-			.vip = flow.dst,
-			.vip_port = flow.dport,
-			.service_id = service_id,
-		};
-		bpf_map_update_elem(&nat_reverse_map, &nk, &nv, BPF_ANY);
-	}
-
-	if (rv_dnat4(p, data_end, be->addr, be->port)) {
+	/* Port 0: the backend serves whatever port the client asked for. */
+	__be16 be_port = be.port ? be.port : p->dport;
+	rv_nat_record(p, &be, be_port, service_id, new_flow, v6);
+	if (p->first_frag)
+		rv_frag_record(p, backend_id, be.generation, service_id, v6);
+	if (rv_dnat_l4(p, data_end, be.addr, be_port, v6)) {
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
 	}
-	rv_count_forward(service_id, (void *)(long)ctx->data_end - (void *)(long)ctx->data, new_flow);
+	rv_count_forward(service_id, rv_frame_len(ctx), new_flow);
 	return XDP_PASS;
 }
 
-static __always_inline int rv_ingress6(struct xdp_md *ctx, struct rv_pkt *p)
+/* A later fragment: it goes where its first fragment went, or, if that was
+ * not seen, to the kernel untouched (never guessed). */
+static __always_inline int rv_ingress_frag(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
 {
 	void *data_end = (void *)(long)ctx->data_end;
-	struct ipv6hdr *ip6 = p->l3;
-	struct rv_vip_key6 vk = {};
-	struct rv_flow6 flow = {};
-	struct rv_vip_value *vip;
-	const struct rv_service *svc;
-	struct rv_affinity *aff;
-	struct rv_backend6 *be;
-	__u32 backend_id = 0, service_id;
-	int new_flow = 0;
+	struct rv_frag_value *fv;
+	struct rv_be be = {};
 
-	if ((void *)(ip6 + 1) > data_end)
+	if (v6) {
+		struct rv_frag_key6 k = { .id = p->frag_id, .proto = p->proto };
+		__builtin_memcpy(k.src, p->src, 16);
+		__builtin_memcpy(k.dst, p->dst, 16);
+		fv = bpf_map_lookup_elem(&frag_map6, &k);
+	} else {
+		struct rv_frag_key4 k = { .src = p->src[0], .dst = p->dst[0], .id = p->frag_id, .proto = p->proto };
+		fv = bpf_map_lookup_elem(&frag_map, &k);
+	}
+	if (!fv || rv_backend(fv->backend_id, &be, v6) || be.generation != fv->backend_generation ||
+	    rv_backend_state(fv->backend_id) == RV_BACKEND_DOWN) {
+		rv_count_event(RV_PASS_FRAG_UNMATCHED);
 		return XDP_PASS;
-	__builtin_memcpy(vk.addr, &ip6->daddr, 16);
-	vk.port = p->dport;
-	vk.proto = p->proto;
-	vip = bpf_map_lookup_elem(&vip_map6, &vk);
-	if (!vip)
-		return XDP_PASS;
-	service_id = vip->service_id;
-	svc = rv_service_of(service_id);
-	if (!svc)
-		return XDP_DROP;
-
-	__builtin_memcpy(flow.src, &ip6->saddr, 16);
-	__builtin_memcpy(flow.dst, &ip6->daddr, 16);
-	flow.sport = p->sport;
-	flow.dport = p->dport;
-	flow.proto = p->proto;
-
-	aff = bpf_map_lookup_elem(&connection_affinity_map6, &flow);
-	if (aff) {
-		backend_id = aff->backend_id;
-		be = bpf_map_lookup_elem(&backend_map6, &backend_id);
-		if (!be || !rv_affinity_usable(aff, be->generation))
-			aff = 0;
 	}
-	if (!aff) {
-		__u32 h = RV_HASH_SEED;
-		const __u32 *s = (const __u32 *)flow.src;
-		const __u32 *d = (const __u32 *)flow.dst;
-		struct rv_affinity na = {};
-
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			h = rv_hash_mix(h, s[i]);
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			h = rv_hash_mix(h, d[i]);
-		h = rv_hash_mix(h, ((__u32)flow.sport << 16) | flow.dport);
-		h = rv_hash_final(rv_hash_mix(h, flow.proto));
-		if (rv_maglev_pick(svc, h, &backend_id)) {
-			rv_count_drop(RV_DROP_NO_HEALTHY_BACKEND, service_id);
-			return XDP_DROP;
-		}
-		be = bpf_map_lookup_elem(&backend_map6, &backend_id);
-		if (!be) {
-			rv_count_drop(RV_DROP_NO_BACKEND, service_id);
-			return XDP_DROP;
-		}
-		na.backend_id = backend_id;
-		na.backend_generation = be->generation;
-		bpf_map_update_elem(&connection_affinity_map6, &flow, &na, BPF_ANY);
-		new_flow = 1;
-	}
-
-	struct rv_nat_key6 nk = {
-		.sport = be->port,
-		.dport = flow.sport,
-		.proto = flow.proto,
-	};
-	__builtin_memcpy(nk.src, be->addr, 16);
-	__builtin_memcpy(nk.dst, flow.src, 16);
-	if (new_flow || !bpf_map_lookup_elem(&nat_reverse_map6, &nk)) {
-		struct rv_nat_value6 nv = {
-			.vip_port = flow.dport,
-			.service_id = service_id,
-		};
-		__builtin_memcpy(nv.vip, flow.dst, 16);
-		bpf_map_update_elem(&nat_reverse_map6, &nk, &nv, BPF_ANY);
-	}
-
-	if (rv_dnat6(p, data_end, be->addr, be->port)) {
+	__u32 service_id = fv->service_id;
+	if (rv_nat_frag(p, data_end, be.addr, 0, v6)) {
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
 	}
-	rv_count_forward(service_id, (void *)(long)ctx->data_end - (void *)(long)ctx->data, new_flow);
+	rv_count_forward(service_id, rv_frame_len(ctx), 0);
 	return XDP_PASS;
+}
+
+/* An ICMP error about one of our replies (a router on the way to the client
+ * could not deliver VIP -> client): it belongs to the backend that owns the
+ * flow. The quoted packet is the reply, VIP:vport -> client:cport, so the
+ * flow is client:cport -> VIP:vport. */
+static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct rv_be be = {};
+	__u32 service_id, backend_id;
+
+	if (rv_find_vip(p->in_proto, p->in_src, p->in_sport, &service_id, v6))
+		return XDP_PASS;
+	if (rv_affinity_backend(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto, &backend_id, &be, v6)) {
+		rv_count_event(RV_PASS_ICMP_UNMATCHED);
+		return XDP_PASS;
+	}
+	__be16 be_port = be.port ? be.port : p->in_sport;
+	if (rv_nat_icmp(p, data_end, be.addr, be_port, 0, 1, v6)) {
+		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
+		return XDP_DROP;
+	}
+	rv_count_forward(service_id, rv_frame_len(ctx), 0);
+	return XDP_PASS;
+}
+
+static __always_inline int rv_ingress(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
+{
+	if (p->kind == RV_PKT_L4)
+		return rv_ingress_l4(ctx, p, v6);
+	if (p->kind == RV_PKT_FRAG_LATER)
+		return rv_ingress_frag(ctx, p, v6);
+	return rv_ingress_icmp(ctx, p, v6);
 }
 
 SEC("xdp")
@@ -230,6 +407,6 @@ int xdp_ingress(struct xdp_md *ctx)
 	if (rv_parse(data, data_end, &p) != RV_PARSE_OK)
 		return XDP_PASS;
 	if (p.family == 4)
-		return rv_ingress4(ctx, &p);
-	return rv_ingress6(ctx, &p);
+		return rv_ingress(ctx, &p, 0);
+	return rv_ingress(ctx, &p, 1);
 }
