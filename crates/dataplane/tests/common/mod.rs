@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
