@@ -117,8 +117,13 @@ pub struct VipInfo {
     pub name: String,
     /// VIP address (IPv4 or IPv6 textual form, without brackets).
     pub address: String,
-    /// VIP port.
+    /// VIP port, or the first port of its range (0 for `any`).
     pub port: u16,
+    /// Last port of the VIP's range: equal to `port` for a single-port VIP
+    /// (0, from an older rivorad, means single-port too); `port` 0 and
+    /// `port_last` 65535 is `any` (every port of the address).
+    #[serde(default)]
+    pub port_last: u16,
     /// L4 protocol (`tcp` or `udp`).
     pub protocol: String,
     /// Forwarding mode (e.g. encapsulation / DSR flavour), which determines
@@ -136,6 +141,15 @@ pub struct VipInfo {
     pub worst_imbalance_pct: f64,
     /// Backends serving this VIP.
     pub backends: Vec<VipBackend>,
+    /// `none` (each flow balanced on its own) or `clientIP` (all flows of a
+    /// client to one backend); empty from an older rivorad.
+    #[serde(default)]
+    pub session_affinity: String,
+    /// The TCP SYN rate limit per client address in force for this VIP:
+    /// `100/s burst 200` (its own), `100/s burst 200 (node-wide)`, or
+    /// `none`; empty from an older rivorad.
+    #[serde(default)]
+    pub syn_rate_limit: String,
 }
 
 /// A backend as seen from one VIP.
@@ -145,7 +159,8 @@ pub struct VipInfo {
 pub struct VipBackend {
     /// Backend address (IPv4 or IPv6 textual form, without brackets).
     pub address: String,
-    /// Backend port.
+    /// Backend port; 0: packets keep the client's destination port (a
+    /// backend of a port-range VIP without a port of its own).
     pub port: u16,
     /// Configured Maglev weight within this VIP.
     pub weight: u32,

@@ -14,17 +14,22 @@ use std::time::Duration;
 use crate::error::FieldError;
 use crate::yaml::{Kind, Node, Pos, Value};
 use crate::{
-    BackendConfig, CheckKind, Config, HealthCheck, MAX_BACKENDS, MAX_VIPS, Mode, Protocol,
+    BackendConfig, CheckKind, Config, HealthCheck, KEEP_DESTINATION_PORT, MAX_BACKENDS,
+    MAX_SYN_RATE, MAX_VIPS, Mode, PortRange, Protocol, RateLimit, SessionAffinity, Settings,
     VipConfig,
 };
 
-const TOP_KEYS: &[&str] = &["vips"];
+const TOP_KEYS: &[&str] = &["vips", "settings"];
+const SETTINGS_KEYS: &[&str] = &["synRateLimit"];
+const RATE_LIMIT_KEYS: &[&str] = &["rate", "burst"];
 const VIP_KEYS: &[&str] = &[
     "name",
     "address",
     "port",
     "protocol",
     "mode",
+    "sessionAffinity",
+    "synRateLimit",
     "backends",
     "healthCheck",
 ];
@@ -70,9 +75,22 @@ fn join(parent: &str, key: &str) -> String {
     }
 }
 
-/// `10.0.0.1:80` or `[2001:db8::1]:80`.
-fn socket(address: IpAddr, port: u16) -> SocketAddr {
-    SocketAddr::new(address, port)
+/// `10.0.0.1:80` or `[2001:db8::1]:80`; a backend keeping the client's
+/// destination port (port 0) is `10.0.0.1 (destination port)`.
+fn socket(address: IpAddr, port: u16) -> String {
+    if port == KEEP_DESTINATION_PORT {
+        format!("{address} (destination port)")
+    } else {
+        SocketAddr::new(address, port).to_string()
+    }
+}
+
+/// `10.0.0.1:80/tcp`, `10.0.0.1:8000-8099/tcp`, `[2001:db8::1]:any/udp`.
+fn vip_endpoint(address: IpAddr, ports: PortRange, protocol: Protocol) -> String {
+    match address {
+        IpAddr::V4(a) => format!("{a}:{ports}/{protocol}"),
+        IpAddr::V6(a) => format!("[{a}]:{ports}/{protocol}"),
+    }
 }
 
 fn family(address: IpAddr) -> &'static str {
@@ -106,15 +124,22 @@ impl<'n> Fields<'n> {
 #[derive(Default)]
 struct VipDraft {
     name: Option<(String, Pos)>,
-    endpoint: Option<(IpAddr, u16, Protocol)>,
+    /// Address, ports and protocol, with where the port was written.
+    endpoint: Option<(IpAddr, PortRange, Protocol, Pos)>,
     config: Option<VipConfig>,
 }
+
+/// A port range already defined: its ports, VIP index and VIP position.
+type RangeSeen = (PortRange, usize, Pos);
 
 /// What could be learnt about one backend, for the duplicate checks.
 #[derive(Default)]
 struct BackendDraft {
     key: Option<(IpAddr, u16)>,
     config: Option<BackendConfig>,
+    /// It keeps the client's destination port and inherits its VIP's health
+    /// check, which gives no port to probe (the VIP reports it once).
+    inherited_check_lacks_port: bool,
 }
 
 #[derive(Default)]
@@ -144,13 +169,20 @@ impl Decoder {
         let Some(fields) = self.mapping(
             root,
             "",
-            "the top level to be a mapping with the key `vips`",
+            "the top level to be a mapping with the keys `vips` and `settings`",
             TOP_KEYS,
         ) else {
             return Config::default();
         };
+        let settings = match fields.optional("settings") {
+            Some(n) => self.settings(n, "settings"),
+            None => Settings::default(),
+        };
         let Some(vips_node) = fields.optional("vips") else {
-            return Config::default();
+            return Config {
+                vips: Vec::new(),
+                settings,
+            };
         };
         let items = match vips_node.kind() {
             Kind::Seq(items) => items,
@@ -161,7 +193,10 @@ impl Decoder {
                     vips_node.pos,
                     format!("expected a list of VIPs, found {found}"),
                 );
-                return Config::default();
+                return Config {
+                    vips: Vec::new(),
+                    settings,
+                };
             }
         };
         if items.len() > MAX_VIPS {
@@ -177,7 +212,10 @@ impl Decoder {
 
         let mut vips = Vec::with_capacity(items.len());
         let mut names: HashMap<String, (usize, Pos)> = HashMap::new();
-        let mut endpoints: HashMap<(IpAddr, u16, Protocol), (usize, Pos)> = HashMap::new();
+        let mut endpoints: HashMap<(IpAddr, PortRange, Protocol), (usize, Pos)> = HashMap::new();
+        // Port ranges (not single ports) by address and protocol, to find
+        // overlaps: the datapath could not tell which VIP a port belongs to.
+        let mut ranges: HashMap<(IpAddr, Protocol), Vec<RangeSeen>> = HashMap::new();
         let mut all_backends: HashSet<(IpAddr, u16)> = HashSet::new();
         for (i, item) in items.iter().enumerate() {
             let path = format!("vips[{i}]");
@@ -196,20 +234,41 @@ impl Decoder {
                     names.insert(name, (i, pos));
                 }
             }
-            if let Some(endpoint) = draft.endpoint {
+            if let Some((address, ports, protocol, port_pos)) = draft.endpoint {
+                let endpoint = (address, ports, protocol);
                 if let Some(&(first, first_pos)) = endpoints.get(&endpoint) {
-                    let (address, port, protocol) = endpoint;
                     self.error(
                         &path,
                         item.pos,
                         format!(
-                            "VIP {}/{protocol} is already defined by vips[{first}] at line {}",
-                            socket(address, port),
+                            "VIP {} is already defined by vips[{first}] at line {}",
+                            vip_endpoint(address, ports, protocol),
                             first_pos.line
                         ),
                     );
                 } else {
                     endpoints.insert(endpoint, (i, item.pos));
+                    if !ports.is_single() {
+                        let same = ranges.entry((address, protocol)).or_default();
+                        if let Some(&(other, first, first_pos)) =
+                            same.iter().find(|(r, _, _)| r.overlaps(&ports))
+                        {
+                            self.error(
+                                &join(&path, "port"),
+                                port_pos,
+                                format!(
+                                    "VIP {} overlaps vips[{first}] ({}, line {}): port ranges \
+                                     of one address and protocol must not overlap (a single \
+                                     port inside a range is fine: it takes that port)",
+                                    vip_endpoint(address, ports, protocol),
+                                    vip_endpoint(address, other, protocol),
+                                    first_pos.line
+                                ),
+                            );
+                        } else {
+                            same.push((ports, i, item.pos));
+                        }
+                    }
                 }
             }
             if let Some(vip) = draft.config {
@@ -230,7 +289,49 @@ impl Decoder {
         if self.errors.is_empty() {
             self.check_shared_backend_probes(items, &vips);
         }
-        Config { vips }
+        Config { vips, settings }
+    }
+
+    /// The `settings:` mapping.
+    fn settings(&mut self, node: &Node, path: &str) -> Settings {
+        let Some(fields) = self.mapping(
+            node,
+            path,
+            "settings (a mapping with the key synRateLimit)",
+            SETTINGS_KEYS,
+        ) else {
+            return Settings::default();
+        };
+        let syn_rate_limit = fields
+            .optional("synRateLimit")
+            .and_then(|n| self.rate_limit(n, &join(path, "synRateLimit")));
+        Settings { syn_rate_limit }
+    }
+
+    /// A `synRateLimit` mapping: `rate` (required) and `burst` (default:
+    /// the rate), each 1 to [`MAX_SYN_RATE`].
+    fn rate_limit(&mut self, node: &Node, path: &str) -> Option<RateLimit> {
+        let fields = self.mapping(
+            node,
+            path,
+            "a rate limit (a mapping with the keys rate, burst)",
+            RATE_LIMIT_KEYS,
+        )?;
+        let rate = match self.required(&fields, path, "rate") {
+            Some(n) => self.bounded(n, &join(path, "rate"), "rate", MAX_SYN_RATE),
+            None => None,
+        };
+        let burst = match fields.optional("burst") {
+            Some(n) => self
+                .bounded(n, &join(path, "burst"), "burst", MAX_SYN_RATE)
+                .map(Some),
+            None => Some(None),
+        };
+        let (rate, burst) = (rate?, burst?);
+        Some(RateLimit {
+            rate,
+            burst: burst.unwrap_or(rate),
+        })
     }
 
     /// A backend listed by several VIPs is probed once, so every listing must
@@ -296,8 +397,9 @@ impl Decoder {
             Some(n) => self.address(n, &join(path, "address"), "a VIP"),
             None => None,
         };
-        let port = match self.required(&fields, path, "port") {
-            Some(n) => self.number(n, &join(path, "port"), "port"),
+        let port_node = self.required(&fields, path, "port");
+        let ports = match port_node {
+            Some(n) => self.ports(n, &join(path, "port")),
             None => None,
         };
         let protocol = match fields.optional("protocol") {
@@ -315,10 +417,32 @@ impl Decoder {
             None => Some(Mode::default()),
         };
 
+        let session_affinity = match fields.optional("sessionAffinity") {
+            Some(n) => self.session_affinity(n, &join(path, "sessionAffinity")),
+            None => Some(SessionAffinity::default()),
+        };
+        let syn_rate_limit = match fields.optional("synRateLimit") {
+            Some(n) => {
+                let limit = self.rate_limit(n, &join(path, "synRateLimit"));
+                if protocol == Some(Protocol::Udp) {
+                    self.error(
+                        &join(path, "synRateLimit"),
+                        n.pos,
+                        "a SYN rate limit applies to TCP connections; this VIP is udp",
+                    );
+                    None
+                } else {
+                    limit.map(Some)
+                }
+            }
+            None => Some(None),
+        };
+
         let vip_check = match fields.optional("healthCheck") {
             Some(n) => self.health_check(n, &join(path, "healthCheck")),
             None => Some(None),
         };
+        let mut unprobeable: Option<usize> = None;
 
         let mut backends = Vec::new();
         if let Some(list) = fields.optional("backends") {
@@ -329,7 +453,10 @@ impl Decoder {
                     for (j, item) in items.iter().enumerate() {
                         let item_path = format!("{list_path}[{j}]");
                         let inherited = vip_check.clone().flatten();
-                        let backend = self.backend(item, &item_path, address, port, inherited);
+                        let backend = self.backend(item, &item_path, address, ports, inherited);
+                        if backend.inherited_check_lacks_port && unprobeable.is_none() {
+                            unprobeable = Some(j);
+                        }
                         if let Some(key) = backend.key {
                             if let Some(&(first, first_pos)) = seen.get(&key) {
                                 self.error(
@@ -363,29 +490,59 @@ impl Decoder {
             }
         }
 
+        // A backend keeping the client's destination port has no port of
+        // its own to probe: the VIP's check must name one.
+        let mut vip_check = vip_check;
+        if let (Some(j), Some(n)) = (unprobeable, fields.get("healthCheck")) {
+            self.error(
+                &join(path, "healthCheck"),
+                n.pos,
+                format!(
+                    "backends[{j}] gives no `port`, so it keeps the client's destination \
+                     port (this VIP has a port range) and has no port of its own to probe: \
+                     give the health check a `port`, or the backend a `port`"
+                ),
+            );
+            vip_check = None;
+        }
+
         if let Some(n) = fields.get("name") {
             draft.name = name.clone().map(|name| (name, n.pos));
         }
-        if let (Some(address), Some(port), Some(protocol)) = (address, port, protocol) {
-            draft.endpoint = Some((address, port, protocol));
+        if let (Some(address), Some(ports), Some(protocol), Some(port_node)) =
+            (address, ports, protocol, port_node)
+        {
+            draft.endpoint = Some((address, ports, protocol, port_node.pos));
         }
         if let (
             Some(name),
             Some(address),
-            Some(port),
+            Some(ports),
             Some(protocol),
             Some(mode),
             Some(health_check),
-        ) = (name, address, port, protocol, mode, vip_check)
-        {
+            Some(session_affinity),
+            Some(syn_rate_limit),
+        ) = (
+            name,
+            address,
+            ports,
+            protocol,
+            mode,
+            vip_check,
+            session_affinity,
+            syn_rate_limit,
+        ) {
             draft.config = Some(VipConfig {
                 name,
                 address,
-                port,
+                ports,
                 protocol,
                 mode,
                 backends,
                 health_check,
+                session_affinity,
+                syn_rate_limit,
             });
         }
         draft
@@ -412,7 +569,7 @@ impl Decoder {
         node: &Node,
         path: &str,
         vip_address: Option<IpAddr>,
-        vip_port: Option<u16>,
+        vip_ports: Option<PortRange>,
         inherited_check: Option<HealthCheck>,
     ) -> BackendDraft {
         let mut draft = BackendDraft::default();
@@ -445,10 +602,11 @@ impl Decoder {
                 address = None;
             }
         }
-        // Without a port of its own a backend listens on the VIP's port.
+        // Without a port of its own a backend listens on the VIP's port, or,
+        // behind a port range, on whichever port the client connected to.
         let port = match fields.optional("port") {
             Some(n) => self.number(n, &join(path, "port"), "port"),
-            None => vip_port,
+            None => vip_ports.map(|p| p.single_port().unwrap_or(KEEP_DESTINATION_PORT)),
         };
         let weight = match fields.optional("weight") {
             Some(n) => self.number(n, &join(path, "weight"), "weight"),
@@ -458,10 +616,29 @@ impl Decoder {
             Some(n) => self.mac(n, &join(path, "mac")).map(Some),
             None => Some(None),
         };
-        let health_check = match fields.optional("healthCheck") {
+        let own_check = fields.optional("healthCheck");
+        let mut health_check = match own_check {
             Some(n) => self.health_check(n, &join(path, "healthCheck")),
             None => Some(inherited_check),
         };
+        if port == Some(KEEP_DESTINATION_PORT)
+            && let Some(Some(check)) = &health_check
+            && check.port.is_none()
+        {
+            match own_check {
+                Some(n) => {
+                    self.error(
+                        &join(path, "healthCheck"),
+                        n.pos,
+                        "this backend gives no `port`, so it keeps the client's destination \
+                         port (its VIP has a port range) and has no port of its own to probe: \
+                         give the health check a `port`, or the backend a `port`",
+                    );
+                    health_check = None;
+                }
+                None => draft.inherited_check_lacks_port = true,
+            }
+        }
 
         if let (Some(address), Some(port)) = (address, port) {
             draft.key = Some((address, port));
@@ -863,6 +1040,119 @@ impl Decoder {
                     path,
                     node.pos,
                     format!("expected an integer {what} (1-65535), found {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A VIP's `port:` a port (1-65535), a range `first-last` (both ends
+    /// 1-65535, first <= last), or `any`.
+    fn ports(&mut self, node: &Node, path: &str) -> Option<PortRange> {
+        const FORMS: &str = "a port (1-65535), a port range such as 8000-8099, or `any`";
+        let text = match node.kind() {
+            Kind::Int(..) => return self.number(node, path, "port").map(PortRange::single),
+            Kind::Str(text) => text.trim(),
+            _ => {
+                let found = node.describe();
+                self.error(path, node.pos, format!("expected {FORMS}, found {found}"));
+                return None;
+            }
+        };
+        if text == "any" {
+            return Some(PortRange::ANY);
+        }
+        let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+        if digits(text) {
+            self.error(
+                path,
+                node.pos,
+                format!(
+                    "expected an integer port (1-65535), found the string {text:?}; \
+                     write it without quotes"
+                ),
+            );
+            return None;
+        }
+        let Some((a, b)) = text
+            .split_once('-')
+            .map(|(a, b)| (a.trim(), b.trim()))
+            .filter(|(a, b)| digits(a) && digits(b))
+        else {
+            self.error(
+                path,
+                node.pos,
+                format!("{text:?} is not a valid port: write {FORMS}"),
+            );
+            return None;
+        };
+        // Too many digits for a u32 is out of range all the same.
+        let value = |s: &str| s.parse::<u32>().unwrap_or(u32::MAX);
+        let (first, last) = (value(a), value(b));
+        let valid = |p: u32| (1..=65535).contains(&p);
+        if !valid(first) || !valid(last) {
+            self.error(
+                path,
+                node.pos,
+                format!("port range {text} is not valid: both ends must be ports (1-65535)"),
+            );
+            return None;
+        }
+        if first > last {
+            self.error(
+                path,
+                node.pos,
+                format!("port range {text} is reversed: write the lower port first ({b}-{a})"),
+            );
+            return None;
+        }
+        Some(PortRange {
+            first: first as u16,
+            last: last as u16,
+        })
+    }
+
+    fn session_affinity(&mut self, node: &Node, path: &str) -> Option<SessionAffinity> {
+        let text = self.text(node, path, "a session affinity")?;
+        let found = SessionAffinity::ALL
+            .into_iter()
+            .find(|a| a.as_str() == text);
+        if found.is_none() {
+            let valid: Vec<_> = SessionAffinity::ALL.iter().map(|a| a.as_str()).collect();
+            self.error(
+                path,
+                node.pos,
+                format!(
+                    "{text:?} is not a valid session affinity; valid values: {}",
+                    valid.join(", ")
+                ),
+            );
+        }
+        found
+    }
+
+    /// An integer in 1-`max`.
+    fn bounded(&mut self, node: &Node, path: &str, what: &str, max: u64) -> Option<u64> {
+        match node.kind() {
+            Kind::Int(text, value) => {
+                let number = value
+                    .and_then(|v| u64::try_from(v).ok())
+                    .filter(|v| (1..=max).contains(v));
+                if number.is_none() {
+                    self.error(
+                        path,
+                        node.pos,
+                        format!("{text} is not a valid {what} (1-{max})"),
+                    );
+                }
+                number
+            }
+            _ => {
+                let found = node.describe();
+                self.error(
+                    path,
+                    node.pos,
+                    format!("expected an integer {what} (1-{max}), found {found}"),
                 );
                 None
             }

@@ -1,18 +1,25 @@
 //! Static YAML configuration of rivorad: parsed and fully validated.
 //!
 //! The file is the whole desired state of the load balancer: a list of
-//! virtual IPs (VIPs), each with its backends.
+//! virtual IPs (VIPs), each with its backends, and optional node-wide
+//! settings.
 //!
 //! ```yaml
+//! settings:                 # optional
+//!   synRateLimit: { rate: 50, burst: 100 }  # node-wide default for TCP VIPs
 //! vips:
 //!   - name: web             # required, unique, [a-z0-9][a-z0-9-_.]{0,62}
 //!     address: 10.200.100.1 # IPv4 or IPv6, no prefix length
-//!     port: 80              # 1-65535
+//!     port: 80              # 1-65535, a range "8000-8099", or any
 //!     protocol: tcp         # tcp | udp (default tcp)
 //!     mode: nat             # nat | dsr | dsr-ipip | dsr-gre (default nat)
+//!     sessionAffinity: none # none | clientIP (default none)
+//!     synRateLimit: { rate: 100, burst: 200 }  # TCP only; SYNs/s per source
 //!     backends:             # optional, may be empty
 //!       - address: 10.200.1.11      # same family as the VIP
-//!         port: 8080                # default: the VIP's port
+//!         port: 8080                # default: the VIP's port (single-port
+//!                                   # VIPs) or the client's destination
+//!                                   # port (range and `any` VIPs)
 //!         weight: 1                 # 1-65535, default 1
 //!         mac: "02:00:00:00:00:01"  # optional
 //! ```
@@ -52,12 +59,142 @@ pub const MAX_BACKENDS: usize = 8192;
 /// A validated configuration: the whole desired state of rivorad.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Config {
-    /// The virtual services, in file order. Names are unique, and so are
-    /// (address, port, protocol) triples. May be empty.
+    /// The virtual services, in file order. Names are unique; no two VIPs
+    /// of one address and protocol have the same port, and no two port
+    /// ranges of one address and protocol overlap (a single port inside
+    /// another VIP's range is allowed: the single-port VIP takes that port).
+    /// May be empty.
     pub vips: Vec<VipConfig>,
+    /// Node-wide settings (the `settings:` mapping; all optional).
+    pub settings: Settings,
 }
 
-/// One virtual service: traffic to `address:port/protocol` is spread over
+/// Node-wide settings, applying to every VIP unless it says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Settings {
+    /// SYN rate limit per client source address applying to every TCP VIP
+    /// without a `synRateLimit` of its own. None = no node-wide limit.
+    pub syn_rate_limit: Option<RateLimit>,
+}
+
+/// A per-source token bucket for TCP SYNs (new connections): each client
+/// address may open `rate` connections per second on average, and up to
+/// `burst` at once. SYNs over the limit are dropped (`rate_limited`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    /// SYNs per second per source address (1 to [`MAX_SYN_RATE`]).
+    pub rate: u64,
+    /// Bucket depth in SYNs (1 to [`MAX_SYN_RATE`]; default: the rate).
+    pub burst: u64,
+}
+
+/// Largest accepted `rate` and `burst` of a [`RateLimit`]: far above what a
+/// single client needs, and small enough that the datapath's nano-token
+/// arithmetic cannot overflow.
+pub const MAX_SYN_RATE: u64 = 1_000_000;
+
+/// The destination ports a VIP matches, inclusive. A single port has
+/// `first == last`; `port: any` is [`PortRange::ANY`] (0-65535, every port
+/// of the address, port 0 included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortRange {
+    /// First port matched.
+    pub first: u16,
+    /// Last port matched (>= `first`).
+    pub last: u16,
+}
+
+impl PortRange {
+    /// Every port (`port: any`).
+    pub const ANY: PortRange = PortRange {
+        first: 0,
+        last: u16::MAX,
+    };
+
+    /// One port.
+    pub fn single(port: u16) -> Self {
+        PortRange {
+            first: port,
+            last: port,
+        }
+    }
+
+    /// Whether this is exactly one port (an exact VIP).
+    pub fn is_single(&self) -> bool {
+        self.first == self.last
+    }
+
+    /// Whether this is `any` (every port).
+    pub fn is_any(&self) -> bool {
+        *self == Self::ANY
+    }
+
+    /// The port of a single-port range.
+    pub fn single_port(&self) -> Option<u16> {
+        self.is_single().then_some(self.first)
+    }
+
+    /// Whether `port` is in the range.
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+
+    /// Whether the two ranges share a port.
+    pub fn overlaps(&self, other: &PortRange) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+}
+
+impl fmt::Display for PortRange {
+    /// `80`, `8000-8099` or `any`, as written in the file.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_any() {
+            f.write_str("any")
+        } else if self.is_single() {
+            write!(f, "{}", self.first)
+        } else {
+            write!(f, "{}-{}", self.first, self.last)
+        }
+    }
+}
+
+/// Whether all connections of a client go to one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum SessionAffinity {
+    /// Each flow (5-tuple) is balanced on its own. The default.
+    #[default]
+    None,
+    /// `clientIP`: the backend is chosen from the client's address only, so
+    /// every connection of a client lands on the same backend (while the
+    /// backend set does not change).
+    ClientIp,
+}
+
+impl SessionAffinity {
+    /// Every value, in the order used when listing valid values.
+    pub const ALL: [SessionAffinity; 2] = [SessionAffinity::None, SessionAffinity::ClientIp];
+
+    /// The name used in the configuration file and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionAffinity::None => "none",
+            SessionAffinity::ClientIp => "clientIP",
+        }
+    }
+}
+
+impl fmt::Display for SessionAffinity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The backend port meaning "keep the client's destination port": the
+/// default for backends of port-range and `any` VIPs that give no port. The
+/// datapath reads a backend port of 0 the same way.
+pub const KEEP_DESTINATION_PORT: u16 = 0;
+
+/// One virtual service: traffic to `address:ports/protocol` is spread over
 /// `backends`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VipConfig {
@@ -68,8 +205,9 @@ pub struct VipConfig {
     /// Address clients connect to. Never unspecified, multicast, loopback or
     /// (IPv4) broadcast, and never an IPv4-mapped IPv6 address.
     pub address: IpAddr,
-    /// Destination port clients connect to (1-65535).
-    pub port: u16,
+    /// Destination ports clients connect to: one port (1-65535), a range
+    /// (`8000-8099`, both ends 1-65535), or [`PortRange::ANY`].
+    pub ports: PortRange,
     /// Transport protocol matched by the VIP.
     pub protocol: Protocol,
     /// How packets are delivered to backends.
@@ -81,6 +219,11 @@ pub struct VipConfig {
     /// The VIP's default active health check for its backends, as written
     /// (each backend's effective check is in [`BackendConfig::health_check`]).
     pub health_check: Option<HealthCheck>,
+    /// Whether a client's connections all go to one backend (default none).
+    pub session_affinity: SessionAffinity,
+    /// The VIP's own SYN rate limit (TCP VIPs only). None: the node-wide
+    /// [`Settings::syn_rate_limit`] applies, if any.
+    pub syn_rate_limit: Option<RateLimit>,
 }
 
 /// An active health check of a backend. Probes go to the backend's own
@@ -98,7 +241,9 @@ pub struct HealthCheck {
     pub rise: u32,
     /// Consecutive failures that take a backend down (default 3).
     pub fall: u32,
-    /// Port to probe instead of the backend's own port.
+    /// Port to probe instead of the backend's own port. Always set when the
+    /// backend keeps the client's destination port (it has no port of its
+    /// own to probe).
     pub port: Option<u16>,
 }
 
@@ -123,7 +268,10 @@ pub enum CheckKind {
 pub struct BackendConfig {
     /// Address of the server, of the same family as its VIP.
     pub address: IpAddr,
-    /// Port on the server (defaults to the VIP's port in the file).
+    /// Port packets are rewritten to. Without `port:` in the file: the VIP's
+    /// port for a single-port VIP, and [`KEEP_DESTINATION_PORT`] (0: each
+    /// packet keeps the destination port the client used) for a port-range
+    /// or `any` VIP. 0 never appears otherwise.
     pub port: u16,
     /// Relative share of new flows (1-65535, default 1); a backend of weight
     /// 2 gets about twice the flows of one of weight 1.
@@ -135,6 +283,13 @@ pub struct BackendConfig {
     /// (`type: none` disables checking), else its VIP's; None = not probed
     /// (the backend counts as healthy).
     pub health_check: Option<HealthCheck>,
+}
+
+impl BackendConfig {
+    /// Whether packets keep the client's destination port (port 0).
+    pub fn keeps_destination_port(&self) -> bool {
+        self.port == KEEP_DESTINATION_PORT
+    }
 }
 
 /// Transport protocol of a VIP. Part of the VIP's identity: TCP and UDP on

@@ -5,8 +5,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use rivora_config::{
-    BackendConfig, Config, ConfigError, FieldError, MAX_BACKENDS, MAX_VIPS, Mode, Protocol,
-    VipConfig, load, parse,
+    BackendConfig, Config, ConfigError, FieldError, MAX_BACKENDS, MAX_VIPS, Mode, PortRange,
+    Protocol, RateLimit, SessionAffinity, Settings, VipConfig, load, parse,
 };
 
 fn ip(text: &str) -> IpAddr {
@@ -74,7 +74,7 @@ fn example_file_parses() {
             VipConfig {
                 name: "web".into(),
                 address: ip("10.200.100.1"),
-                port: 80,
+                ports: PortRange::single(80),
                 protocol: Protocol::Tcp,
                 mode: Mode::Nat,
                 backends: vec![
@@ -85,20 +85,24 @@ fn example_file_parses() {
                     backend("10.200.1.12", 8080, 1),
                 ],
                 health_check: None,
+                session_affinity: SessionAffinity::None,
+                syn_rate_limit: None,
             },
             VipConfig {
                 name: "dns".into(),
                 address: ip("10.200.100.2"),
-                port: 53,
+                ports: PortRange::single(53),
                 protocol: Protocol::Udp,
                 mode: Mode::Nat,
                 backends: vec![backend("10.200.1.21", 53, 1), backend("10.200.1.22", 53, 1)],
                 health_check: None,
+                session_affinity: SessionAffinity::None,
+                syn_rate_limit: None,
             },
             VipConfig {
                 name: "web6".into(),
                 address: ip("2001:db8:100::1"),
-                port: 443,
+                ports: PortRange::single(443),
                 protocol: Protocol::Tcp,
                 mode: Mode::Nat,
                 backends: vec![
@@ -107,8 +111,44 @@ fn example_file_parses() {
                     backend("2001:db8:1::13", 443, 2),
                 ],
                 health_check: None,
+                session_affinity: SessionAffinity::None,
+                syn_rate_limit: None,
+            },
+            VipConfig {
+                name: "ports".into(),
+                address: ip("10.200.100.3"),
+                ports: PortRange {
+                    first: 8000,
+                    last: 8099,
+                },
+                protocol: Protocol::Tcp,
+                mode: Mode::Nat,
+                backends: vec![backend("10.200.1.31", 0, 1), backend("10.200.1.32", 0, 1)],
+                health_check: None,
+                session_affinity: SessionAffinity::ClientIp,
+                syn_rate_limit: Some(RateLimit {
+                    rate: 50,
+                    burst: 50,
+                }),
+            },
+            VipConfig {
+                name: "udp-all".into(),
+                address: ip("10.200.100.4"),
+                ports: PortRange::ANY,
+                protocol: Protocol::Udp,
+                mode: Mode::Nat,
+                backends: vec![backend("10.200.1.41", 5000, 1)],
+                health_check: None,
+                session_affinity: SessionAffinity::None,
+                syn_rate_limit: None,
             },
         ],
+        settings: Settings {
+            syn_rate_limit: Some(RateLimit {
+                rate: 200,
+                burst: 400,
+            }),
+        },
     };
     assert_eq!(config, expected);
 }
@@ -278,7 +318,7 @@ vips:
             "rivora.yaml:3:14: vips[0].address: 10.0.0.1/24 has a prefix length: write a single address (10.0.0.1 without /24)",
             "rivora.yaml:4:11: vips[0].port: 0 is not a valid port (1-65535)",
             "rivora.yaml:5:15: vips[0].protocol: \"sctp\" is not a valid protocol; valid values: tcp, udp",
-            "rivora.yaml:6:5: vips[0].colour: unknown key `colour`; allowed keys: name, address, port, protocol, mode, backends, healthCheck",
+            "rivora.yaml:6:5: vips[0].colour: unknown key `colour`; allowed keys: name, address, port, protocol, mode, sessionAffinity, synRateLimit, backends, healthCheck",
             "rivora.yaml:9:17: vips[0].backends[0].weight: 0 is not a valid weight (1-65535)",
             "rivora.yaml:10:14: vips[0].backends[0].mac: \"zz\" is not a valid MAC address: expected six hex octets separated by colons, like 02:00:00:00:00:01",
             "rivora.yaml:14:11: vips[1].mode: \"direct\" is not a valid mode; valid values: nat, dsr, dsr-ipip, dsr-gre",
@@ -334,7 +374,7 @@ fn top_level_must_be_a_mapping() {
         "",
         1,
         1,
-        "expected the top level to be a mapping with the key `vips`, found a list",
+        "expected the top level to be a mapping with the keys `vips` and `settings`, found a list",
     );
     let e = one("hello\n");
     check(&e, "", 1, 1, "found the string \"hello\"");
@@ -343,7 +383,13 @@ fn top_level_must_be_a_mapping() {
 #[test]
 fn unknown_top_level_key() {
     let e = one("vips: []\nvip: []\n");
-    check(&e, "vip", 2, 1, "unknown key `vip`; allowed keys: vips");
+    check(
+        &e,
+        "vip",
+        2,
+        1,
+        "unknown key `vip`; allowed keys: vips, settings",
+    );
 }
 
 #[test]
@@ -354,7 +400,7 @@ fn unknown_vip_key() {
         "vips[0].weight",
         5,
         5,
-        "unknown key `weight`; allowed keys: name, address, port, protocol, mode, backends, healthCheck",
+        "unknown key `weight`; allowed keys: name, address, port, protocol, mode, sessionAffinity, synRateLimit, backends, healthCheck",
     );
 }
 
@@ -497,7 +543,7 @@ fn wrong_types() {
         "vips[0].port",
         4,
         11,
-        "expected an integer port (1-65535), found the number `80.5`",
+        "expected a port (1-65535), a port range such as 8000-8099, or `any`, found the number `80.5`",
     );
 
     let e = one(&vip_with("    backends: 10.0.1.1\n"));
@@ -708,7 +754,10 @@ fn invalid_ports() {
     let config = ok(
         "vips:\n  - {name: a, address: 10.0.0.1, port: 65535}\n  - {name: b, address: 10.0.0.1, port: 0x50}\n",
     );
-    assert_eq!((config.vips[0].port, config.vips[1].port), (65535, 80));
+    assert_eq!(
+        (config.vips[0].ports, config.vips[1].ports),
+        (PortRange::single(65535), PortRange::single(80))
+    );
 }
 
 #[test]

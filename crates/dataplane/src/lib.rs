@@ -20,7 +20,9 @@ pub use loader::{
     remove_link_pins, remove_map_pins, remove_pins,
 };
 pub use maps::Maps;
-pub use model::{BackendKey, BackendSpec, Mode, VipKey, VipSpec, proto};
+pub use model::{
+    BackendKey, BackendSpec, KEEP_DESTINATION_PORT, Mode, RateLimit, VipKey, VipSpec, proto,
+};
 pub use writer::{AdoptReport, ApplyReport, BackendState, Dataplane, VipCounters, VipState};
 
 /// Everything that can go wrong loading or programming the datapath. Each

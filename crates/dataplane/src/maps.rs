@@ -3,7 +3,8 @@
 use std::os::fd::{AsFd, AsRawFd};
 
 use aya::Ebpf;
-use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray};
+use aya::maps::lpm_trie::Key as LpmKey;
+use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, PerCpuArray};
 use rivora_abi as abi;
 
 use crate::Error;
@@ -38,6 +39,112 @@ pub struct Maps {
     pub drop_stats: PerCpuArray<MapData, abi::DropStats>,
     /// Who wrote the maps (ABI version, table size, XDP mode).
     pub meta: Array<MapData, abi::Meta>,
+    /// IPv4 port-range VIPs: (proto, addr, port prefix) -> service.
+    pub vip_range_map: LpmTrie<MapData, RangeData4, abi::VipValue>,
+    /// IPv6 port-range VIPs.
+    pub vip_range_map6: LpmTrie<MapData, RangeData6, abi::VipValue>,
+    /// The node-wide SYN rate limit (index 0).
+    pub rl_config: Array<MapData, abi::RlConfig>,
+    /// Per-service SYN rate limits, by service ID.
+    pub svc_rl_config: Array<MapData, abi::RlConfig>,
+}
+
+/// The part of `struct rv_vip_range_key4` after `prefixlen`: aya's
+/// [`LpmKey`] holds the prefix length itself, followed by this data.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RangeData4 {
+    /// IP protocol.
+    pub proto: u8,
+    /// Address, network order.
+    pub addr: [u8; 4],
+    /// Port prefix, network order.
+    pub port: [u8; 2],
+    /// Zero.
+    pub pad: u8,
+}
+
+/// The part of `struct rv_vip_range_key6` after `prefixlen`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RangeData6 {
+    /// IP protocol.
+    pub proto: u8,
+    /// Address.
+    pub addr: [u8; 16],
+    /// Port prefix, network order.
+    pub port: [u8; 2],
+    /// Zero.
+    pub pad: u8,
+}
+
+// SAFETY: repr(C), u8 fields only: no padding, every bit pattern valid.
+unsafe impl aya::Pod for RangeData4 {}
+// SAFETY: as above.
+unsafe impl aya::Pod for RangeData6 {}
+
+// aya's key (u32 prefix length, then the data, packed) must be the C key
+// byte for byte: the ABI mirror is the single source of truth.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<LpmKey<RangeData4>>() == size_of::<abi::VipRangeKey4>());
+    assert!(size_of::<LpmKey<RangeData6>>() == size_of::<abi::VipRangeKey6>());
+    assert!(offset_of!(abi::VipRangeKey4, proto) == 4);
+    assert!(offset_of!(abi::VipRangeKey4, addr) == 4 + offset_of!(RangeData4, addr));
+    assert!(offset_of!(abi::VipRangeKey4, port) == 4 + offset_of!(RangeData4, port));
+    assert!(offset_of!(abi::VipRangeKey6, proto) == 4);
+    assert!(offset_of!(abi::VipRangeKey6, addr) == 4 + offset_of!(RangeData6, addr));
+    assert!(offset_of!(abi::VipRangeKey6, port) == 4 + offset_of!(RangeData6, port));
+};
+
+/// The trie key of an ABI range key.
+pub fn lpm_key4(k: &abi::VipRangeKey4) -> LpmKey<RangeData4> {
+    LpmKey::new(
+        k.prefixlen,
+        RangeData4 {
+            proto: k.proto,
+            addr: k.addr,
+            port: k.port,
+            pad: k.pad,
+        },
+    )
+}
+
+/// The trie key of an ABI range key (IPv6).
+pub fn lpm_key6(k: &abi::VipRangeKey6) -> LpmKey<RangeData6> {
+    LpmKey::new(
+        k.prefixlen,
+        RangeData6 {
+            proto: k.proto,
+            addr: k.addr,
+            port: k.port,
+            pad: k.pad,
+        },
+    )
+}
+
+/// The ABI range key of a trie key.
+pub fn abi_key4(k: &LpmKey<RangeData4>) -> abi::VipRangeKey4 {
+    let d = k.data();
+    abi::VipRangeKey4 {
+        prefixlen: k.prefix_len(),
+        proto: d.proto,
+        addr: d.addr,
+        port: d.port,
+        pad: d.pad,
+    }
+}
+
+/// The ABI range key of a trie key (IPv6).
+pub fn abi_key6(k: &LpmKey<RangeData6>) -> abi::VipRangeKey6 {
+    let d = k.data();
+    abi::VipRangeKey6 {
+        prefixlen: k.prefix_len(),
+        proto: d.proto,
+        addr: d.addr,
+        port: d.port,
+        pad: d.pad,
+    }
 }
 
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, Error> {
@@ -76,6 +183,10 @@ impl Maps {
             stats: typed!(ebpf, "stats_map"),
             drop_stats: typed!(ebpf, "drop_stats_map"),
             meta: typed!(ebpf, "rivora_meta"),
+            vip_range_map: typed!(ebpf, "vip_range_map"),
+            vip_range_map6: typed!(ebpf, "vip_range_map6"),
+            rl_config: typed!(ebpf, "rl_config_map"),
+            svc_rl_config: typed!(ebpf, "svc_rl_config_map"),
         })
     }
 }

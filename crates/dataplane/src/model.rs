@@ -48,27 +48,95 @@ impl Mode {
     }
 }
 
-/// What identifies a VIP in the datapath: an exact (address, port, protocol).
+/// What identifies a VIP in the datapath: an address, a protocol and the
+/// inclusive destination port range `port..=port_last`.
+///
+/// An exact VIP (`port == port_last`) lives in vip_map(6); any other range
+/// is written to the port-range trie vip_range_map(6) as the prefixes
+/// covering it (see [`crate::writer::port_range_prefixes`]), and the whole
+/// address (`any`) is `0..=65535`. An exact VIP takes its port even inside
+/// another VIP's range; two ranges of one address and protocol never
+/// overlap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct VipKey {
     /// The VIP address.
     pub addr: IpAddr,
-    /// The VIP port.
+    /// The VIP port, or the first port of its range.
     pub port: u16,
+    /// The last port of its range (`== port` for an exact VIP).
+    pub port_last: u16,
     /// IP protocol number ([`proto`]).
     pub proto: u8,
 }
 
+impl VipKey {
+    /// An exact VIP `addr:port`.
+    pub fn exact(addr: IpAddr, port: u16, proto: u8) -> Self {
+        Self {
+            addr,
+            port,
+            port_last: port,
+            proto,
+        }
+    }
+
+    /// A VIP matching the ports `first..=last` of `addr`.
+    pub fn range(addr: IpAddr, first: u16, last: u16, proto: u8) -> Self {
+        Self {
+            addr,
+            port: first,
+            port_last: last,
+            proto,
+        }
+    }
+
+    /// A VIP matching every port of `addr` (`port: any`).
+    pub fn any_port(addr: IpAddr, proto: u8) -> Self {
+        Self::range(addr, 0, u16::MAX, proto)
+    }
+
+    /// Whether it is one port (vip_map), not a range (vip_range_map).
+    pub fn is_exact(&self) -> bool {
+        self.port == self.port_last
+    }
+
+    /// Whether it matches every port.
+    pub fn is_any_port(&self) -> bool {
+        self.port == 0 && self.port_last == u16::MAX
+    }
+
+    /// Whether `port` is one of its ports.
+    pub fn contains_port(&self, port: u16) -> bool {
+        (self.port..=self.port_last).contains(&port)
+    }
+
+    /// Whether the two keys are of one address and protocol and share a port.
+    pub fn overlaps(&self, other: &VipKey) -> bool {
+        self.addr == other.addr
+            && self.proto == other.proto
+            && self.port <= other.port_last
+            && other.port <= self.port_last
+    }
+}
+
 impl fmt::Display for VipKey {
+    /// `10.0.0.1:80/tcp`, `10.0.0.1:8000-8099/tcp`, `[2001:db8::1]:any/udp`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = match self.proto {
             proto::TCP => "tcp",
             proto::UDP => "udp",
             _ => "?",
         };
+        let ports = if self.is_any_port() {
+            "any".to_string()
+        } else if self.is_exact() {
+            self.port.to_string()
+        } else {
+            format!("{}-{}", self.port, self.port_last)
+        };
         match self.addr {
-            IpAddr::V4(a) => write!(f, "{a}:{}/{p}", self.port),
-            IpAddr::V6(a) => write!(f, "[{a}]:{}/{p}", self.port),
+            IpAddr::V4(a) => write!(f, "{a}:{ports}/{p}"),
+            IpAddr::V6(a) => write!(f, "[{a}]:{ports}/{p}"),
         }
     }
 }
@@ -79,8 +147,57 @@ impl fmt::Display for VipKey {
 pub struct BackendKey {
     /// The backend's own address.
     pub addr: IpAddr,
-    /// The port packets are rewritten to.
+    /// The port packets are rewritten to; [`KEEP_DESTINATION_PORT`] (0)
+    /// keeps the client's destination port, for port-range VIPs only.
     pub port: u16,
+}
+
+/// Backend port meaning "keep the client's destination port" (the datapath
+/// does not rewrite the port of such a backend's packets).
+pub const KEEP_DESTINATION_PORT: u16 = 0;
+
+impl BackendKey {
+    /// Whether packets keep the client's destination port.
+    pub fn keeps_destination_port(&self) -> bool {
+        self.port == KEEP_DESTINATION_PORT
+    }
+}
+
+/// A per-source token bucket for TCP SYNs: `rate` SYNs per second on
+/// average, up to `burst` at once (both >= 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RateLimit {
+    /// SYNs per second per source address.
+    pub rate: u64,
+    /// Bucket depth in SYNs.
+    pub burst: u64,
+}
+
+impl RateLimit {
+    /// The map value enabling this limit.
+    pub fn abi(self) -> rivora_abi::RlConfig {
+        rivora_abi::RlConfig {
+            rate: self.rate,
+            burst: self.burst,
+            enabled: 1,
+            pad: 0,
+        }
+    }
+
+    /// The limit a map value holds; None when disabled.
+    pub fn from_abi(c: rivora_abi::RlConfig) -> Option<Self> {
+        (c.enabled != 0).then_some(RateLimit {
+            rate: c.rate,
+            burst: c.burst,
+        })
+    }
+}
+
+impl fmt::Display for RateLimit {
+    /// `100/s burst 200`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/s burst {}", self.rate, self.burst)
+    }
 }
 
 impl fmt::Display for BackendKey {
@@ -114,9 +231,27 @@ pub struct VipSpec {
     pub mode: Mode,
     /// Backends; may be empty (the VIP then drops as no_healthy_backend).
     pub backends: Vec<BackendSpec>,
+    /// sessionAffinity clientIP: Maglev hashes the client address only
+    /// (service flag `AFFINITY_CLIENT_IP`).
+    pub affinity_client_ip: bool,
+    /// The VIP's own SYN rate limit (svc_rl_config_map, service flag
+    /// `SYN_RATE_LIMIT`); None: the node-wide limit applies, if any.
+    pub syn_rate_limit: Option<RateLimit>,
 }
 
 impl VipSpec {
+    /// A NAT VIP without affinity or rate limit.
+    pub fn new(name: impl Into<String>, key: VipKey, backends: Vec<BackendSpec>) -> Self {
+        Self {
+            name: name.into(),
+            key,
+            mode: Mode::Nat,
+            backends,
+            affinity_client_ip: false,
+            syn_rate_limit: None,
+        }
+    }
+
     /// Backends in a canonical order, so that a reordered list is not
     /// mistaken for a change.
     pub fn sorted_backends(&self) -> Vec<BackendSpec> {

@@ -6,14 +6,17 @@
 //! 1. new backends get their address entry and health before any slice
 //!    names them;
 //! 2. a new or changed VIP's Maglev slice is written into free slots, then
-//!    its service entry is rewritten in one update (the flip), then a new
-//!    VIP's vip_map entry is inserted;
-//! 3. removed VIPs lose their vip_map entry before their service entry;
+//!    its own SYN rate limit (svc_rl_config_map), then its service entry is
+//!    rewritten in one update (the flip, which also carries the affinity and
+//!    rate-limit flags), then a new VIP's vip_map entry (exact VIPs) or its
+//!    vip_range_map prefixes (port ranges) are inserted;
+//! 3. removed VIPs lose their vip_map entry or range prefixes before their
+//!    service entry, and that before their rate limit;
 //! 4. only then are old slices, service IDs and backend IDs released.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use aya::maps::PerCpuValues;
@@ -22,8 +25,8 @@ use rivora_maglev::{self as maglev, MaglevBackend};
 
 use crate::Error;
 use crate::alloc::{IdAllocator, Slice, SliceAllocator};
-use crate::maps::Maps;
-use crate::model::{BackendKey, BackendSpec, Mode, VipKey, VipSpec};
+use crate::maps::{self, Maps};
+use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, VipKey, VipSpec};
 
 /// A programmed VIP.
 #[derive(Clone, Debug)]
@@ -96,6 +99,9 @@ pub struct ApplyReport {
     pub rebuilt: Vec<String>,
     /// VIPs only renamed.
     pub renamed: Vec<String>,
+    /// VIPs whose session affinity or SYN rate limit changed: service entry
+    /// rewritten, slice kept.
+    pub reconfigured: Vec<String>,
     /// Adopted VIPs whose maps already held exactly what the config asks
     /// for: kept as they were (same service ID, slice and backend IDs).
     pub adopted: Vec<String>,
@@ -127,6 +133,7 @@ impl fmt::Display for ApplyReport {
             ("removed", &self.removed),
             ("rebuilt", &self.rebuilt),
             ("renamed", &self.renamed),
+            ("reconfigured", &self.reconfigured),
             ("kept from pinned maps", &self.adopted),
         ] {
             if !list.is_empty() {
@@ -176,11 +183,15 @@ pub struct Dataplane {
     slices: SliceAllocator,
     next_generation: u32,
     retire_grace: Duration,
+    node_syn_rate_limit: Option<RateLimit>,
 }
 
 enum VipChange {
     Add,
     Rebuild,
+    /// Affinity or rate limit changed: the service entry is rewritten with
+    /// the same slice.
+    Reconfigure,
     Rename,
     Adopt,
 }
@@ -207,7 +218,29 @@ impl Dataplane {
             slices: SliceAllocator::new(table_len),
             next_generation: 1,
             retire_grace: Duration::ZERO,
+            node_syn_rate_limit: None,
         }
+    }
+
+    /// Sets (or, with None, removes) the node-wide SYN rate limit in
+    /// rl_config_map: it applies to every VIP without a limit of its own.
+    pub fn set_node_syn_rate_limit(&mut self, limit: Option<RateLimit>) -> Result<(), Error> {
+        if let Some(l) = limit {
+            check_rate_limit(&l, "node-wide SYN rate limit")?;
+        }
+        let value = limit.map(RateLimit::abi).unwrap_or_default();
+        self.maps
+            .rl_config
+            .set(0, value, 0)
+            .map_err(|e| map_err("rl_config_map", e))?;
+        self.node_syn_rate_limit = limit;
+        Ok(())
+    }
+
+    /// The node-wide SYN rate limit in force (read back from the maps by
+    /// [`Dataplane::adopt`]).
+    pub fn node_syn_rate_limit(&self) -> Option<RateLimit> {
+        self.node_syn_rate_limit
     }
 
     /// How long a backend that no VIP lists any more keeps its ID in the
@@ -277,6 +310,9 @@ impl Dataplane {
     /// or, on a planning error (capacity, invalid spec), nothing is touched.
     pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
         let desired = validate(desired)?;
+        // New prefixes are inserted before removed VIPs lose theirs, so the
+        // tries must hold both at once.
+        check_range_capacity(self.vips.keys().chain(desired.keys()), "while applying")?;
         let mut report = ApplyReport::default();
 
         // --- plan: backends
@@ -339,15 +375,18 @@ impl Dataplane {
             let change = match self.vips.get(key) {
                 None => VipChange::Add,
                 Some(cur) if cur.adopted => {
-                    if self.adopted_matches(cur, spec, &id_of) {
+                    if !self.adopted_matches(cur, spec, &id_of) {
+                        VipChange::Rebuild
+                    } else if same_options(&cur.spec, spec) {
                         VipChange::Adopt
                     } else {
-                        VipChange::Rebuild
+                        VipChange::Reconfigure
                     }
                 }
                 Some(cur) if cur.spec.backends != spec.backends || cur.spec.mode != spec.mode => {
                     VipChange::Rebuild
                 }
+                Some(cur) if !same_options(&cur.spec, spec) => VipChange::Reconfigure,
                 Some(cur) if cur.spec.name != spec.name => VipChange::Rename,
                 Some(_) => continue,
             };
@@ -361,11 +400,12 @@ impl Dataplane {
                 (_, Some(cur)) => cur.service_id,
                 _ => unreachable!(),
             };
-            if let VipChange::Rename | VipChange::Adopt = change {
+            if let VipChange::Rename | VipChange::Adopt | VipChange::Reconfigure = change {
                 let cur = &self.vips[key];
-                let worst_imbalance = match change {
-                    VipChange::Adopt => imbalance_of(spec, cur.slice.size),
-                    _ => cur.worst_imbalance,
+                let worst_imbalance = if cur.adopted {
+                    imbalance_of(spec, cur.slice.size)
+                } else {
+                    cur.worst_imbalance
                 };
                 planned.push(PlannedVip {
                     spec: spec.clone(),
@@ -468,27 +508,23 @@ impl Dataplane {
                     v.worst_imbalance = p.worst_imbalance;
                     continue;
                 }
+                VipChange::Reconfigure => {
+                    report.reconfigured.push(p.spec.name.clone());
+                    let generation = self.generation();
+                    self.write_service(p.service_id, p.slice, &p.spec, generation)?;
+                    let v = self.vips.get_mut(&key).expect("reconfigured VIP exists");
+                    v.spec = p.spec;
+                    v.generation = generation;
+                    v.adopted = false;
+                    v.worst_imbalance = p.worst_imbalance;
+                    continue;
+                }
                 VipChange::Add => report.added.push(p.spec.name.clone()),
                 VipChange::Rebuild => report.rebuilt.push(p.spec.name.clone()),
             }
             self.maps.maglev.write(p.slice.offset, &p.table);
             let generation = self.generation();
-            let mut flags = abi::service_flags::ACTIVE;
-            if key.addr.is_ipv6() {
-                flags |= abi::service_flags::IPV6;
-            }
-            let entry = abi::Service {
-                maglev_offset: p.slice.offset,
-                maglev_size: p.slice.size,
-                backend_count: p.spec.backends.len() as u16,
-                mode: p.spec.mode.abi(),
-                flags,
-                generation,
-            };
-            self.maps
-                .service_config
-                .set(p.service_id, entry, 0)
-                .map_err(|e| map_err("service_config_map", e))?;
+            self.write_service(p.service_id, p.slice, &p.spec, generation)?;
             if let VipChange::Add = p.change {
                 self.insert_vip_key(&key, p.service_id)?;
             }
@@ -526,6 +562,7 @@ impl Dataplane {
                 .service_config
                 .set(state.service_id, abi::Service::default(), 0)
                 .map_err(|e| map_err("service_config_map", e))?;
+            self.set_svc_rate_limit(state.service_id, None)?;
             self.zero_stats(state.service_id)?;
             self.service_ids.release(state.service_id);
             old_slices.push(state.slice);
@@ -602,12 +639,15 @@ impl Dataplane {
     }
 
     /// Takes over maps pinned by an earlier rivorad: reads back every VIP's
-    /// service ID, slice and backends and every backend's ID, generation and
-    /// state, so nothing is renumbered and no ID in use is handed out again.
+    /// service ID, slice, backends, affinity and rate limit (exact VIPs from
+    /// vip_map(6), port ranges from the prefixes in vip_range_map(6)), every
+    /// backend's ID, generation and state, and the node-wide rate limit, so
+    /// nothing is renumbered and no ID in use is handed out again.
     /// Flow tables and counters are left as they are. Entries that do not
     /// add up (a VIP whose service entry is inactive, whose slice overlaps
-    /// another, or names unknown backends) are removed and reported; the
-    /// configuration applied next re-creates what it lists.
+    /// another, or names unknown backends; range prefixes that do not form
+    /// one range) are removed and reported; the configuration applied next
+    /// re-creates what it lists.
     pub fn adopt(maps: Maps) -> Result<(Self, AdoptReport), Error> {
         let mut dp = Dataplane::new(maps);
         let mut report = AdoptReport::default();
@@ -692,20 +732,20 @@ impl Dataplane {
         let mut entries: Vec<(VipKey, u32)> = Vec::new();
         for item in dp.maps.vip_map.iter() {
             let (k, v) = item.map_err(|e| map_err("vip_map", e))?;
-            let key = VipKey {
-                addr: abi::addr4_from_be(k.addr).into(),
-                port: abi::port_from_be(k.port),
-                proto: k.proto,
-            };
+            let key = VipKey::exact(
+                abi::addr4_from_be(k.addr).into(),
+                abi::port_from_be(k.port),
+                k.proto,
+            );
             entries.push((key, v.service_id));
         }
         for item in dp.maps.vip_map6.iter() {
             let (k, v) = item.map_err(|e| map_err("vip_map6", e))?;
-            let key = VipKey {
-                addr: std::net::Ipv6Addr::from(k.addr).into(),
-                port: abi::port_from_be(k.port),
-                proto: k.proto,
-            };
+            let key = VipKey::exact(
+                Ipv6Addr::from(k.addr).into(),
+                abi::port_from_be(k.port),
+                k.proto,
+            );
             entries.push((key, v.service_id));
         }
         let mut service_ids_used = BTreeSet::new();
@@ -724,6 +764,70 @@ impl Dataplane {
                 }
             }
         }
+        // Port-range VIPs: the trie prefixes, grouped into ranges.
+        let (groups, bad) = dp.read_range_prefixes()?;
+        for (prefix, why) in bad {
+            report
+                .dropped
+                .push(format!("vip_range_map prefix {prefix}: {why}"));
+            dp.remove_prefix(&prefix)?;
+        }
+        for ((addr, proto, service_id), prefixes) in groups {
+            let adopted = match range_of(&prefixes) {
+                Some((first, last)) => {
+                    let key = VipKey::range(addr, first, last, proto);
+                    dp.adopt_vip(key, service_id, &mut by_id, &service_ids_used)
+                        .map_err(|why| format!("VIP {key} (service ID {service_id}): {why}"))
+                }
+                None => Err(format!(
+                    "vip_range_map prefixes of service ID {service_id} ({}) do not form one port range",
+                    prefixes
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            };
+            match adopted {
+                Ok(generation) => {
+                    service_ids_used.insert(service_id);
+                    max_generation = max_generation.max(generation);
+                    report.vips += 1;
+                }
+                Err(why) => {
+                    report.dropped.push(why);
+                    for prefix in &prefixes {
+                        dp.remove_prefix(prefix)?;
+                    }
+                }
+            }
+        }
+        // Per-service rate limits nothing asks for are stale: clear them.
+        let limited: BTreeSet<u32> = dp
+            .vips
+            .values()
+            .filter(|v| v.spec.syn_rate_limit.is_some())
+            .map(|v| v.service_id)
+            .collect();
+        for id in 0..abi::MAX_VIPS {
+            if limited.contains(&id) {
+                continue;
+            }
+            let rl = dp
+                .maps
+                .svc_rl_config
+                .get(&id, 0)
+                .map_err(|e| map_err("svc_rl_config_map", e))?;
+            if rl != abi::RlConfig::default() {
+                dp.set_svc_rate_limit(id, None)?;
+            }
+        }
+        dp.node_syn_rate_limit = RateLimit::from_abi(
+            dp.maps
+                .rl_config
+                .get(&0, 0)
+                .map_err(|e| map_err("rl_config_map", e))?,
+        );
         // Service entries no adopted VIP points to are stale: clear them.
         for id in 0..abi::MAX_VIPS {
             if service_ids_used.contains(&id) {
@@ -793,6 +897,19 @@ impl Dataplane {
             abi::mode::DSR_GRE => Mode::DsrGre,
             m => return Err(format!("unknown mode {m}")),
         };
+        let syn_rate_limit = if svc.flags & abi::service_flags::SYN_RATE_LIMIT != 0 {
+            let rl = self
+                .maps
+                .svc_rl_config
+                .get(&service_id, 0)
+                .map_err(|e| e.to_string())?;
+            match RateLimit::from_abi(rl) {
+                Some(l) if l.rate > 0 && l.burst > 0 => Some(l),
+                _ => return Err("rate-limit flag set but no valid rate limit".into()),
+            }
+        } else {
+            None
+        };
         let slice = Slice {
             offset: svc.maglev_offset,
             size: svc.maglev_size,
@@ -841,6 +958,8 @@ impl Dataplane {
                     key,
                     mode,
                     backends,
+                    affinity_client_ip: svc.flags & abi::service_flags::AFFINITY_CLIENT_IP != 0,
+                    syn_rate_limit,
                 },
                 service_id,
                 slice,
@@ -1051,7 +1170,56 @@ impl Dataplane {
             .map_err(|e| map_err("backend_health_map", e))
     }
 
+    /// Writes a service entry (with its flags) and the service's own rate
+    /// limit: the limit before the entry that flags it, a cleared limit after
+    /// the entry that no longer does.
+    fn write_service(
+        &mut self,
+        service_id: u32,
+        slice: Slice,
+        spec: &VipSpec,
+        generation: u32,
+    ) -> Result<(), Error> {
+        if spec.syn_rate_limit.is_some() {
+            self.set_svc_rate_limit(service_id, spec.syn_rate_limit)?;
+        }
+        let entry = abi::Service {
+            maglev_offset: slice.offset,
+            maglev_size: slice.size,
+            backend_count: spec.backends.len() as u16,
+            mode: spec.mode.abi(),
+            flags: service_flags(spec),
+            generation,
+        };
+        self.maps
+            .service_config
+            .set(service_id, entry, 0)
+            .map_err(|e| map_err("service_config_map", e))?;
+        if spec.syn_rate_limit.is_none() {
+            self.set_svc_rate_limit(service_id, None)?;
+        }
+        Ok(())
+    }
+
+    fn set_svc_rate_limit(
+        &mut self,
+        service_id: u32,
+        limit: Option<RateLimit>,
+    ) -> Result<(), Error> {
+        self.maps
+            .svc_rl_config
+            .set(service_id, limit.map(RateLimit::abi).unwrap_or_default(), 0)
+            .map_err(|e| map_err("svc_rl_config_map", e))
+    }
+
+    /// Inserts a VIP: its vip_map(6) entry, or the prefixes of its range.
     fn insert_vip_key(&mut self, key: &VipKey, service_id: u32) -> Result<(), Error> {
+        if !key.is_exact() {
+            for prefix in RangePrefix::of(key) {
+                self.insert_prefix(&prefix, service_id)?;
+            }
+            return Ok(());
+        }
         let value = abi::VipValue { service_id };
         match key.addr {
             IpAddr::V4(a) => self
@@ -1067,7 +1235,24 @@ impl Dataplane {
         }
     }
 
+    /// Removes a VIP's vip_map(6) entry, or the prefixes of its range that
+    /// no programmed VIP uses (a new range sharing a prefix with a removed
+    /// one has already overwritten it).
     fn remove_vip_key(&mut self, key: &VipKey) -> Result<(), Error> {
+        if !key.is_exact() {
+            let kept: BTreeSet<RangePrefix> = self
+                .vips
+                .keys()
+                .filter(|k| k.addr == key.addr && k.proto == key.proto && !k.is_exact())
+                .flat_map(RangePrefix::of)
+                .collect();
+            for prefix in RangePrefix::of(key) {
+                if !kept.contains(&prefix) {
+                    self.remove_prefix(&prefix)?;
+                }
+            }
+            return Ok(());
+        }
         let res = match key.addr {
             IpAddr::V4(a) => self
                 .maps
@@ -1082,6 +1267,98 @@ impl Dataplane {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(e) => Err(map_err("vip_map", e)),
         }
+    }
+
+    fn insert_prefix(&mut self, prefix: &RangePrefix, service_id: u32) -> Result<(), Error> {
+        let value = abi::VipValue { service_id };
+        match prefix.addr {
+            IpAddr::V4(a) => self
+                .maps
+                .vip_range_map
+                .insert(&maps::lpm_key4(&prefix.key4(a)), value, 0)
+                .map_err(|e| map_err("vip_range_map", e)),
+            IpAddr::V6(a) => self
+                .maps
+                .vip_range_map6
+                .insert(&maps::lpm_key6(&prefix.key6(a)), value, 0)
+                .map_err(|e| map_err("vip_range_map6", e)),
+        }
+    }
+
+    fn remove_prefix(&mut self, prefix: &RangePrefix) -> Result<(), Error> {
+        let (res, map) = match prefix.addr {
+            IpAddr::V4(a) => (
+                self.maps
+                    .vip_range_map
+                    .remove(&maps::lpm_key4(&prefix.key4(a))),
+                "vip_range_map",
+            ),
+            IpAddr::V6(a) => (
+                self.maps
+                    .vip_range_map6
+                    .remove(&maps::lpm_key6(&prefix.key6(a))),
+                "vip_range_map6",
+            ),
+        };
+        match res {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err(map, e)),
+        }
+    }
+
+    /// Every prefix of both range tries, grouped by (address, protocol,
+    /// service ID) and sorted by port, and the entries that cannot be ours
+    /// (a prefix length or port outside what the writer produces).
+    #[allow(clippy::type_complexity)]
+    fn read_range_prefixes(
+        &self,
+    ) -> Result<
+        (
+            BTreeMap<(IpAddr, u8, u32), Vec<RangePrefix>>,
+            Vec<(RangePrefix, String)>,
+        ),
+        Error,
+    > {
+        let mut raw: Vec<(RangePrefix, u32, Option<String>)> = Vec::new();
+        for item in self.maps.vip_range_map.iter() {
+            let (k, v) = item.map_err(|e| map_err("vip_range_map", e))?;
+            let k = maps::abi_key4(&k);
+            let (prefix, why) = RangePrefix::read(
+                Ipv4Addr::from(k.addr).into(),
+                k.proto,
+                k.prefixlen,
+                k.port,
+                k.pad,
+            );
+            raw.push((prefix, v.service_id, why));
+        }
+        for item in self.maps.vip_range_map6.iter() {
+            let (k, v) = item.map_err(|e| map_err("vip_range_map6", e))?;
+            let k = maps::abi_key6(&k);
+            let (prefix, why) = RangePrefix::read(
+                Ipv6Addr::from(k.addr).into(),
+                k.proto,
+                k.prefixlen,
+                k.port,
+                k.pad,
+            );
+            raw.push((prefix, v.service_id, why));
+        }
+        let mut groups: BTreeMap<(IpAddr, u8, u32), Vec<RangePrefix>> = BTreeMap::new();
+        let mut bad = Vec::new();
+        for (prefix, service_id, why) in raw {
+            match why {
+                Some(why) => bad.push((prefix, why)),
+                None => groups
+                    .entry((prefix.addr, prefix.proto, service_id))
+                    .or_default()
+                    .push(prefix),
+            }
+        }
+        for prefixes in groups.values_mut() {
+            prefixes.sort();
+        }
+        Ok((groups, bad))
     }
 
     fn zero_stats(&mut self, service_id: u32) -> Result<(), Error> {
@@ -1121,6 +1398,21 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
         if !names.insert(spec.name.as_str()) {
             return Err(Error::Invalid(format!("VIP name {} used twice", spec.name)));
         }
+        if spec.key.port > spec.key.port_last {
+            return Err(Error::Invalid(format!(
+                "VIP {}: port range {}-{} is reversed",
+                spec.name, spec.key.port, spec.key.port_last
+            )));
+        }
+        if spec.key.is_exact() && spec.key.port == 0 {
+            return Err(Error::Invalid(format!(
+                "VIP {}: port 0 is not a VIP port",
+                spec.name
+            )));
+        }
+        if let Some(l) = &spec.syn_rate_limit {
+            check_rate_limit(l, &format!("VIP {}: SYN rate limit", spec.name))?;
+        }
         if spec.mode != Mode::Nat {
             return Err(Error::Invalid(format!(
                 "VIP {}: mode {} is not supported by this datapath yet",
@@ -1150,6 +1442,13 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
                     spec.name, b.key
                 )));
             }
+            if b.key.keeps_destination_port() && spec.key.is_exact() {
+                return Err(Error::Invalid(format!(
+                    "VIP {}: backend {} has port 0 (keep the destination port), \
+                     which only a port-range VIP may use",
+                    spec.name, b.key
+                )));
+            }
             if !seen.insert(b.key) {
                 return Err(Error::Invalid(format!(
                     "VIP {}: backend {} listed twice",
@@ -1161,7 +1460,222 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
             return Err(Error::Invalid(format!("VIP {} defined twice", spec.key)));
         }
     }
+    // Two ranges of one address and protocol would claim the same ports;
+    // the trie cannot say which VIP a port belongs to. (An exact VIP inside
+    // a range is fine: vip_map is looked up first.) Sorted by first port,
+    // ranges are disjoint exactly when each ends before the next starts.
+    let mut ranges: BTreeMap<(IpAddr, u8), Vec<&VipSpec>> = BTreeMap::new();
+    for spec in out.values().filter(|s| !s.key.is_exact()) {
+        ranges
+            .entry((spec.key.addr, spec.key.proto))
+            .or_default()
+            .push(spec);
+    }
+    for list in ranges.values_mut() {
+        list.sort_by_key(|s| s.key.port);
+        for pair in list.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if b.key.port <= a.key.port_last {
+                return Err(Error::Invalid(format!(
+                    "VIP {} ({}) overlaps VIP {} ({}): port ranges of one address and \
+                     protocol must not overlap",
+                    b.name, b.key, a.name, a.key
+                )));
+            }
+        }
+    }
+    check_range_capacity(out.keys(), "for this configuration")?;
     Ok(out)
+}
+
+/// Whether two specs of one VIP differ only in what the service entry's
+/// flags and the rate-limit map carry (no slice rebuild needed).
+fn same_options(a: &VipSpec, b: &VipSpec) -> bool {
+    a.affinity_client_ip == b.affinity_client_ip && a.syn_rate_limit == b.syn_rate_limit
+}
+
+/// The service flags of a programmed VIP.
+fn service_flags(spec: &VipSpec) -> u8 {
+    let mut flags = abi::service_flags::ACTIVE;
+    if spec.key.addr.is_ipv6() {
+        flags |= abi::service_flags::IPV6;
+    }
+    if spec.affinity_client_ip {
+        flags |= abi::service_flags::AFFINITY_CLIENT_IP;
+    }
+    if spec.syn_rate_limit.is_some() {
+        flags |= abi::service_flags::SYN_RATE_LIMIT;
+    }
+    flags
+}
+
+fn check_rate_limit(l: &RateLimit, what: &str) -> Result<(), Error> {
+    if l.rate == 0 || l.burst == 0 {
+        return Err(Error::Invalid(format!(
+            "{what}: rate and burst must be at least 1 (got {l})"
+        )));
+    }
+    Ok(())
+}
+
+/// Fails when the range VIPs among `keys` need more distinct prefixes in
+/// either trie than it holds.
+fn check_range_capacity<'k>(
+    keys: impl Iterator<Item = &'k VipKey>,
+    when: &str,
+) -> Result<(), Error> {
+    let mut v4 = BTreeSet::new();
+    let mut v6 = BTreeSet::new();
+    for key in keys.filter(|k| !k.is_exact()) {
+        let set = if key.addr.is_ipv4() { &mut v4 } else { &mut v6 };
+        set.extend(RangePrefix::of(key));
+    }
+    for (map, n) in [("vip_range_map", v4.len()), ("vip_range_map6", v6.len())] {
+        if n > abi::MAX_RANGE_PREFIXES as usize {
+            return Err(Error::Capacity(format!(
+                "{map}: port-range VIPs need {n} prefixes {when}, at most {} fit",
+                abi::MAX_RANGE_PREFIXES
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The fewest (value, bits) port prefixes that together cover exactly the
+/// ports `first..=last`: each is the block of ports whose top `bits` bits
+/// equal those of `value` (the other bits of `value` are zero). `0..=65535`
+/// is the single prefix `(0, 0)`; an empty range (`first > last`) has none.
+///
+/// Greedy from the bottom: at each step take the largest block that starts
+/// at the current port (aligned to its size) and does not pass `last`. That
+/// is minimal (at most 30 prefixes for 16-bit ports).
+pub fn port_range_prefixes(first: u16, last: u16) -> Vec<(u16, u8)> {
+    let mut out = Vec::new();
+    let mut start = u32::from(first);
+    let end = u32::from(last) + 1; // exclusive
+    while start < end {
+        // Largest power of two the start is aligned to (0 is aligned to all).
+        let mut size = if start == 0 {
+            1 << 16
+        } else {
+            1u32 << start.trailing_zeros()
+        };
+        while size > end - start {
+            size >>= 1;
+        }
+        out.push((start as u16, 16 - size.trailing_zeros() as u8));
+        start += size;
+    }
+    out
+}
+
+/// The range `prefixes` cover when they are exactly the minimal cover of
+/// one range (as [`port_range_prefixes`] writes it); they must be sorted.
+fn range_of(prefixes: &[RangePrefix]) -> Option<(u16, u16)> {
+    let first = prefixes.first()?.port;
+    let last_prefix = prefixes.last()?;
+    let end = u32::from(last_prefix.port) + (1u32 << (16 - last_prefix.bits));
+    let last = u16::try_from(end - 1).ok()?;
+    let want = port_range_prefixes(first, last);
+    let have: Vec<(u16, u8)> = prefixes.iter().map(|p| (p.port, p.bits)).collect();
+    (want == have).then_some((first, last))
+}
+
+/// One entry of a port-range trie: an address, a protocol, and the ports
+/// whose top `bits` bits equal those of `port`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct RangePrefix {
+    addr: IpAddr,
+    proto: u8,
+    port: u16,
+    bits: u8,
+}
+
+impl RangePrefix {
+    /// The prefixes of a range VIP (none for an exact VIP).
+    fn of(key: &VipKey) -> Vec<RangePrefix> {
+        if key.is_exact() {
+            return Vec::new();
+        }
+        port_range_prefixes(key.port, key.port_last)
+            .into_iter()
+            .map(|(port, bits)| RangePrefix {
+                addr: key.addr,
+                proto: key.proto,
+                port,
+                bits,
+            })
+            .collect()
+    }
+
+    /// Bits of the key before the port: protocol and address.
+    fn head_bits(addr: IpAddr) -> u32 {
+        8 + if addr.is_ipv4() { 32 } else { 128 }
+    }
+
+    fn key4(&self, a: Ipv4Addr) -> abi::VipRangeKey4 {
+        abi::VipRangeKey4 {
+            prefixlen: Self::head_bits(self.addr) + u32::from(self.bits),
+            proto: self.proto,
+            addr: a.octets(),
+            port: self.port.to_be_bytes(),
+            pad: 0,
+        }
+    }
+
+    fn key6(&self, a: Ipv6Addr) -> abi::VipRangeKey6 {
+        abi::VipRangeKey6 {
+            prefixlen: Self::head_bits(self.addr) + u32::from(self.bits),
+            proto: self.proto,
+            addr: a.octets(),
+            port: self.port.to_be_bytes(),
+            pad: 0,
+        }
+    }
+
+    /// A trie entry read back, and why it cannot be one the writer made.
+    fn read(
+        addr: IpAddr,
+        proto: u8,
+        prefixlen: u32,
+        port: [u8; 2],
+        pad: u8,
+    ) -> (RangePrefix, Option<String>) {
+        let head = Self::head_bits(addr);
+        let bits = prefixlen.saturating_sub(head).min(16) as u8;
+        let prefix = RangePrefix {
+            addr,
+            proto,
+            port: u16::from_be_bytes(port),
+            bits,
+        };
+        let mask = if bits == 0 {
+            0
+        } else {
+            u16::MAX << (16 - bits)
+        };
+        let why = if prefixlen < head || prefixlen > head + 16 {
+            Some(format!(
+                "prefix length {prefixlen} does not cover a whole address"
+            ))
+        } else if prefix.port & !mask != 0 || pad != 0 {
+            Some("port bits set beyond the prefix".to_string())
+        } else {
+            None
+        };
+        (prefix, why)
+    }
+}
+
+impl fmt::Display for RangePrefix {
+    /// `10.0.0.1 proto 6 port 8000/10`: the port prefix and its length.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} proto {} port {}/{}",
+            self.addr, self.proto, self.port, self.bits
+        )
+    }
 }
 
 /// Slice-size targets for every desired VIP. Each VIP asks for Maglev's
@@ -1270,5 +1784,281 @@ impl BackendSpec {
             weight: 1,
             mac: [0; 6],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An independent cover: walk the binary trie of 16-bit ports from the
+    /// root, taking every node wholly inside the range and descending into
+    /// nodes that straddle it. The nodes taken are the canonical (and
+    /// minimal) prefix cover.
+    fn trie_cover(first: u16, last: u16) -> Vec<(u16, u8)> {
+        fn walk(lo: u32, bits: u8, first: u32, last: u32, out: &mut Vec<(u16, u8)>) {
+            let hi = lo + (1u32 << (16 - bits)) - 1;
+            if hi < first || lo > last {
+                return;
+            }
+            if first <= lo && hi <= last {
+                out.push((lo as u16, bits));
+                return;
+            }
+            let half = 1u32 << (15 - bits);
+            walk(lo, bits + 1, first, last, out);
+            walk(lo + half, bits + 1, first, last, out);
+        }
+        let mut out = Vec::new();
+        walk(0, 0, u32::from(first), u32::from(last), &mut out);
+        out
+    }
+
+    /// Checks that `prefixes` are aligned, sorted, contiguous and cover
+    /// exactly `first..=last`, and equal the trie walk's cover.
+    #[track_caller]
+    fn check_cover(first: u16, last: u16) {
+        let prefixes = port_range_prefixes(first, last);
+        let mut next = u32::from(first);
+        for &(value, bits) in &prefixes {
+            assert!(bits <= 16, "{first}-{last}: {prefixes:?}");
+            let size = 1u32 << (16 - bits);
+            assert_eq!(
+                u32::from(value) % size,
+                0,
+                "{first}-{last}: unaligned {value}/{bits}"
+            );
+            assert_eq!(
+                u32::from(value),
+                next,
+                "{first}-{last}: gap or overlap at {value}/{bits}"
+            );
+            next += size;
+        }
+        assert_eq!(next, u32::from(last) + 1, "{first}-{last}: {prefixes:?}");
+        assert!(
+            prefixes.len() <= 30,
+            "{first}-{last}: {} prefixes",
+            prefixes.len()
+        );
+        assert_eq!(
+            prefixes,
+            trie_cover(first, last),
+            "{first}-{last}: not minimal"
+        );
+    }
+
+    #[test]
+    fn prefixes_of_known_ranges() {
+        assert_eq!(port_range_prefixes(0, 65535), vec![(0, 0)]);
+        assert_eq!(port_range_prefixes(80, 80), vec![(80, 16)]);
+        assert_eq!(port_range_prefixes(8000, 8000), vec![(8000, 16)]);
+        assert_eq!(port_range_prefixes(32768, 65535), vec![(32768, 1)]);
+        assert_eq!(port_range_prefixes(1, 65535).len(), 16);
+        assert_eq!(port_range_prefixes(1, 65534).len(), 30, "the worst case");
+        assert_eq!(
+            port_range_prefixes(8000, 8099),
+            // 8000-8063, 8064-8095, 8096-8099.
+            vec![(8000, 10), (8064, 11), (8096, 14)]
+        );
+        assert_eq!(port_range_prefixes(5, 4), vec![], "empty range");
+    }
+
+    #[test]
+    fn prefixes_cover_small_ranges_exactly() {
+        // Every range within the bottom and the top 300 ports, where the
+        // 0 and 65535 edges are.
+        for first in 0..300u16 {
+            for last in first..300 {
+                check_cover(first, last);
+            }
+        }
+        for first in 65235..=65535u16 {
+            for last in first..=65535 {
+                check_cover(first, last);
+            }
+        }
+    }
+
+    #[test]
+    fn prefixes_cover_ranges_across_the_port_space() {
+        // A deterministic spread of wide ranges (64-bit LCG).
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 48) as u16
+        };
+        for _ in 0..20_000 {
+            let (a, b) = (next(), next());
+            check_cover(a.min(b), a.max(b));
+        }
+        // Every range starting or ending on a power-of-two boundary (+-1).
+        for i in 0..16 {
+            for d in [0i32, 1, -1] {
+                let p = ((1i32 << i) + d).clamp(0, 65535) as u16;
+                check_cover(0, p);
+                check_cover(p, 65535);
+                check_cover(p, p);
+            }
+        }
+    }
+
+    fn prefixes(ports: &[(u16, u8)]) -> Vec<RangePrefix> {
+        ports
+            .iter()
+            .map(|&(port, bits)| RangePrefix {
+                addr: "10.0.0.1".parse().unwrap(),
+                proto: 6,
+                port,
+                bits,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ranges_are_rebuilt_from_their_prefixes() {
+        for (first, last) in [(8000, 8099), (0, 65535), (1, 65535), (100, 101), (7, 7)] {
+            let p = prefixes(&port_range_prefixes(first, last));
+            assert_eq!(range_of(&p), Some((first, last)));
+        }
+        // A gap, a split prefix (not minimal) and an overlap are no range.
+        assert_eq!(range_of(&prefixes(&[(8000, 12), (8048, 12)])), None);
+        assert_eq!(range_of(&prefixes(&[(0, 1), (32768, 2), (49152, 2)])), None);
+        assert_eq!(range_of(&prefixes(&[(0, 1), (0, 2)])), None);
+        assert_eq!(range_of(&[]), None);
+    }
+
+    #[test]
+    fn trie_keys_read_back() {
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let p = RangePrefix {
+            addr: v4,
+            proto: 6,
+            port: 8000,
+            bits: 12,
+        };
+        let k = p.key4("10.0.0.1".parse().unwrap());
+        assert_eq!(k.prefixlen, 8 + 32 + 12);
+        assert_eq!(k.port, 8000u16.to_be_bytes());
+        assert_eq!(k.addr, [10, 0, 0, 1]);
+        assert_eq!(
+            RangePrefix::read(v4, 6, k.prefixlen, k.port, k.pad),
+            (p, None)
+        );
+        let any6 = RangePrefix {
+            addr: v6,
+            proto: 17,
+            port: 0,
+            bits: 0,
+        };
+        let k = any6.key6("2001:db8::1".parse().unwrap());
+        assert_eq!(k.prefixlen, 8 + 128);
+        assert_eq!(
+            RangePrefix::read(v6, 17, k.prefixlen, k.port, k.pad),
+            (any6, None)
+        );
+        // Port bits beyond the prefix, or a prefix shorter than the address.
+        assert!(
+            RangePrefix::read(v4, 6, 52, 8001u16.to_be_bytes(), 0)
+                .1
+                .is_some()
+        );
+        assert!(RangePrefix::read(v4, 6, 39, [0, 0], 0).1.is_some());
+        assert!(RangePrefix::read(v4, 6, 57, [0, 0], 0).1.is_some());
+        assert!(RangePrefix::read(v4, 6, 56, [0, 80], 1).1.is_some());
+    }
+
+    fn spec(name: &str, key: VipKey, backend_port: u16) -> VipSpec {
+        let backend = BackendSpec::new("10.1.0.1".parse().unwrap(), backend_port);
+        VipSpec::new(name, key, vec![backend])
+    }
+
+    fn addr() -> IpAddr {
+        "10.0.0.1".parse().unwrap()
+    }
+
+    #[test]
+    fn validate_rejects_overlapping_ranges() {
+        let a = spec("a", VipKey::range(addr(), 8000, 8099, 6), 0);
+        let b = spec("b", VipKey::range(addr(), 8099, 8199, 6), 0);
+        let err = validate(&[a.clone(), b]).unwrap_err().to_string();
+        assert!(
+            err.contains("VIP b (10.0.0.1:8099-8199/tcp) overlaps VIP a (10.0.0.1:8000-8099/tcp)"),
+            "{err}"
+        );
+        let all = spec("all", VipKey::any_port(addr(), 6), 0);
+        assert!(validate(&[all.clone(), a.clone()]).is_err());
+        // Fine: adjacent, another protocol or address, an exact VIP inside.
+        let next = spec("next", VipKey::range(addr(), 8100, 8199, 6), 0);
+        let udp = spec("udp", VipKey::range(addr(), 8000, 8099, 17), 0);
+        let other = spec(
+            "other",
+            VipKey::range("10.0.0.2".parse().unwrap(), 8000, 8099, 6),
+            0,
+        );
+        let exact = spec("exact", VipKey::exact(addr(), 8050, 6), 8080);
+        assert_eq!(validate(&[a, next, udp, other, exact]).unwrap().len(), 5);
+        let exact_in_any = spec("exact", VipKey::exact(addr(), 443, 6), 443);
+        assert_eq!(validate(&[all, exact_in_any]).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn validate_checks_ports_and_limits() {
+        let reversed = spec("r", VipKey::range(addr(), 9000, 8000, 6), 0);
+        assert!(
+            validate(&[reversed])
+                .unwrap_err()
+                .to_string()
+                .contains("reversed")
+        );
+        let port0 = spec("p", VipKey::exact(addr(), 0, 6), 80);
+        assert!(validate(&[port0]).is_err());
+        // Port 0 backends keep the destination port: range VIPs only.
+        let keep_exact = spec("k", VipKey::exact(addr(), 80, 6), 0);
+        let err = validate(&[keep_exact]).unwrap_err().to_string();
+        assert!(err.contains("only a port-range VIP"), "{err}");
+        let mut limited = spec("l", VipKey::exact(addr(), 80, 6), 80);
+        limited.syn_rate_limit = Some(RateLimit { rate: 0, burst: 1 });
+        assert!(validate(&[limited.clone()]).is_err());
+        limited.syn_rate_limit = Some(RateLimit { rate: 1, burst: 1 });
+        assert!(validate(&[limited]).is_ok());
+    }
+
+    #[test]
+    fn validate_bounds_the_range_tries() {
+        // 1-65534 takes 30 prefixes: 547 such VIPs need 16,410 > 16,384.
+        let many: Vec<VipSpec> = (0..547u32)
+            .map(|i| {
+                let a = IpAddr::from([10, 0, (i / 250) as u8, (i % 250 + 1) as u8]);
+                spec(&format!("v{i}"), VipKey::range(a, 1, 65534, 6), 0)
+            })
+            .collect();
+        let err = validate(&many).unwrap_err();
+        assert!(matches!(err, Error::Capacity(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("vip_range_map: port-range VIPs need 16410 prefixes"),
+            "{err}"
+        );
+        assert!(validate(&many[..546]).is_ok());
+    }
+
+    #[test]
+    fn flags_follow_the_spec() {
+        let mut s = spec("s", VipKey::exact(addr(), 80, 6), 80);
+        assert_eq!(service_flags(&s), abi::service_flags::ACTIVE);
+        s.affinity_client_ip = true;
+        s.syn_rate_limit = Some(RateLimit { rate: 5, burst: 9 });
+        s.key.addr = "2001:db8::1".parse().unwrap();
+        assert_eq!(
+            service_flags(&s),
+            abi::service_flags::ACTIVE
+                | abi::service_flags::IPV6
+                | abi::service_flags::AFFINITY_CLIENT_IP
+                | abi::service_flags::SYN_RATE_LIMIT
+        );
     }
 }

@@ -195,7 +195,11 @@ fn parse(b: &[u8]) -> Option<Parsed> {
     let icmp_proto = if p.v6 { 58 } else { 1 };
     if p.proto == icmp_proto && !p.first_frag {
         let t = *b.get(l4_at + 7).map(|_| &b[l4_at])?;
-        let is_err = if p.v6 { (1..=4).contains(&t) } else { matches!(t, 3 | 11 | 12) };
+        let is_err = if p.v6 {
+            (1..=4).contains(&t)
+        } else {
+            matches!(t, 3 | 11 | 12)
+        };
         if !is_err {
             return None;
         }
@@ -211,7 +215,12 @@ fn parse(b: &[u8]) -> Option<Parsed> {
             if h[0] >> 4 != 4 || h[0] & 0xf < 5 || u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0 {
                 return None;
             }
-            (h[12..16].to_vec(), h[16..20].to_vec(), h[9], q + (h[0] & 0xf) as usize * 4)
+            (
+                h[12..16].to_vec(),
+                h[16..20].to_vec(),
+                h[9],
+                q + (h[0] & 0xf) as usize * 4,
+            )
         };
         if iproto != 6 && iproto != 17 {
             return None;
@@ -261,12 +270,17 @@ fn flow_hash(src: &[u8], dst: &[u8], sport: u16, dport: u16, proto: u8) -> u32 {
 
 impl Model {
     fn decide(&mut self, frame: &[u8]) -> Decision {
-        let Some(p) = parse(frame) else { return Decision::Pass };
+        let Some(p) = parse(frame) else {
+            return Decision::Pass;
+        };
         if let Some((isrc, idst, isport, idport, iproto)) = &p.icmp {
             if !self.vips.contains_key(&(isrc.clone(), *isport, *iproto)) {
                 return Decision::Pass;
             }
-            return match self.affinity.get(&(idst.clone(), isrc.clone(), *idport, *isport, *iproto)) {
+            return match self
+                .affinity
+                .get(&(idst.clone(), isrc.clone(), *idport, *isport, *iproto))
+            {
                 Some(id) => {
                     let (a, port) = self.backends[id];
                     Decision::ForwardIcmp(a, if port == 0 { *isport } else { port })
@@ -275,12 +289,17 @@ impl Model {
             };
         }
         if p.later_frag {
-            return match self.frags.get(&(p.src.clone(), p.dst.clone(), p.frag_id, p.proto)) {
+            return match self
+                .frags
+                .get(&(p.src.clone(), p.dst.clone(), p.frag_id, p.proto))
+            {
                 Some(id) => Decision::Forward(self.backends[id].0, 0),
                 None => Decision::Pass,
             };
         }
-        let Some(svc) = self.vips.get(&(p.dst.clone(), p.dport, p.proto)).cloned() else { return Decision::Pass };
+        let Some(svc) = self.vips.get(&(p.dst.clone(), p.dport, p.proto)).cloned() else {
+            return Decision::Pass;
+        };
         if svc.size == 0 {
             return Decision::Drop(rivora_abi::drop_reason::NO_HEALTHY_BACKEND);
         }
@@ -295,7 +314,8 @@ impl Model {
             }
         };
         if p.first_frag {
-            self.frags.insert((p.src.clone(), p.dst.clone(), p.frag_id, p.proto), id);
+            self.frags
+                .insert((p.src.clone(), p.dst.clone(), p.frag_id, p.proto), id);
         }
         let (a, port) = self.backends[&id];
         Decision::Forward(a, if port == 0 { p.dport } else { port })
@@ -317,8 +337,12 @@ impl Gen {
         match (v6, vip) {
             (false, true) => *self.rng.pick(&self.vips4),
             (true, true) => *self.rng.pick(&self.vips6),
-            (false, false) => format!("10.200.{}.{}", self.rng.below(2), 1 + self.rng.below(6)).parse().unwrap(),
-            (true, false) => format!("fd00:200::{:x}", 1 + self.rng.below(12)).parse().unwrap(),
+            (false, false) => format!("10.200.{}.{}", self.rng.below(2), 1 + self.rng.below(6))
+                .parse()
+                .unwrap(),
+            (true, false) => format!("fd00:200::{:x}", 1 + self.rng.below(12))
+                .parse()
+                .unwrap(),
         }
     }
 
@@ -341,7 +365,9 @@ impl Gen {
     /// A well-formed frame of a random shape.
     fn frame(&mut self) -> Vec<u8> {
         let v6 = self.rng.chance(50);
-        let vlans: Vec<u16> = (0..self.rng.below(3)).map(|_| self.rng.below(4000) as u16 + 1).collect();
+        let vlans: Vec<u16> = (0..self.rng.below(3))
+            .map(|_| self.rng.below(4000) as u16 + 1)
+            .collect();
         let client = self.addr(v6, false);
         let to_vip = self.rng.chance(85);
         let vip = self.addr(v6, to_vip);
@@ -350,9 +376,16 @@ impl Gen {
         if shape == 0 {
             // An ICMP error about a reply vip -> client.
             // A reply VIP:service -> client:port, as a router would quote it.
-            let (cport, vport) = (1000 + self.rng.below(40) as u16, *self.rng.pick(&[80u16, 53, 443, 81]));
+            let (cport, vport) = (
+                1000 + self.rng.below(40) as u16,
+                *self.rng.pick(&[80u16, 53, 443, 81]),
+            );
             let reply = self.l4_ports(vip, client, proto, vport, cport);
-            let quote_len = if self.rng.chance(50) { reply.len() } else { 8.min(reply.len()) };
+            let quote_len = if self.rng.chance(50) {
+                reply.len()
+            } else {
+                8.min(reply.len())
+            };
             let router = self.addr(v6, false);
             if v6 {
                 let mut q = ipv6(vip, client, proto, &[], reply.len());
@@ -371,7 +404,9 @@ impl Gen {
         if v6 {
             // A random extension chain of 0-6 headers.
             let n = self.rng.below(if shape < 5 { 1 } else { 7 });
-            let kinds: Vec<u8> = (0..n).map(|_| *self.rng.pick(&[HOPOPTS, DSTOPTS, FRAGMENT, ROUTING, AH])).collect();
+            let kinds: Vec<u8> = (0..n)
+                .map(|_| *self.rng.pick(&[HOPOPTS, DSTOPTS, FRAGMENT, ROUTING, AH]))
+                .collect();
             let mut exts = Vec::new();
             for (i, k) in kinds.iter().enumerate() {
                 let next = *kinds.get(i + 1).unwrap_or(&proto);
@@ -379,22 +414,46 @@ impl Gen {
                     HOPOPTS | DSTOPTS => opts_ext(next, 1 + self.rng.below(12) as usize),
                     FRAGMENT => {
                         let later = self.rng.chance(30);
-                        frag_ext(next, if later { 185 } else { 0 }, self.rng.chance(70), self.rng.below(8) as u32)
+                        frag_ext(
+                            next,
+                            if later { 185 } else { 0 },
+                            self.rng.chance(70),
+                            self.rng.below(8) as u32,
+                        )
                     }
                     _ => plain_ext(next),
                 });
             }
-            let mut pk = ipv6(client, vip, *kinds.first().unwrap_or(&proto), &exts, l4.len());
+            let mut pk = ipv6(
+                client,
+                vip,
+                *kinds.first().unwrap_or(&proto),
+                &exts,
+                l4.len(),
+            );
             pk.extend_from_slice(&l4);
             return eth(0x86dd, &vlans, &pk);
         }
-        let opts: Vec<u8> = if shape == 1 { vec![1; self.rng.below(41) as usize] } else { vec![] };
+        let opts: Vec<u8> = if shape == 1 {
+            vec![1; self.rng.below(41) as usize]
+        } else {
+            vec![]
+        };
         let (more, offset) = match shape {
             2 => (true, 0),
             3 => (self.rng.chance(50), 185),
             _ => (false, 0),
         };
-        let mut pk = ipv4(client, vip, proto, self.rng.below(8) as u16, more, offset, &opts, l4.len());
+        let mut pk = ipv4(
+            client,
+            vip,
+            proto,
+            self.rng.below(8) as u16,
+            more,
+            offset,
+            &opts,
+            l4.len(),
+        );
         pk.extend_from_slice(&l4);
         eth(0x0800, &vlans, &pk)
     }
@@ -442,16 +501,34 @@ fn checksums_valid(f: &[u8]) -> Option<bool> {
     }
     match (p.transport.as_ref(), net) {
         (Some(etherparse::TransportSlice::Tcp(t)), etherparse::NetSlice::Ipv4(ip)) => {
-            ok &= t.to_header().calc_checksum_ipv4(&ip.header().to_header(), t.payload()).ok()? == t.checksum()
+            ok &= t
+                .to_header()
+                .calc_checksum_ipv4(&ip.header().to_header(), t.payload())
+                .ok()?
+                == t.checksum()
         }
         (Some(etherparse::TransportSlice::Tcp(t)), etherparse::NetSlice::Ipv6(ip)) => {
-            ok &= t.to_header().calc_checksum_ipv6(&ip.header().to_header(), t.payload()).ok()? == t.checksum()
+            ok &= t
+                .to_header()
+                .calc_checksum_ipv6(&ip.header().to_header(), t.payload())
+                .ok()?
+                == t.checksum()
         }
-        (Some(etherparse::TransportSlice::Udp(u)), etherparse::NetSlice::Ipv4(ip)) if u.checksum() != 0 => {
-            ok &= u.to_header().calc_checksum_ipv4(&ip.header().to_header(), u.payload()).ok()? == u.checksum()
+        (Some(etherparse::TransportSlice::Udp(u)), etherparse::NetSlice::Ipv4(ip))
+            if u.checksum() != 0 =>
+        {
+            ok &= u
+                .to_header()
+                .calc_checksum_ipv4(&ip.header().to_header(), u.payload())
+                .ok()?
+                == u.checksum()
         }
         (Some(etherparse::TransportSlice::Udp(u)), etherparse::NetSlice::Ipv6(ip)) => {
-            ok &= u.to_header().calc_checksum_ipv6(&ip.header().to_header(), u.payload()).ok()? == u.checksum()
+            ok &= u
+                .to_header()
+                .calc_checksum_ipv6(&ip.header().to_header(), u.payload())
+                .ok()?
+                == u.checksum()
         }
         _ => {}
     }
@@ -461,8 +538,12 @@ fn checksums_valid(f: &[u8]) -> Option<bool> {
 fn dst_of(f: &[u8]) -> Option<IpAddr> {
     let l3 = l3_offset(f);
     match f.get(l3)? >> 4 {
-        4 => Some(IpAddr::from(<[u8; 4]>::try_from(f.get(l3 + 16..l3 + 20)?).ok()?)),
-        6 => Some(IpAddr::from(<[u8; 16]>::try_from(f.get(l3 + 24..l3 + 40)?).ok()?)),
+        4 => Some(IpAddr::from(
+            <[u8; 4]>::try_from(f.get(l3 + 16..l3 + 20)?).ok()?,
+        )),
+        6 => Some(IpAddr::from(
+            <[u8; 16]>::try_from(f.get(l3 + 24..l3 + 40)?).ok()?,
+        )),
         _ => None,
     }
 }
@@ -470,8 +551,18 @@ fn dst_of(f: &[u8]) -> Option<IpAddr> {
 #[test]
 fn two_hundred_thousand_frames_agree_with_the_model() {
     let mut r = rig("fuzz");
-    let b4: Vec<_> = (11..15).map(|i| backend(&format!("10.200.1.{i}"), 8000 + i as u16, 1 + i as u32 % 3)).collect();
-    let b6: Vec<_> = (11..15).map(|i| backend(&format!("fd00:200:1::{i}"), 8000 + i as u16, 1 + i as u32 % 2)).collect();
+    let b4: Vec<_> = (11..15)
+        .map(|i| backend(&format!("10.200.1.{i}"), 8000 + i as u16, 1 + i as u32 % 3))
+        .collect();
+    let b6: Vec<_> = (11..15)
+        .map(|i| {
+            backend(
+                &format!("fd00:200:1::{i}"),
+                8000 + i as u16,
+                1 + i as u32 % 2,
+            )
+        })
+        .collect();
     let mut specs = Vec::new();
     for (n, a) in ["10.200.100.1", "10.200.100.2"].iter().enumerate() {
         specs.push(vip(&format!("t4{n}"), a, 80, proto::TCP, b4.clone()));
@@ -490,21 +581,38 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
     };
     let mut model = Model {
         vips: HashMap::new(),
-        table: r.dataplane.maps().maglev.read(0, r.dataplane.maglev_table_len()),
-        backends: r.dataplane.backends().map(|b| (b.id, (b.key.addr, b.key.port))).collect(),
+        table: r
+            .dataplane
+            .maps()
+            .maglev
+            .read(0, r.dataplane.maglev_table_len()),
+        backends: r
+            .dataplane
+            .backends()
+            .map(|b| (b.id, (b.key.addr, b.key.port)))
+            .collect(),
         affinity: HashMap::new(),
         frags: HashMap::new(),
     };
     for v in r.dataplane.vips() {
         model.vips.insert(
             (octets(v.spec.key.addr), v.spec.key.port, v.spec.key.proto),
-            Svc { offset: v.slice.offset, size: v.slice.size },
+            Svc {
+                offset: v.slice.offset,
+                size: v.slice.size,
+            },
         );
     }
     let mut g = Gen {
         rng: Rng(0x9e37_79b9_7f4a_7c15),
-        vips4: vec!["10.200.100.1".parse().unwrap(), "10.200.100.2".parse().unwrap()],
-        vips6: vec!["fd00:200:100::1".parse().unwrap(), "fd00:200:100::2".parse().unwrap()],
+        vips4: vec![
+            "10.200.100.1".parse().unwrap(),
+            "10.200.100.2".parse().unwrap(),
+        ],
+        vips6: vec![
+            "fd00:200:100::1".parse().unwrap(),
+            "fd00:200:100::2".parse().unwrap(),
+        ],
     };
     let mut tally: HashMap<&'static str, usize> = HashMap::new();
     for i in 0..FRAMES {
@@ -514,7 +622,11 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         }
         let want = model.decide(&f);
         let (verdict, out) = r.datapath.run_xdp(&f).unwrap();
-        let ctx = || format!("frame #{i}: model {want:?}, program verdict {verdict}\nin:  {f:02x?}\nout: {out:02x?}");
+        let ctx = || {
+            format!(
+                "frame #{i}: model {want:?}, program verdict {verdict}\nin:  {f:02x?}\nout: {out:02x?}"
+            )
+        };
         match &want {
             Decision::Pass => {
                 assert_eq!(verdict, XDP_PASS, "{}", ctx());
@@ -537,14 +649,27 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
                     assert_eq!(p.dport, port, "{}", ctx());
                 }
                 // Checksums: exactly as valid after as before.
-                assert_eq!(checksums_valid(&out), checksums_valid(&f), "checksum validity changed; {}", ctx());
-                *tally.entry(if matches!(want, Decision::ForwardIcmp(..)) { "icmp" } else { "forward" }).or_default() +=
-                    1;
+                assert_eq!(
+                    checksums_valid(&out),
+                    checksums_valid(&f),
+                    "checksum validity changed; {}",
+                    ctx()
+                );
+                *tally
+                    .entry(if matches!(want, Decision::ForwardIcmp(..)) {
+                        "icmp"
+                    } else {
+                        "forward"
+                    })
+                    .or_default() += 1;
             }
         }
     }
     eprintln!("{FRAMES} frames, zero disagreements: {tally:?}");
     for k in ["pass", "forward", "icmp", "drop"] {
-        assert!(tally.get(k).copied().unwrap_or(0) > 1000, "too few {k} frames to mean anything: {tally:?}");
+        assert!(
+            tally.get(k).copied().unwrap_or(0) > 1000,
+            "too few {k} frames to mean anything: {tally:?}"
+        );
     }
 }

@@ -149,18 +149,9 @@ fn a_restart_adopts_every_id_slice_and_flow() {
         (vec!["new4".to_string()], vec!["dns4".to_string()])
     );
     let after = ids(&second);
-    let dns4 = VipKey {
-        addr: VIP4.parse().unwrap(),
-        port: 53,
-        proto: proto::UDP,
-    };
+    let dns4 = VipKey::exact(VIP4.parse().unwrap(), 53, proto::UDP);
     assert!(!after.contains_key(&dns4));
-    let new4 = after[&VipKey {
-        addr: VIP4.parse().unwrap(),
-        port: 8443,
-        proto: proto::TCP,
-    }]
-        .0;
+    let new4 = after[&VipKey::exact(VIP4.parse().unwrap(), 8443, proto::TCP)].0;
     assert!(
         new4 > max_sid,
         "the new VIP gets an ID never in use (got {new4}, highest before {max_sid})"
@@ -204,11 +195,7 @@ fn a_changed_config_at_restart_rebuilds_only_what_changed() {
     assert_eq!(rep.rebuilt, vec!["web4".to_string()]);
     assert_eq!(rep.adopted.len(), 3);
     let after = ids(&second);
-    let web4 = VipKey {
-        addr: VIP4.parse().unwrap(),
-        port: 80,
-        proto: proto::TCP,
-    };
+    let web4 = VipKey::exact(VIP4.parse().unwrap(), 80, proto::TCP);
     assert_eq!(
         after[&web4].0, before[&web4].0,
         "rebuilt VIP keeps its service ID"

@@ -851,3 +851,245 @@ fn icmp_errors_reach_the_flow_owner_with_the_quote_rewritten() {
     eprintln!("{cases} ICMP cases");
     assert!(drops(&r, abi::drop_reason::REWRITE_FAILED) == 0);
 }
+
+/// Port-range and whole-address VIPs through the real program: the longest
+/// prefix matches, exact VIPs win, and a backend without a port keeps the
+/// client's destination port.
+#[test]
+fn port_range_and_whole_address_vips() {
+    use rivora_dataplane::{VipKey, VipSpec};
+    let mut r = rig("ranges");
+    let (c, v) = (ip(CLIENT4), ip("10.200.100.5"));
+    let keep = |a: &str| backend(a, 0, 1);
+    r.dataplane
+        .apply(&[
+            VipSpec::new(
+                "range",
+                VipKey::range(v, 8000, 8099, proto::TCP),
+                vec![keep("10.200.1.21")],
+            ),
+            VipSpec::new(
+                "exact",
+                VipKey::exact(v, 8050, proto::TCP),
+                vec![backend("10.200.1.22", 9000, 1)],
+            ),
+            VipSpec::new(
+                "any-udp",
+                VipKey::any_port(v, proto::UDP),
+                vec![keep("10.200.1.23")],
+            ),
+            VipSpec::new(
+                "range6",
+                VipKey::range(ip(VIP6), 1000, 1999, proto::UDP),
+                vec![keep("fd00:200:1::21")],
+            ),
+        ])
+        .unwrap();
+    let t = |port: u16| frame(c, v, TCP, &[], &tcp(c, v, 40000, port, 2, b""));
+    run(
+        &mut r,
+        "range first port",
+        Prog::Xdp,
+        &t(8000),
+        Expect::ToBackend("10.200.1.21", 8000),
+    );
+    run(
+        &mut r,
+        "range middle port",
+        Prog::Xdp,
+        &t(8063),
+        Expect::ToBackend("10.200.1.21", 8063),
+    );
+    run(
+        &mut r,
+        "range last port",
+        Prog::Xdp,
+        &t(8099),
+        Expect::ToBackend("10.200.1.21", 8099),
+    );
+    run(
+        &mut r,
+        "exact inside a range wins",
+        Prog::Xdp,
+        &t(8050),
+        Expect::ToBackend("10.200.1.22", 9000),
+    );
+    run(
+        &mut r,
+        "just above the range",
+        Prog::Xdp,
+        &t(8100),
+        Expect::Untouched,
+    );
+    run(
+        &mut r,
+        "just below the range",
+        Prog::Xdp,
+        &t(7999),
+        Expect::Untouched,
+    );
+    for port in [1u16, 53, 65535] {
+        let f = frame(c, v, UDP, &[], &udp(c, v, 40000, port, b"x"));
+        run(
+            &mut r,
+            "whole-address UDP",
+            Prog::Xdp,
+            &f,
+            Expect::ToBackend("10.200.1.23", port),
+        );
+    }
+    let (c6, v6) = (ip(CLIENT6), ip(VIP6));
+    let f = frame(c6, v6, UDP, &[], &udp(c6, v6, 40000, 1500, b"x"));
+    run(
+        &mut r,
+        "v6 range",
+        Prog::Xdp,
+        &f,
+        Expect::ToBackend("fd00:200:1::21", 1500),
+    );
+    let f = frame(c6, v6, UDP, &[], &udp(c6, v6, 40000, 2000, b"x"));
+    run(&mut r, "v6 above range", Prog::Xdp, &f, Expect::Untouched);
+    // The reply of a kept-port flow comes back from the VIP's same port.
+    let b = ip("10.200.1.21");
+    let reply = frame(b, c, TCP, &[], &tcp(b, c, 8063, 40000, 0x12, b""));
+    run(
+        &mut r,
+        "range reply",
+        Prog::Tc,
+        &reply,
+        Expect::FromVip("10.200.100.5", 8063),
+    );
+}
+
+/// sessionAffinity clientIP: every flow of a client to one backend.
+#[test]
+fn client_ip_affinity_pins_a_client() {
+    let mut r = rig("clientip");
+    let backends = vec![
+        backend("10.200.1.11", 80, 1),
+        backend("10.200.1.12", 80, 1),
+        backend("10.200.1.13", 80, 1),
+    ];
+    let mut spec = vip("web", VIP4, 80, proto::TCP, backends);
+    spec.affinity_client_ip = true;
+    r.dataplane.apply(&[spec]).unwrap();
+    let v = ip(VIP4);
+    let mut seen_per_client = Vec::new();
+    for client in 1..=20u8 {
+        let c = IpAddr::from([10, 200, 0, client]);
+        let mut seen = std::collections::BTreeSet::new();
+        for sport in 0..30u16 {
+            let (verdict, out) = r
+                .datapath
+                .run_xdp(&frame(
+                    c,
+                    v,
+                    TCP,
+                    &[],
+                    &tcp(c, v, 20000 + sport, 80, 2, b""),
+                ))
+                .unwrap();
+            assert_eq!(verdict, XDP_PASS);
+            seen.insert(parse_checked(&out).dst);
+        }
+        assert_eq!(seen.len(), 1, "client {c} spread over {seen:?}");
+        seen_per_client.push(*seen.iter().next().unwrap());
+    }
+    let distinct: std::collections::BTreeSet<_> = seen_per_client.into_iter().collect();
+    assert!(
+        distinct.len() > 1,
+        "different clients still spread over backends"
+    );
+}
+
+/// A per-VIP SYN token bucket: `burst` SYNs pass, then SYNs drop as
+/// rate_limited; non-SYN packets and other sources are not limited.
+#[test]
+fn syn_rate_limit_per_source() {
+    use rivora_dataplane::RateLimit;
+    let mut r = rig("synrl");
+    let mut spec = vip("web", VIP4, 80, proto::TCP, vec![backend(BACKEND4, 80, 1)]);
+    spec.syn_rate_limit = Some(RateLimit { rate: 1, burst: 5 });
+    r.dataplane.apply(&[spec]).unwrap();
+    let (c, v) = (ip(CLIENT4), ip(VIP4));
+    let syn = |c: IpAddr, sport: u16| frame(c, v, TCP, &[], &tcp(c, v, sport, 80, 0x02, b""));
+    for sport in 0..5 {
+        run(
+            &mut r,
+            "SYN within the burst",
+            Prog::Xdp,
+            &syn(c, 30000 + sport),
+            Expect::ToBackend(BACKEND4, 80),
+        );
+    }
+    for sport in 5..10 {
+        run(
+            &mut r,
+            "SYN over the limit",
+            Prog::Xdp,
+            &syn(c, 30000 + sport),
+            Expect::Dropped(abi::drop_reason::RATE_LIMITED),
+        );
+    }
+    let ack = frame(c, v, TCP, &[], &tcp(c, v, 30000, 80, 0x10, b"data"));
+    run(
+        &mut r,
+        "an established flow's packets are never limited",
+        Prog::Xdp,
+        &ack,
+        Expect::ToBackend(BACKEND4, 80),
+    );
+    let other = ip("10.200.0.3");
+    run(
+        &mut r,
+        "another source has its own bucket",
+        Prog::Xdp,
+        &syn(other, 30000),
+        Expect::ToBackend(BACKEND4, 80),
+    );
+    let drops = r.dataplane.vip_counters().unwrap()[0].stats.drops;
+    assert_eq!(drops, 5, "rate-limited SYNs count as the VIP's drops");
+    // Node-wide limit for a VIP without its own.
+    r.dataplane
+        .apply(&[vip(
+            "web",
+            VIP4,
+            80,
+            proto::TCP,
+            vec![backend(BACKEND4, 80, 1)],
+        )])
+        .unwrap();
+    r.dataplane
+        .set_node_syn_rate_limit(Some(RateLimit { rate: 1, burst: 2 }))
+        .unwrap();
+    let c2 = ip("10.200.0.9");
+    run(
+        &mut r,
+        "node-wide burst 1",
+        Prog::Xdp,
+        &syn(c2, 1),
+        Expect::ToBackend(BACKEND4, 80),
+    );
+    run(
+        &mut r,
+        "node-wide burst 2",
+        Prog::Xdp,
+        &syn(c2, 2),
+        Expect::ToBackend(BACKEND4, 80),
+    );
+    run(
+        &mut r,
+        "node-wide limit",
+        Prog::Xdp,
+        &syn(c2, 3),
+        Expect::Dropped(abi::drop_reason::RATE_LIMITED),
+    );
+    r.dataplane.set_node_syn_rate_limit(None).unwrap();
+    run(
+        &mut r,
+        "limit lifted",
+        Prog::Xdp,
+        &syn(c2, 4),
+        Expect::ToBackend(BACKEND4, 80),
+    );
+}

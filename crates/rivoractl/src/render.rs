@@ -122,23 +122,34 @@ pub fn vips(vips: &[VipInfo]) -> String {
         "VIP",
         "FRONTEND",
         "MODE",
+        "AFFINITY",
+        "SYN LIMIT",
         "SERVICE ID",
         "BACKENDS",
         "MAGLEV SLICE",
         "IMBALANCE",
     ]);
+    let or_none = |s: &str| {
+        if s.is_empty() {
+            NONE.to_string()
+        } else {
+            s.to_string()
+        }
+    };
     for v in vips {
         t.add_row(vec![
             v.name.clone(),
-            endpoint(&v.address, v.port, Some(&v.protocol)),
+            frontend(&v.address, v.port, v.port_last, &v.protocol),
             v.mode.clone(),
+            or_none(&v.session_affinity),
+            or_none(&v.syn_rate_limit),
             v.service_id.to_string(),
             v.backends.len().to_string(),
             format!("{}+{}", v.maglev_offset, v.maglev_size),
             format!("{:.2}%", v.worst_imbalance_pct),
         ]);
     }
-    right_align(&mut t, &[3, 4, 6]);
+    right_align(&mut t, &[5, 6, 8]);
 
     let mut b = table();
     b.set_header(vec!["VIP", "BACKEND", "WEIGHT", "BACKEND ID", "STATE"]);
@@ -149,7 +160,7 @@ pub fn vips(vips: &[VipInfo]) -> String {
         for be in &v.backends {
             b.add_row(vec![
                 v.name.clone(),
-                endpoint(&be.address, be.port, None),
+                backend_endpoint(&be.address, be.port),
                 be.weight.to_string(),
                 be.backend_id.to_string(),
                 be.state.clone(),
@@ -188,7 +199,7 @@ pub fn backends(backends: &[BackendInfo], now_unix: u64) -> String {
         };
         t.add_row(vec![
             b.backend_id.to_string(),
-            endpoint(&b.address, b.port, None),
+            backend_endpoint(&b.address, b.port),
             backend_state(b),
             b.probe
                 .as_ref()
@@ -529,6 +540,34 @@ pub fn endpoint(address: &str, port: u16, protocol: Option<&str>) -> String {
     s
 }
 
+/// A VIP's `addr:ports/proto`: `10.0.0.1:80/tcp`, `10.0.0.1:8000-8099/tcp`,
+/// `[2001:db8::1]:any/udp` (`port_last` 0, from an older rivorad, or equal
+/// to `port` is a single port).
+pub fn frontend(address: &str, port: u16, port_last: u16, protocol: &str) -> String {
+    let ports = if port == 0 && port_last == u16::MAX {
+        "any".to_string()
+    } else if port_last > port {
+        format!("{port}-{port_last}")
+    } else {
+        port.to_string()
+    };
+    if address.parse::<Ipv6Addr>().is_ok() {
+        format!("[{address}]:{ports}/{protocol}")
+    } else {
+        format!("{address}:{ports}/{protocol}")
+    }
+}
+
+/// A backend's `addr:port`; port 0 (a backend of a port-range VIP that
+/// keeps the client's destination port) is `addr (dest port)`.
+pub fn backend_endpoint(address: &str, port: u16) -> String {
+    if port == 0 {
+        format!("{address} (dest port)")
+    } else {
+        endpoint(address, port, None)
+    }
+}
+
 /// Binary-prefixed size with one decimal (`512 B`, `1.2 MiB`).
 pub fn human_bytes(n: u64) -> String {
     if n < 1024 {
@@ -711,12 +750,15 @@ mod tests {
                 name: "web".into(),
                 address: "10.0.0.10".into(),
                 port: 80,
+                port_last: 80,
                 protocol: "tcp".into(),
                 mode: "ipip".into(),
                 service_id: 1,
                 maglev_offset: 0,
                 maglev_size: 65537,
                 worst_imbalance_pct: 0.372,
+                session_affinity: "clientIP".into(),
+                syn_rate_limit: "100/s burst 200".into(),
                 backends: vec![
                     VipBackend {
                         address: "192.168.1.10".into(),
@@ -737,16 +779,19 @@ mod tests {
             VipInfo {
                 name: "dns6".into(),
                 address: "2001:db8::53".into(),
-                port: 53,
+                port: 0,
+                port_last: 65535,
                 protocol: "udp".into(),
                 mode: "dsr".into(),
                 service_id: 2,
                 maglev_offset: 65537,
                 maglev_size: 251,
                 worst_imbalance_pct: 12.5,
+                session_affinity: "none".into(),
+                syn_rate_limit: "none".into(),
                 backends: vec![VipBackend {
                     address: "2001:db8::1:10".into(),
-                    port: 53,
+                    port: 0,
                     weight: 1,
                     backend_id: 3,
                     state: "down".into(),
@@ -755,7 +800,8 @@ mod tests {
             VipInfo {
                 name: "empty".into(),
                 address: "10.0.0.11".into(),
-                port: 443,
+                port: 8000,
+                port_last: 8099,
                 protocol: "tcp".into(),
                 mode: "ipip".into(),
                 service_id: 3,
@@ -763,6 +809,9 @@ mod tests {
                 maglev_size: 251,
                 worst_imbalance_pct: 0.0,
                 backends: vec![],
+                // As an older rivorad answers: no affinity or limit fields.
+                session_affinity: String::new(),
+                syn_rate_limit: String::new(),
             },
         ]
     }
@@ -859,6 +908,8 @@ mod tests {
                 "VIP",
                 "FRONTEND",
                 "MODE",
+                "AFFINITY",
+                "SYN LIMIT",
                 "SERVICE ID",
                 "BACKENDS",
                 "MAGLEV SLICE",
@@ -872,6 +923,8 @@ mod tests {
                 "web",
                 "10.0.0.10:80/tcp",
                 "ipip",
+                "clientIP",
+                "100/s burst 200",
                 "1",
                 "2",
                 "0+65537",
@@ -885,17 +938,24 @@ mod tests {
             dns[0],
             [
                 "dns6",
-                "[2001:db8::53]:53/udp",
+                "[2001:db8::53]:any/udp",
                 "dsr",
+                "none",
+                "none",
                 "2",
                 "1",
                 "65537+251",
                 "12.50%"
             ]
         );
-        assert_eq!(dns[1], ["dns6", "[2001:db8::1:10]:53", "1", "3", "down"]);
+        assert_eq!(
+            dns[1],
+            ["dns6", "2001:db8::1:10 (dest port)", "1", "3", "down"]
+        );
         let empty = rows(&out, "empty");
-        assert_eq!(empty[0][4], "0");
+        assert_eq!(empty[0][1], "10.0.0.11:8000-8099/tcp");
+        assert_eq!((empty[0][3].as_str(), empty[0][4].as_str()), ("-", "-"));
+        assert_eq!(empty[0][6], "0");
         assert_eq!(empty[1], ["empty", "(no backends)", "-", "-", "-"]);
         assert!(out.contains("\nBackends per VIP:\n"));
         assert_eq!(vips(&[]), "No VIPs configured.\n");
@@ -1369,6 +1429,22 @@ mod tests {
         assert_eq!(endpoint("10.0.0.1", 80, Some("tcp")), "10.0.0.1:80/tcp");
         assert_eq!(endpoint("::1", 443, None), "[::1]:443");
         assert_eq!(endpoint("fe80::1", 53, Some("udp")), "[fe80::1]:53/udp");
+        assert_eq!(frontend("10.0.0.1", 80, 80, "tcp"), "10.0.0.1:80/tcp");
+        assert_eq!(frontend("10.0.0.1", 80, 0, "tcp"), "10.0.0.1:80/tcp");
+        assert_eq!(
+            frontend("10.0.0.1", 8000, 8099, "tcp"),
+            "10.0.0.1:8000-8099/tcp"
+        );
+        assert_eq!(
+            frontend("2001:db8::1", 0, 65535, "udp"),
+            "[2001:db8::1]:any/udp"
+        );
+        assert_eq!(
+            frontend("10.0.0.1", 1, 65535, "tcp"),
+            "10.0.0.1:1-65535/tcp"
+        );
+        assert_eq!(backend_endpoint("10.0.0.1", 8080), "10.0.0.1:8080");
+        assert_eq!(backend_endpoint("::1", 0), "::1 (dest port)");
     }
 
     #[test]

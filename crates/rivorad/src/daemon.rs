@@ -97,7 +97,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
     let existed_before: BTreeSet<BackendKey> = dataplane.backends().map(|b| b.key).collect();
-    let report = match dataplane.apply(&specs) {
+    let report = match apply_config(&mut dataplane, &config) {
         Ok(r) => r,
         Err(e) => {
             fail(&datapath);
@@ -289,6 +289,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Programs everything `config` asks for: the VIPs, then the node-wide SYN
+/// rate limit (which only takes effect for VIPs without their own).
+fn apply_config(
+    dataplane: &mut Dataplane,
+    config: &rivora_config::Config,
+) -> Result<rivora_dataplane::ApplyReport, rivora_dataplane::Error> {
+    let report = dataplane.apply(&desired::from_config(config))?;
+    dataplane.set_node_syn_rate_limit(desired::node_syn_rate_limit(config))?;
+    Ok(report)
+}
+
 /// Points the prober at the checks `config` asks for, and lets backends that
 /// lost their check come back up.
 fn update_probes(
@@ -371,7 +382,7 @@ fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
         Ok((config, text)) => {
             let existed_before: BTreeSet<BackendKey> =
                 s.dataplane.backends().map(|b| b.key).collect();
-            match s.dataplane.apply(&desired::from_config(&config)) {
+            match apply_config(&mut s.dataplane, &config) {
                 Ok(report) => {
                     watch.mark_applied(text);
                     let Shared {

@@ -1,21 +1,31 @@
 //! Turns the validated YAML model into the dataplane's desired state. The
 //! Kubernetes path will produce the same `VipSpec`s from its own objects.
 
-use rivora_config::{Config, Mode as CfgMode};
+use rivora_config::{Config, Mode as CfgMode, RateLimit as CfgRateLimit, SessionAffinity};
+use rivora_dataplane::model::RateLimit;
 use rivora_dataplane::{BackendKey, BackendSpec, Mode, VipKey, VipSpec};
 
-/// The VIPs `config` asks for.
+fn rate_limit(l: CfgRateLimit) -> RateLimit {
+    RateLimit {
+        rate: l.rate,
+        burst: l.burst,
+    }
+}
+
+/// The VIPs `config` asks for. A VIP's own `synRateLimit` becomes its
+/// per-service limit; the node-wide one is [`node_syn_rate_limit`].
 pub fn from_config(config: &Config) -> Vec<VipSpec> {
     config
         .vips
         .iter()
         .map(|v| VipSpec {
             name: v.name.clone(),
-            key: VipKey {
-                addr: v.address,
-                port: v.port,
-                proto: v.protocol.ip_proto(),
-            },
+            key: VipKey::range(
+                v.address,
+                v.ports.first,
+                v.ports.last,
+                v.protocol.ip_proto(),
+            ),
             mode: match v.mode {
                 CfgMode::Nat => Mode::Nat,
                 CfgMode::Dsr => Mode::Dsr,
@@ -26,6 +36,8 @@ pub fn from_config(config: &Config) -> Vec<VipSpec> {
                 .backends
                 .iter()
                 .map(|b| BackendSpec {
+                    // Port 0 (range VIPs): keep the client's destination
+                    // port, in the config and the datapath alike.
                     key: BackendKey {
                         addr: b.address,
                         port: b.port,
@@ -34,8 +46,18 @@ pub fn from_config(config: &Config) -> Vec<VipSpec> {
                     mac: b.mac.unwrap_or([0; 6]),
                 })
                 .collect(),
+            affinity_client_ip: v.session_affinity == SessionAffinity::ClientIp,
+            syn_rate_limit: v.syn_rate_limit.map(rate_limit),
         })
         .collect()
+}
+
+/// The node-wide SYN rate limit `config` asks for (`settings.synRateLimit`),
+/// for [`rivora_dataplane::Dataplane::set_node_syn_rate_limit`].
+// TODO(daemon.rs): remove this allow once the daemon calls it after each
+// successful apply (start and reload).
+pub fn node_syn_rate_limit(config: &Config) -> Option<RateLimit> {
+    config.settings.syn_rate_limit.map(rate_limit)
 }
 
 #[cfg(test)]
@@ -58,9 +80,11 @@ mod tests {
             VipKey {
                 addr: "10.0.0.1".parse().unwrap(),
                 port: 80,
+                port_last: 80,
                 proto: 17
             }
         );
+        assert!(v.key.is_exact());
         assert_eq!(v.mode, Mode::Nat);
         assert_eq!(
             v.backends[0].key,
@@ -76,5 +100,39 @@ mod tests {
             "backend port defaults to the VIP's"
         );
         assert_eq!(v.backends[1].weight, 1);
+        assert!(!v.affinity_client_ip);
+        assert_eq!(v.syn_rate_limit, None);
+        assert_eq!(node_syn_rate_limit(&cfg), None);
+    }
+
+    #[test]
+    fn ranges_affinity_and_rate_limits_map() {
+        let cfg = rivora_config::parse(
+            "settings:\n  synRateLimit: { rate: 20, burst: 30 }\nvips:\n  - name: range\n    address: 2001:db8::1\n    port: 8000-8099\n    sessionAffinity: clientIP\n    synRateLimit: { rate: 5 }\n    backends:\n      - { address: 2001:db8::11 }\n      - { address: 2001:db8::12, port: 9000 }\n  - name: all\n    address: 10.0.0.2\n    port: any\n    protocol: udp\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let specs = from_config(&cfg);
+        let range = &specs[0];
+        assert_eq!(
+            range.key,
+            VipKey::range("2001:db8::1".parse().unwrap(), 8000, 8099, 6)
+        );
+        assert_eq!(range.key.to_string(), "[2001:db8::1]:8000-8099/tcp");
+        assert!(range.affinity_client_ip);
+        assert_eq!(range.syn_rate_limit, Some(RateLimit { rate: 5, burst: 5 }));
+        assert!(range.backends[0].key.keeps_destination_port());
+        assert_eq!(range.backends[1].key.port, 9000);
+        let all = &specs[1];
+        assert!(all.key.is_any_port());
+        assert_eq!(all.key.to_string(), "10.0.0.2:any/udp");
+        assert!(!all.affinity_client_ip);
+        assert_eq!(
+            node_syn_rate_limit(&cfg),
+            Some(RateLimit {
+                rate: 20,
+                burst: 30
+            })
+        );
     }
 }

@@ -9,6 +9,7 @@ use rivora_api::server::ApiFailure;
 use rivora_api::{
     ApiSource, BackendInfo, DropCount, Stats, Status, TableUsage, VipBackend, VipInfo, VipStats,
 };
+use rivora_dataplane::model::RateLimit;
 use rivora_dataplane::{BackendKey, Dataplane, proto};
 
 /// Everything behind the lock.
@@ -39,6 +40,16 @@ pub fn state_name(state: u32) -> &'static str {
     }
 }
 
+/// The SYN limit in force for a VIP: its own, else the node-wide one (TCP
+/// VIPs only: SYNs are TCP).
+fn syn_rate_limit(proto: u8, own: Option<RateLimit>, node: Option<RateLimit>) -> String {
+    match (own, node) {
+        (Some(l), _) => l.to_string(),
+        (None, Some(l)) if proto == proto::TCP => format!("{l} (node-wide)"),
+        _ => "none".to_string(),
+    }
+}
+
 fn proto_name(p: u8) -> &'static str {
     match p {
         proto::TCP => "tcp",
@@ -61,11 +72,20 @@ impl ApiSource for StateSource {
         let s = self.0.lock().expect("state lock");
         let dp: &Dataplane = &s.dataplane;
         let backends: BTreeMap<_, _> = dp.backends().map(|b| (b.key, b)).collect();
+        let node_limit = dp.node_syn_rate_limit();
         dp.vips()
             .map(|v| VipInfo {
                 name: v.spec.name.clone(),
                 address: v.spec.key.addr.to_string(),
                 port: v.spec.key.port,
+                port_last: v.spec.key.port_last,
+                session_affinity: if v.spec.affinity_client_ip {
+                    "clientIP"
+                } else {
+                    "none"
+                }
+                .to_string(),
+                syn_rate_limit: syn_rate_limit(v.spec.key.proto, v.spec.syn_rate_limit, node_limit),
                 protocol: proto_name(v.spec.key.proto).to_string(),
                 mode: v.spec.mode.as_str().to_string(),
                 service_id: v.service_id,

@@ -30,7 +30,11 @@ fn fragmented_udp_crosses_a_nat_vip_both_ways() {
             .within(move || {
                 let mut got = Vec::new();
                 for i in 0..20 {
-                    let any: IpAddr = if target.is_ipv4() { "0.0.0.0".parse().unwrap() } else { "::".parse().unwrap() };
+                    let any: IpAddr = if target.is_ipv4() {
+                        "0.0.0.0".parse().unwrap()
+                    } else {
+                        "::".parse().unwrap()
+                    };
                     let s = UdpSocket::bind(SocketAddr::new(any, 0)).unwrap();
                     s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
                     let payload = format!("{i:04}{}", "x".repeat(4000));
@@ -52,10 +56,20 @@ fn fragmented_udp_crosses_a_nat_vip_both_ways() {
     for name in ["dns4", "dns6"] {
         let s = stats.vips.iter().find(|v| v.name == name).unwrap();
         // 20 datagrams of 3 fragments each in, 3 fragments each back.
-        assert!(s.packets >= 60 && s.reply_packets >= 60, "{name}: every fragment was handled: {s:?}");
+        assert!(
+            s.packets >= 60 && s.reply_packets >= 60,
+            "{name}: every fragment was handled: {s:?}"
+        );
     }
-    let unmatched = stats.drops.iter().find(|d| d.reason == "passed_unmatched_fragment").unwrap();
-    assert_eq!(unmatched.packets, 0, "no fragment arrived without its first");
+    let unmatched = stats
+        .drops
+        .iter()
+        .find(|d| d.reason == "passed_unmatched_fragment")
+        .unwrap();
+    assert_eq!(
+        unmatched.packets, 0,
+        "no fragment arrived without its first"
+    );
 }
 
 /// Builds an ICMPv4 "fragmentation needed" (next-hop MTU `mtu`) quoting
@@ -84,7 +98,13 @@ fn frag_needed(quoted: &[u8], mtu: u16) -> Vec<u8> {
 #[test]
 fn fragmentation_needed_reaches_the_owning_backend() {
     let mut lab = Lab::new("pmtu");
-    lab.write_config(&[vip_yaml("web4", VIP4, 80, "tcp", &backends_yaml(false, &[(1, 1), (2, 1), (3, 1)]))]);
+    lab.write_config(&[vip_yaml(
+        "web4",
+        VIP4,
+        80,
+        "tcp",
+        &backends_yaml(false, &[(1, 1), (2, 1), (3, 1)]),
+    )]);
     lab.start(&[]);
     let vip: SocketAddr = format!("{VIP4}:80").parse().unwrap();
 
@@ -95,22 +115,42 @@ fn fragmentation_needed_reaches_the_owning_backend() {
         .client
         .within(move || {
             // SAFETY: raw sockets with checked return values.
-            let pkt = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, (libc::ETH_P_IP as u16).to_be() as i32) };
+            let pkt = unsafe {
+                libc::socket(
+                    libc::AF_PACKET,
+                    libc::SOCK_DGRAM,
+                    (libc::ETH_P_IP as u16).to_be() as i32,
+                )
+            };
             assert!(pkt >= 0, "packet socket");
-            let tv = libc::timeval { tv_sec: 2, tv_usec: 0 };
+            let tv = libc::timeval {
+                tv_sec: 2,
+                tv_usec: 0,
+            };
             unsafe {
-                libc::setsockopt(pkt, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, 16);
+                libc::setsockopt(
+                    pkt,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    &tv as *const _ as *const libc::c_void,
+                    16,
+                );
             }
             let mut s = std::net::TcpStream::connect_timeout(&vip, Duration::from_secs(3)).unwrap();
             let local_port = s.local_addr().unwrap().port();
             let mut line = [0u8; 64];
             let n = s.read(&mut line).unwrap();
-            let owner = String::from_utf8_lossy(&line[..n]).split(' ').next().unwrap().to_string();
+            let owner = String::from_utf8_lossy(&line[..n])
+                .split(' ')
+                .next()
+                .unwrap()
+                .to_string();
             s.write_all(&[b'y'; 1000]).unwrap(); // echoed back: a data segment from the VIP
             let mut quote = None;
             let mut buf = [0u8; 2048];
             for _ in 0..200 {
-                let n = unsafe { libc::recv(pkt, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
+                let n =
+                    unsafe { libc::recv(pkt, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
                 if n <= 0 {
                     break;
                 }
@@ -132,7 +172,9 @@ fn fragmentation_needed_reaches_the_owning_backend() {
             let dst = libc::sockaddr_in {
                 sin_family: libc::AF_INET as u16,
                 sin_port: 0,
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([10, 200, 100, 1]) },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes([10, 200, 100, 1]),
+                },
                 sin_zero: [0; 8],
             };
             let sent = unsafe {
@@ -161,12 +203,22 @@ fn fragmentation_needed_reaches_the_owning_backend() {
         let name = format!("b{}", i + 1);
         let route = ns.run(&["ip", "-4", "route", "get", client]).unwrap();
         if name == owner {
-            assert!(route.contains("mtu 1280"), "{name} owns the connection and learnt the path MTU: {route}");
+            assert!(
+                route.contains("mtu 1280"),
+                "{name} owns the connection and learnt the path MTU: {route}"
+            );
         } else {
-            assert!(!route.contains("mtu 1280"), "{name} does not own it and must not be touched: {route}");
+            assert!(
+                !route.contains("mtu 1280"),
+                "{name} does not own it and must not be touched: {route}"
+            );
         }
     }
     let stats = lab.stats();
-    let unmatched = stats.drops.iter().find(|d| d.reason == "passed_unmatched_icmp_error").unwrap();
+    let unmatched = stats
+        .drops
+        .iter()
+        .find(|d| d.reason == "passed_unmatched_icmp_error")
+        .unwrap();
     assert_eq!(unmatched.packets, 0);
 }

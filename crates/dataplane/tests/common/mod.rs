@@ -110,14 +110,28 @@ pub fn backend(addr: &str, port: u16, weight: u32) -> BackendSpec {
 pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSpec>) -> VipSpec {
     VipSpec {
         name: name.into(),
-        key: VipKey {
-            addr: addr.parse().unwrap(),
-            port,
-            proto,
-        },
+        key: VipKey::exact(addr.parse().unwrap(), port, proto),
         mode: Mode::Nat,
         backends,
+        affinity_client_ip: false,
+        syn_rate_limit: None,
     }
+}
+
+/// A NAT VIP on the ports `first..=last` of `addr` (0..=65535: `any`).
+pub fn range_vip(
+    name: &str,
+    addr: &str,
+    first: u16,
+    last: u16,
+    proto: u8,
+    backends: Vec<BackendSpec>,
+) -> VipSpec {
+    VipSpec::new(
+        name,
+        VipKey::range(addr.parse().unwrap(), first, last, proto),
+        backends,
+    )
 }
 
 /// VLAN tags to put in front of the IP header.
