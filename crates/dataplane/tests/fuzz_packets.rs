@@ -51,6 +51,10 @@ enum Decision {
     ForwardIcmp(IpAddr, u16),
 }
 
+/// (source, destination, source port, destination port, protocol): a flow
+/// as the affinity table keys it; for an ICMP error, the quoted packet.
+type FlowTuple = (Vec<u8>, Vec<u8>, u16, u16, u8);
+
 #[derive(Clone)]
 struct Svc {
     offset: u32,
@@ -61,7 +65,7 @@ struct Model {
     vips: HashMap<(Vec<u8>, u16, u8), Svc>,
     table: Vec<u32>,
     backends: HashMap<u32, (IpAddr, u16)>,
-    affinity: HashMap<(Vec<u8>, Vec<u8>, u16, u16, u8), u32>,
+    affinity: HashMap<FlowTuple, u32>,
     frags: HashMap<(Vec<u8>, Vec<u8>, u32, u8), u32>,
 }
 
@@ -77,7 +81,7 @@ struct Parsed {
     first_frag: bool,
     later_frag: bool,
     frag_id: u32,
-    icmp: Option<(Vec<u8>, Vec<u8>, u16, u16, u8)>,
+    icmp: Option<FlowTuple>,
 }
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {

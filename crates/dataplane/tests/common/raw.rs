@@ -101,7 +101,7 @@ pub fn ipv4(
     payload_len: usize,
 ) -> Vec<u8> {
     let mut opts = options.to_vec();
-    while opts.len() % 4 != 0 {
+    while !opts.len().is_multiple_of(4) {
         opts.push(0);
     }
     let ihl = 5 + opts.len() / 4;
