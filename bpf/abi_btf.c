@@ -35,6 +35,8 @@ struct rv_abi_all {
 	struct rv_rl_key4 rl_key4;
 	struct rv_rl_key6 rl_key6;
 	struct rv_rl_bucket rl_bucket;
+	struct rv_iface iface;
+	struct rv_tunnel_config tunnel_config;
 	enum rv_xdp_mode xdp_mode;
 	enum rv_backend_flags backend_flags;
 	enum rv_abi_consts consts;

@@ -25,31 +25,43 @@ static __always_inline __u32 rv_backend_state(__u32 backend_id)
 	return h ? h->state : RV_BACKEND_NONE;
 }
 
-/* Walks at most RV_MAGLEV_PROBE_WINDOW slots of the service's slice from
- * the flow's slot and returns the first healthy backend. Draining and down
- * backends take no new flows. Returns 0 and sets *backend_id on success. */
-static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 hash, __u32 *backend_id)
+/* Walks at most RV_MAGLEV_PROBE_WINDOW slots of a slice from the flow's
+ * slot and returns the first healthy backend's ID, or -1. Draining and down
+ * backends take no new flows.
+ *
+ * A global (non-inlined) function: the verifier checks it once, on its own,
+ * instead of once per path of every caller. Arguments are plain scalars for
+ * that reason. */
+__attribute__((noinline)) int rv_maglev_pick_slot(__u32 offset, __u32 size, __u32 hash)
 {
-	__u32 size = svc->maglev_size;
-	__u32 slot;
-
-	if (size == 0 || svc->backend_count == 0)
+	if (size == 0)
 		return -1;
-	slot = hash % size;
+	__u32 slot = hash % size;
 	for (__u32 i = 0; i < RV_MAGLEV_PROBE_WINDOW; i++) {
 		/* A modulo rather than a wrap-around branch keeps the verifier's
 		 * state count linear in the window size. */
-		__u32 idx = svc->maglev_offset + (slot + i) % size;
+		__u32 idx = offset + (slot + i) % size;
 		__u32 *id = bpf_map_lookup_elem(&maglev_table, &idx);
 
 		if (!id)
 			return -1;
-		if (rv_backend_state(*id) == RV_BACKEND_HEALTHY) {
-			*backend_id = *id;
-			return 0;
-		}
+		__u32 bid = *id;
+		struct rv_backend_health *h = bpf_map_lookup_elem(&backend_health_map, &bid);
+		if (h && h->state == RV_BACKEND_HEALTHY)
+			return bid & 0xffff;
 	}
 	return -1;
+}
+
+static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 hash, __u32 *backend_id)
+{
+	if (svc->backend_count == 0)
+		return -1;
+	int id = rv_maglev_pick_slot(svc->maglev_offset, svc->maglev_size, hash);
+	if (id < 0)
+		return -1;
+	*backend_id = id;
+	return 0;
 }
 
 /* An established flow keeps its backend while that backend is healthy or

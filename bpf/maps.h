@@ -201,6 +201,22 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rl_buckets_map6 SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_iface);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} iface_mac_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_tunnel_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tunnel_config_map SEC(".maps");
+
 /* Not read by the programs: the control plane's record of who wrote the
  * pinned maps (ABI version, table size, XDP mode). */
 struct {

@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 3,
+	RV_ABI_VERSION = 4,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -99,7 +99,18 @@ enum rv_drop_reason {
 	/* Not a drop: an ICMP error quoting a flow the tables do not know was
 	 * passed to the kernel untouched. */
 	RV_PASS_ICMP_UNMATCHED = 6,
-	RV_DROP_REASON_COUNT = 7,
+	/* Not a drop: an L3 DSR packet was encapsulated but the FIB could not
+	 * answer (no neighbour yet...): handed to the kernel to route. */
+	RV_PASS_TUNNEL_TO_KERNEL = 7,
+	/* Not a drop: a packet too big for the tunnel was answered with ICMP
+	 * fragmentation needed / packet too big. */
+	RV_EVENT_TOO_BIG_ICMP = 8,
+	/* Not a drop: an IPv4 packet without DF too big for the tunnel was
+	 * encapsulated and handed to the kernel, which fragments it. */
+	RV_PASS_TOO_BIG_FRAGMENTED = 9,
+	/* The frame could not be resized for encapsulation. */
+	RV_DROP_ENCAP_FAILED = 10,
+	RV_DROP_REASON_COUNT = 11,
 };
 
 /* vip_map key: an exact IPv4 VIP. */
@@ -321,6 +332,22 @@ struct rv_rl_key6 {
 struct rv_rl_bucket {
 	__u64 nanotokens;
 	__u64 last_ns;
+};
+
+/* iface_mac_map value (one entry): the attached interface, whose MAC is
+ * the source of frames sent back out with XDP_TX (L2 DSR, ICMP replies). */
+struct rv_iface {
+	__u8 mac[6];
+	__u16 pad;
+	__u32 ifindex;
+};
+
+/* tunnel_config_map value (one entry): outer source addresses of L3 DSR
+ * (the `tunnelSource` setting). */
+struct rv_tunnel_config {
+	__be32 src4;
+	__u8 src6[16];
+	__u32 flags;
 };
 
 /* rivora_meta value (one entry, index 0): what wrote the pinned maps. A

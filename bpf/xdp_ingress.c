@@ -19,6 +19,8 @@
 #include "hash.h"
 #include "balance.h"
 #include "nat.h"
+#include "encap.h"
+#include "icmp.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -31,6 +33,7 @@ char LICENSE[] SEC("license") = "GPL";
 struct rv_be {
 	__u32 addr[4];
 	__be16 port;
+	__u8 mac[6];
 	__u32 generation;
 };
 
@@ -104,6 +107,7 @@ static __always_inline int rv_backend(__u32 id, struct rv_be *out, const int v6)
 		if (!b || !b->generation)
 			return -1;
 		__builtin_memcpy(out->addr, b->addr, 16);
+		__builtin_memcpy(out->mac, b->mac, 6);
 		out->port = b->port;
 		out->generation = b->generation;
 	} else {
@@ -111,6 +115,7 @@ static __always_inline int rv_backend(__u32 id, struct rv_be *out, const int v6)
 		if (!b || !b->generation)
 			return -1;
 		out->addr[0] = b->addr;
+		__builtin_memcpy(out->mac, b->mac, 6);
 		out->port = b->port;
 		out->generation = b->generation;
 	}
@@ -284,8 +289,69 @@ static __always_inline __u64 rv_frame_len(struct xdp_md *ctx)
 	return (void *)(long)ctx->data_end - (void *)(long)ctx->data;
 }
 
+/* A packet of a DSR service ready to go to its backend: handed back to
+ * rv_ingress so the (large) DSR path exists once per family, not once per
+ * packet shape. */
+struct rv_dsr_job {
+	struct rv_be be;
+	const struct rv_service *svc;
+	__u32 service_id;
+	int new_flow;
+};
+
+/* Returned by the shape handlers instead of an XDP verdict: "forward the
+ * job by DSR". Not a valid XDP action. */
+#define RV_ACT_DSR 100
+
+static __always_inline int rv_dsr_defer(struct rv_dsr_job *job, const struct rv_service *svc, const struct rv_be *be,
+					__u32 service_id, int new_flow)
+{
+	job->be = *be;
+	job->svc = svc;
+	job->service_id = service_id;
+	job->new_flow = new_flow;
+	return RV_ACT_DSR;
+}
+
+/* Direct server return of any packet of a DSR service: the frame goes to
+ * the backend unchanged (the backend owns the VIP), by MAC (dsr) or in a
+ * tunnel (dsr-ipip, dsr-gre). Counted before it changes size. */
+static __always_inline int rv_forward_dsr(struct xdp_md *ctx, struct rv_pkt *p, const struct rv_service *svc,
+					  const struct rv_be *be, __u32 service_id, int new_flow, const int v6)
+{
+	__u32 room = 0, egress = 0;
+	__u64 len = rv_frame_len(ctx);
+	int rc;
+
+	if (svc->mode == RV_MODE_DSR) {
+		rv_count_forward(service_id, len, new_flow);
+		return rv_dsr_l2(ctx, be->mac);
+	}
+	__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 0, v6);
+	rc = rv_encap(ctx, p, be->addr, svc->mode == RV_MODE_DSR_GRE, h, &room, &egress, v6);
+	switch (rc) {
+	case RV_ENCAP_REDIRECT:
+		rv_count_forward(service_id, len, new_flow);
+		return bpf_redirect(egress, 0);
+	case RV_ENCAP_TO_KERNEL:
+		rv_count_forward(service_id, len, new_flow);
+		rv_count_event(RV_PASS_TUNNEL_TO_KERNEL);
+		return XDP_PASS;
+	case RV_ENCAP_FRAGMENT:
+		rv_count_forward(service_id, len, new_flow);
+		rv_count_event(RV_PASS_TOO_BIG_FRAGMENTED);
+		return XDP_PASS;
+	case RV_ENCAP_TOO_BIG:
+		rv_count_event(RV_EVENT_TOO_BIG_ICMP);
+		return rv_reply_too_big(ctx, p, room, v6);
+	default:
+		rv_count_drop(RV_DROP_ENCAP_FAILED, service_id);
+		return XDP_DROP;
+	}
+}
+
 /* TCP or UDP (unfragmented, or a first fragment) to a VIP. */
-static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
+static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, struct rv_dsr_job *job, const int v6)
 {
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct rv_service *svc;
@@ -319,11 +385,14 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, c
 		new_flow = 1;
 	}
 
+	if (p->first_frag)
+		rv_frag_record(p, backend_id, be.generation, service_id, v6);
+	if (svc->mode != RV_MODE_NAT)
+		return rv_dsr_defer(job, svc, &be, service_id, new_flow);
+
 	/* Port 0: the backend serves whatever port the client asked for. */
 	__be16 be_port = be.port ? be.port : p->dport;
 	rv_nat_record(p, &be, be_port, service_id, new_flow, v6);
-	if (p->first_frag)
-		rv_frag_record(p, backend_id, be.generation, service_id, v6);
 	if (rv_dnat_l4(p, data_end, be.addr, be_port, v6)) {
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
@@ -334,7 +403,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, c
 
 /* A later fragment: it goes where its first fragment went, or, if that was
  * not seen, to the kernel untouched (never guessed). */
-static __always_inline int rv_ingress_frag(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
+static __always_inline int rv_ingress_frag(struct xdp_md *ctx, struct rv_pkt *p, struct rv_dsr_job *job, const int v6)
 {
 	void *data_end = (void *)(long)ctx->data_end;
 	struct rv_frag_value *fv;
@@ -355,6 +424,9 @@ static __always_inline int rv_ingress_frag(struct xdp_md *ctx, struct rv_pkt *p,
 		return XDP_PASS;
 	}
 	__u32 service_id = fv->service_id;
+	const struct rv_service *svc = bpf_map_lookup_elem(&service_config_map, &service_id);
+	if (svc && svc->mode != RV_MODE_NAT)
+		return rv_dsr_defer(job, svc, &be, service_id, 0);
 	if (rv_nat_frag(p, data_end, be.addr, 0, v6)) {
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
@@ -367,7 +439,7 @@ static __always_inline int rv_ingress_frag(struct xdp_md *ctx, struct rv_pkt *p,
  * could not deliver VIP -> client): it belongs to the backend that owns the
  * flow. The quoted packet is the reply, VIP:vport -> client:cport, so the
  * flow is client:cport -> VIP:vport. */
-static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
+static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p, struct rv_dsr_job *job, const int v6)
 {
 	void *data_end = (void *)(long)ctx->data_end;
 	struct rv_be be = {};
@@ -379,6 +451,9 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 		rv_count_event(RV_PASS_ICMP_UNMATCHED);
 		return XDP_PASS;
 	}
+	const struct rv_service *svc = bpf_map_lookup_elem(&service_config_map, &service_id);
+	if (svc && svc->mode != RV_MODE_NAT)
+		return rv_dsr_defer(job, svc, &be, service_id, 0);
 	__be16 be_port = be.port ? be.port : p->in_sport;
 	if (rv_nat_icmp(p, data_end, be.addr, be_port, 0, 1, v6)) {
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
@@ -390,11 +465,18 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 
 static __always_inline int rv_ingress(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
 {
+	struct rv_dsr_job job = {};
+	int verdict;
+
 	if (p->kind == RV_PKT_L4)
-		return rv_ingress_l4(ctx, p, v6);
-	if (p->kind == RV_PKT_FRAG_LATER)
-		return rv_ingress_frag(ctx, p, v6);
-	return rv_ingress_icmp(ctx, p, v6);
+		verdict = rv_ingress_l4(ctx, p, &job, v6);
+	else if (p->kind == RV_PKT_FRAG_LATER)
+		verdict = rv_ingress_frag(ctx, p, &job, v6);
+	else
+		verdict = rv_ingress_icmp(ctx, p, &job, v6);
+	if (verdict != RV_ACT_DSR || !job.svc)
+		return verdict == RV_ACT_DSR ? XDP_DROP : verdict;
+	return rv_forward_dsr(ctx, p, job.svc, &job.be, job.service_id, job.new_flow, v6);
 }
 
 SEC("xdp")

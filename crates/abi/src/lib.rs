@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -90,8 +90,16 @@ pub mod drop_reason {
     pub const PASS_FRAG_UNMATCHED: u32 = 5;
     /// Not a drop: an ICMP error quoting an unknown flow was passed.
     pub const PASS_ICMP_UNMATCHED: u32 = 6;
+    /// Not a drop: an encapsulated packet was handed to the kernel to route.
+    pub const PASS_TUNNEL_TO_KERNEL: u32 = 7;
+    /// Not a drop: a packet too big for the tunnel got an ICMP answer.
+    pub const TOO_BIG_ICMP: u32 = 8;
+    /// Not a drop: a too-big IPv4 packet without DF went to the kernel to fragment.
+    pub const PASS_TOO_BIG_FRAGMENTED: u32 = 9;
+    /// The frame could not be resized for encapsulation.
+    pub const ENCAP_FAILED: u32 = 10;
     /// Number of reasons defined so far.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 11;
     /// Stable, Prometheus-friendly names, indexed by reason. The `passed_`
     /// ones count packets handed to the kernel untouched, not drops.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -102,6 +110,10 @@ pub mod drop_reason {
         "rate_limited",
         "passed_unmatched_fragment",
         "passed_unmatched_icmp_error",
+        "passed_tunnel_to_kernel",
+        "icmp_too_big_sent",
+        "passed_too_big_for_fragmentation",
+        "encap_failed",
     ];
 }
 
@@ -447,6 +459,24 @@ pub struct RlBucket {
     pub last_ns: u64,
 }
 
+/// `struct rv_iface`: the attached interface (iface_mac_map).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Iface {
+    pub mac: [u8; 6],
+    pub pad: u16,
+    pub ifindex: u32,
+}
+
+/// `struct rv_tunnel_config`: outer source addresses of L3 DSR.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TunnelConfig {
+    pub src4: u32,
+    pub src6: [u8; 16],
+    pub flags: u32,
+}
+
 /// `struct rv_drop_stats`: per-CPU counter of one drop reason.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -483,6 +513,8 @@ pod!(
     RlKey4,
     RlKey6,
     RlBucket,
+    Iface,
+    TunnelConfig,
 );
 
 /// One struct's layout as the Rust side sees it: the test compares each
@@ -569,6 +601,8 @@ pub fn layouts() -> Vec<StructLayout> {
         layout!(RlKey4, "rv_rl_key4", [src, service_id]),
         layout!(RlKey6, "rv_rl_key6", [src, service_id]),
         layout!(RlBucket, "rv_rl_bucket", [nanotokens, last_ns]),
+        layout!(Iface, "rv_iface", [mac, pad, ifindex]),
+        layout!(TunnelConfig, "rv_tunnel_config", [src4, src6, flags]),
     ]
 }
 
@@ -616,6 +650,16 @@ pub fn constants() -> Vec<(&'static str, i64)> {
             "RV_PASS_ICMP_UNMATCHED",
             drop_reason::PASS_ICMP_UNMATCHED as i64,
         ),
+        (
+            "RV_PASS_TUNNEL_TO_KERNEL",
+            drop_reason::PASS_TUNNEL_TO_KERNEL as i64,
+        ),
+        ("RV_EVENT_TOO_BIG_ICMP", drop_reason::TOO_BIG_ICMP as i64),
+        (
+            "RV_PASS_TOO_BIG_FRAGMENTED",
+            drop_reason::PASS_TOO_BIG_FRAGMENTED as i64,
+        ),
+        ("RV_DROP_ENCAP_FAILED", drop_reason::ENCAP_FAILED as i64),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
         ("RV_MAX_FRAGS", MAX_FRAGS as i64),
         ("RV_MAX_RL_BUCKETS", MAX_RL_BUCKETS as i64),

@@ -20,7 +20,8 @@ use crate::{
 };
 
 const TOP_KEYS: &[&str] = &["vips", "settings"];
-const SETTINGS_KEYS: &[&str] = &["synRateLimit"];
+const SETTINGS_KEYS: &[&str] = &["synRateLimit", "tunnelSource"];
+const TUNNEL_KEYS: &[&str] = &["ipv4", "ipv6"];
 const RATE_LIMIT_KEYS: &[&str] = &["rate", "burst"];
 const VIP_KEYS: &[&str] = &[
     "name",
@@ -288,8 +289,38 @@ impl Decoder {
         }
         if self.errors.is_empty() {
             self.check_shared_backend_probes(items, &vips);
+            self.check_tunnel_sources(items, &vips, &settings);
         }
         Config { vips, settings }
+    }
+
+    /// An L3 DSR VIP needs an outer source address of its family.
+    fn check_tunnel_sources(&mut self, items: &[Node], vips: &[VipConfig], settings: &Settings) {
+        for (i, (vip, item)) in vips.iter().zip(items).enumerate() {
+            if !matches!(vip.mode, Mode::DsrIpip | Mode::DsrGre) {
+                continue;
+            }
+            let have = if vip.address.is_ipv6() {
+                settings.tunnel_source_v6.is_some()
+            } else {
+                settings.tunnel_source_v4.is_some()
+            };
+            if !have {
+                let key = if vip.address.is_ipv6() {
+                    "ipv6"
+                } else {
+                    "ipv4"
+                };
+                self.error(
+                    &format!("vips[{i}].mode"),
+                    item.pos,
+                    format!(
+                        "mode {} needs settings.tunnelSource.{key}: the outer source address of the tunnel",
+                        vip.mode
+                    ),
+                );
+            }
+        }
     }
 
     /// The `settings:` mapping.
@@ -297,7 +328,7 @@ impl Decoder {
         let Some(fields) = self.mapping(
             node,
             path,
-            "settings (a mapping with the key synRateLimit)",
+            "settings (a mapping with the keys synRateLimit, tunnelSource)",
             SETTINGS_KEYS,
         ) else {
             return Settings::default();
@@ -305,7 +336,46 @@ impl Decoder {
         let syn_rate_limit = fields
             .optional("synRateLimit")
             .and_then(|n| self.rate_limit(n, &join(path, "synRateLimit")));
-        Settings { syn_rate_limit }
+        let mut tunnel_source_v4 = None;
+        let mut tunnel_source_v6 = None;
+        if let Some(n) = fields.optional("tunnelSource") {
+            let tpath = join(path, "tunnelSource");
+            if let Some(t) = self.mapping(
+                n,
+                &tpath,
+                "a tunnel source (a mapping with the keys ipv4, ipv6)",
+                TUNNEL_KEYS,
+            ) {
+                for (key, want_v6) in [("ipv4", false), ("ipv6", true)] {
+                    if let Some(a) = t.optional(key) {
+                        let p = join(&tpath, key);
+                        match self.address(a, &p, "a tunnel source") {
+                            Some(addr) if addr.is_ipv6() == want_v6 => {
+                                if want_v6 {
+                                    tunnel_source_v6 = Some(addr);
+                                } else {
+                                    tunnel_source_v4 = Some(addr);
+                                }
+                            }
+                            Some(addr) => self.error(
+                                &p,
+                                a.pos,
+                                format!(
+                                    "{addr} is not an {} address",
+                                    if want_v6 { "IPv6" } else { "IPv4" }
+                                ),
+                            ),
+                            None => {}
+                        }
+                    }
+                }
+            }
+        }
+        Settings {
+            syn_rate_limit,
+            tunnel_source_v4,
+            tunnel_source_v6,
+        }
     }
 
     /// A `synRateLimit` mapping: `rate` (required) and `burst` (default:
@@ -407,13 +477,7 @@ impl Decoder {
             None => Some(Protocol::default()),
         };
         let mode = match fields.optional("mode") {
-            Some(n) => {
-                let mode = self.mode(n, &join(path, "mode"));
-                if let Some(mode) = mode {
-                    self.reject_unsupported_mode(mode, n, &join(path, "mode"));
-                }
-                mode
-            }
+            Some(n) => self.mode(n, &join(path, "mode")),
             None => Some(Mode::default()),
         };
 
@@ -453,7 +517,8 @@ impl Decoder {
                     for (j, item) in items.iter().enumerate() {
                         let item_path = format!("{list_path}[{j}]");
                         let inherited = vip_check.clone().flatten();
-                        let backend = self.backend(item, &item_path, address, ports, inherited);
+                        let backend =
+                            self.backend(item, &item_path, address, ports, inherited, mode);
                         if backend.inherited_check_lacks_port && unprobeable.is_none() {
                             unprobeable = Some(j);
                         }
@@ -548,22 +613,6 @@ impl Decoder {
         draft
     }
 
-    // ---------------------------------------------------------------------
-    // TEMPORARY: the DSR modes are accepted by the parser (so files written
-    // for a later rivorad already parse) but this rivorad cannot forward in
-    // them yet. Remove this check, its call in `vip` and the test
-    // `dsr_modes_are_not_supported_yet` when the dataplane supports DSR.
-    // ---------------------------------------------------------------------
-    fn reject_unsupported_mode(&mut self, mode: Mode, node: &Node, path: &str) {
-        if mode != Mode::Nat {
-            self.error(
-                path,
-                node.pos,
-                format!("mode {mode} is not supported yet by this rivorad"),
-            );
-        }
-    }
-
     fn backend(
         &mut self,
         node: &Node,
@@ -571,6 +620,7 @@ impl Decoder {
         vip_address: Option<IpAddr>,
         vip_ports: Option<PortRange>,
         inherited_check: Option<HealthCheck>,
+        mode: Option<Mode>,
     ) -> BackendDraft {
         let mut draft = BackendDraft::default();
         let Some(fields) = self.mapping(
@@ -616,6 +666,30 @@ impl Decoder {
             Some(n) => self.mac(n, &join(path, "mac")).map(Some),
             None => Some(None),
         };
+        // DSR: the packet keeps the VIP as its destination.
+        if let Some(m) = mode.filter(|m| *m != Mode::Nat) {
+            if m == Mode::Dsr && fields.optional("mac").is_none() {
+                self.error(
+                    &join(path, "mac"),
+                    fields.pos,
+                    "missing required key `mac` in mode dsr: frames are sent to the backend by its MAC",
+                );
+            }
+            if let (Some(n), Some(vp)) = (fields.optional("port"), vip_ports) {
+                let same = vp.is_single()
+                    && n.scalar_text().and_then(|t| t.parse::<u16>().ok()) == Some(vp.first);
+                if !same {
+                    self.error(
+                        &join(path, "port"),
+                        n.pos,
+                        format!(
+                            "in mode {m} a backend listens on the VIP's port (the packet is not rewritten): \
+                             drop `port` or make it {vp}"
+                        ),
+                    );
+                }
+            }
+        }
         let own_check = fields.optional("healthCheck");
         let mut health_check = match own_check {
             Some(n) => self.health_check(n, &join(path, "healthCheck")),

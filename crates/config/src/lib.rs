@@ -75,6 +75,11 @@ pub struct Settings {
     /// SYN rate limit per client source address applying to every TCP VIP
     /// without a `synRateLimit` of its own. None = no node-wide limit.
     pub syn_rate_limit: Option<RateLimit>,
+    /// Outer source address of IPv4 L3 DSR tunnels (`tunnelSource.ipv4`):
+    /// an address of this node the backends can reach and answer to.
+    pub tunnel_source_v4: Option<IpAddr>,
+    /// Outer source address of IPv6 L3 DSR tunnels (`tunnelSource.ipv6`).
+    pub tunnel_source_v6: Option<IpAddr>,
 }
 
 /// A per-source token bucket for TCP SYNs (new connections): each client

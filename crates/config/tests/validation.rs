@@ -148,6 +148,8 @@ fn example_file_parses() {
                 rate: 200,
                 burst: 400,
             }),
+            tunnel_source_v4: None,
+            tunnel_source_v6: None,
         },
     };
     assert_eq!(config, expected);
@@ -786,15 +788,37 @@ fn invalid_mode_lists_valid_values() {
 
 /// TEMPORARY: remove with `reject_unsupported_mode` when DSR lands.
 #[test]
-fn dsr_modes_are_not_supported_yet() {
-    for mode in ["dsr", "dsr-ipip", "dsr-gre"] {
+fn dsr_modes_are_validated() {
+    // L2 DSR needs every backend's MAC; DSR backends keep the VIP's port.
+    let text = "vips:\n  - name: web\n    address: 10.0.0.1\n    port: 80\n    mode: dsr\n    backends:\n      - { address: 10.0.1.1, port: 8080 }\n";
+    let e = errors(text);
+    assert!(
+        e.iter()
+            .any(|f| f.path == "vips[0].backends[0].mac" && f.message.contains("mode dsr")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|f| f.path == "vips[0].backends[0].port" && f.message.contains("VIP's port")),
+        "{e:?}"
+    );
+    let good = ok(
+        "vips:\n  - name: web\n    address: 10.0.0.1\n    port: 80\n    mode: dsr\n    backends:\n      - { address: 10.0.1.1, mac: \"02:00:00:00:00:01\" }\n",
+    );
+    assert_eq!(good.vips[0].mode, Mode::Dsr);
+    assert_eq!(good.vips[0].backends[0].port, 80);
+    // L3 DSR needs a tunnel source of the VIP's family.
+    for mode in ["dsr-ipip", "dsr-gre"] {
         let e = one(&vip_with(&format!("    mode: {mode}\n")));
-        check(
-            &e,
-            "vips[0].mode",
-            5,
-            11,
-            &format!("mode {mode} is not supported yet by this rivorad"),
+        assert_eq!(e.path, "vips[0].mode");
+        assert!(e.message.contains("settings.tunnelSource.ipv4"), "{e:?}");
+        let cfg = ok(&format!(
+            "settings:\n  tunnelSource: {{ ipv4: 10.0.9.1, ipv6: \"2001:db8::9\" }}\n{}",
+            vip_with(&format!("    mode: {mode}\n"))
+        ));
+        assert_eq!(
+            cfg.settings.tunnel_source_v4,
+            Some("10.0.9.1".parse().unwrap())
         );
     }
     assert_eq!(ok(&vip_with("    mode: nat\n")).vips[0].mode, Mode::Nat);

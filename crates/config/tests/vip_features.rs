@@ -611,7 +611,7 @@ fn invalid_settings() {
         "settings.colour",
         2,
         3,
-        "unknown key `colour`; allowed keys: synRateLimit",
+        "unknown key `colour`; allowed keys: synRateLimit, tunnelSource",
     );
     let e = one("settings: [synRateLimit]\n");
     check(
@@ -619,7 +619,7 @@ fn invalid_settings() {
         "settings",
         1,
         11,
-        "expected settings (a mapping with the key synRateLimit), found a list",
+        "expected settings (a mapping with the keys synRateLimit, tunnelSource), found a list",
     );
     // Settings are checked even when the VIP list is broken, and the other
     // way round: all problems in one pass.

@@ -123,6 +123,20 @@ pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
         ),
         s("rivora_meta", MapType::Array, 4, size_of::<abi::Meta>(), 1),
         s(
+            "iface_mac_map",
+            MapType::Array,
+            4,
+            size_of::<abi::Iface>(),
+            1,
+        ),
+        s(
+            "tunnel_config_map",
+            MapType::Array,
+            4,
+            size_of::<abi::TunnelConfig>(),
+            1,
+        ),
+        s(
             "vip_range_map",
             MapType::LpmTrie,
             size_of::<abi::VipRangeKey4>(),

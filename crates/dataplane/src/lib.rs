@@ -17,7 +17,7 @@ pub mod writer;
 pub use bpffs::ensure_bpffs;
 pub use loader::{
     AttachOptions, Attachment, Datapath, LoadOptions, LoadOutcome, XdpModeActual, XdpModeRequest,
-    remove_link_pins, remove_map_pins, remove_pins,
+    interface_index, interface_mac, remove_link_pins, remove_map_pins, remove_pins,
 };
 pub use maps::Maps;
 pub use model::{

@@ -62,6 +62,8 @@ pub const MAP_NAMES: &[&str] = &[
     "stats_map",
     "drop_stats_map",
     "rivora_meta",
+    "iface_mac_map",
+    "tunnel_config_map",
     "vip_range_map",
     "vip_range_map6",
     "frag_map",
@@ -437,6 +439,31 @@ impl Datapath {
         run(prog, frame)
     }
 
+    /// Runs xdp_ingress once on `frame` as if it arrived on interface
+    /// `ifindex` of the calling thread's network namespace (so FIB lookups
+    /// see that namespace's routes and neighbours).
+    pub fn run_xdp_on(&mut self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>), Error> {
+        let prog: &mut Xdp = program(&mut self.xdp, "xdp_ingress")?;
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
+        // The kernel wants data_end = the frame's length (no metadata).
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+        ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        let mut out = vec![0u8; frame.len() + 512];
+        let res = {
+            let opts = TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx),
+                ..TestRunOptions::new()
+            };
+            prog.test_run(opts)
+                .map_err(|e| Error::TestRun(Box::new(e)))?
+        };
+        out.truncate(res.data_size_out as usize);
+        Ok((res.return_value, out))
+    }
+
     /// Runs tc_nat once on `frame`: the TCX verdict and the resulting frame.
     pub fn run_tc(&mut self, frame: &[u8]) -> Result<(i32, Vec<u8>), Error> {
         let prog: &mut SchedClassifier = program(&mut self.tc, "tc_nat")?;
@@ -600,6 +627,11 @@ where
     Ok((res.return_value, out))
 }
 
+/// The index of `interface` in the calling thread's network namespace.
+pub fn interface_index(interface: &str) -> Result<u32, Error> {
+    ifindex(interface)
+}
+
 fn ifindex(interface: &str) -> Result<u32, Error> {
     let c =
         std::ffi::CString::new(interface).map_err(|_| Error::NoInterface(interface.to_string()))?;
@@ -646,6 +678,44 @@ fn auto_mode(interface: &str) -> (XdpModeActual, String) {
         Some(d) => (XdpModeActual::Native, format!("auto: driver {d}")),
         None => (XdpModeActual::Generic, "auto: driver unknown".to_string()),
     }
+}
+
+/// The hardware address of `interface` (SIOCGIFHWADDR), read in the calling
+/// thread's network namespace (sysfs may show another one).
+pub fn interface_mac(interface: &str) -> Option<[u8; 6]> {
+    #[repr(C)]
+    struct IfReqHw {
+        name: [u8; libc::IFNAMSIZ],
+        family: u16,
+        data: [u8; 14],
+        _pad: [u8; 8],
+    }
+    let bytes = interface.as_bytes();
+    if bytes.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    let mut req = IfReqHw {
+        name: [0; libc::IFNAMSIZ],
+        family: 0,
+        data: [0; 14],
+        _pad: [0; 8],
+    };
+    req.name[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: plain socket + ioctl with a correctly sized, live buffer.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let rc = libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req);
+        libc::close(fd);
+        if rc != 0 {
+            return None;
+        }
+    }
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&req.data[..6]);
+    Some(mac)
 }
 
 /// The driver name from the ETHTOOL_GDRVINFO ioctl (works for virtual

@@ -39,6 +39,10 @@ pub struct Maps {
     pub drop_stats: PerCpuArray<MapData, abi::DropStats>,
     /// Who wrote the maps (ABI version, table size, XDP mode).
     pub meta: Array<MapData, abi::Meta>,
+    /// The attached interface's MAC (source of XDP_TX frames).
+    pub iface: Array<MapData, abi::Iface>,
+    /// Outer source addresses of L3 DSR.
+    pub tunnel: Array<MapData, abi::TunnelConfig>,
     /// IPv4 port-range VIPs: (proto, addr, port prefix) -> service.
     pub vip_range_map: LpmTrie<MapData, RangeData4, abi::VipValue>,
     /// IPv6 port-range VIPs.
@@ -183,6 +187,8 @@ impl Maps {
             stats: typed!(ebpf, "stats_map"),
             drop_stats: typed!(ebpf, "drop_stats_map"),
             meta: typed!(ebpf, "rivora_meta"),
+            iface: typed!(ebpf, "iface_mac_map"),
+            tunnel: typed!(ebpf, "tunnel_config_map"),
             vip_range_map: typed!(ebpf, "vip_range_map"),
             vip_range_map6: typed!(ebpf, "vip_range_map6"),
             rl_config: typed!(ebpf, "rl_config_map"),

@@ -184,6 +184,8 @@ pub struct Dataplane {
     next_generation: u32,
     retire_grace: Duration,
     node_syn_rate_limit: Option<RateLimit>,
+    /// Outer source addresses of L3 DSR, as last set.
+    tunnel_source: (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>),
 }
 
 enum VipChange {
@@ -218,6 +220,7 @@ impl Dataplane {
             slices: SliceAllocator::new(table_len),
             next_generation: 1,
             retire_grace: Duration::ZERO,
+            tunnel_source: (None, None),
             node_syn_rate_limit: None,
         }
     }
@@ -310,6 +313,22 @@ impl Dataplane {
     /// or, on a planning error (capacity, invalid spec), nothing is touched.
     pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
         let desired = validate(desired)?;
+        for spec in desired.values() {
+            let v6 = spec.key.addr.is_ipv6();
+            let have = if v6 {
+                self.tunnel_source.1.is_some()
+            } else {
+                self.tunnel_source.0.is_some()
+            };
+            if matches!(spec.mode, Mode::DsrIpip | Mode::DsrGre) && !have {
+                return Err(Error::Invalid(format!(
+                    "VIP {}: mode {} needs an IPv{} tunnelSource (the outer source address)",
+                    spec.name,
+                    spec.mode.as_str(),
+                    if v6 { 6 } else { 4 }
+                )));
+            }
+        }
         // New prefixes are inserted before removed VIPs lose theirs, so the
         // tries must hold both at once.
         check_range_capacity(self.vips.keys().chain(desired.keys()), "while applying")?;
@@ -971,6 +990,46 @@ impl Dataplane {
         Ok(svc.generation)
     }
 
+    /// Records the interface the programs are attached to: its MAC is the
+    /// source of frames sent back out (L2 DSR, ICMP answers).
+    pub fn set_interface(&mut self, mac: [u8; 6], ifindex: u32) -> Result<(), Error> {
+        self.maps
+            .iface
+            .set(
+                0,
+                abi::Iface {
+                    mac,
+                    pad: 0,
+                    ifindex,
+                },
+                0,
+            )
+            .map_err(|e| map_err("iface_mac_map", e))
+    }
+
+    /// The outer source addresses of L3 DSR tunnels in force.
+    pub fn tunnel_source(&self) -> (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>) {
+        self.tunnel_source
+    }
+
+    /// Sets the outer source addresses of L3 DSR tunnels (`tunnelSource`).
+    pub fn set_tunnel_source(
+        &mut self,
+        v4: Option<std::net::Ipv4Addr>,
+        v6: Option<std::net::Ipv6Addr>,
+    ) -> Result<(), Error> {
+        let cfg = abi::TunnelConfig {
+            src4: v4.map(abi::be_addr4).unwrap_or(0),
+            src6: v6.map(|a| a.octets()).unwrap_or([0; 16]),
+            flags: 0,
+        };
+        self.tunnel_source = (v4, v6);
+        self.maps
+            .tunnel
+            .set(0, cfg, 0)
+            .map_err(|e| map_err("tunnel_config_map", e))
+    }
+
     /// Records an operator's drain (or its end). Returns whether the
     /// effective state changed. A backend the probes consider down stays down.
     pub fn set_drained(&mut self, key: &BackendKey, drained: bool) -> Result<bool, Error> {
@@ -1414,11 +1473,25 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
             check_rate_limit(l, &format!("VIP {}: SYN rate limit", spec.name))?;
         }
         if spec.mode != Mode::Nat {
-            return Err(Error::Invalid(format!(
-                "VIP {}: mode {} is not supported by this datapath yet",
-                spec.name,
-                spec.mode.as_str()
-            )));
+            for b in &spec.backends {
+                // The packet keeps the VIP as its destination: the backend
+                // must listen on the VIP's port.
+                if b.key.port != 0 && (!spec.key.is_exact() || !spec.key.contains_port(b.key.port))
+                {
+                    return Err(Error::Invalid(format!(
+                        "VIP {}: backend {} must use the VIP's port in mode {} (the packet is not rewritten)",
+                        spec.name,
+                        b.key,
+                        spec.mode.as_str()
+                    )));
+                }
+                if spec.mode == Mode::Dsr && b.mac == [0; 6] {
+                    return Err(Error::Invalid(format!(
+                        "VIP {}: backend {} needs a mac in mode dsr (frames are sent to it by MAC)",
+                        spec.name, b.key
+                    )));
+                }
+            }
         }
         if spec.backends.len() > u16::MAX as usize {
             return Err(Error::Invalid(format!(

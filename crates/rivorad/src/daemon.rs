@@ -96,6 +96,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
+    // L2 DSR and ICMP answers leave with the interface's own MAC.
+    let ifindex = rivora_dataplane::interface_index(&interface).unwrap_or(0);
+    match rivora_dataplane::interface_mac(&interface) {
+        Some(mac) => dataplane.set_interface(mac, ifindex)?,
+        None => {
+            warn!(interface = %interface, "cannot read the interface's MAC: L2 DSR will not work")
+        }
+    }
     let existed_before: BTreeSet<BackendKey> = dataplane.backends().map(|b| b.key).collect();
     let report = match apply_config(&mut dataplane, &config) {
         Ok(r) => r,
@@ -295,7 +303,17 @@ fn apply_config(
     dataplane: &mut Dataplane,
     config: &rivora_config::Config,
 ) -> Result<rivora_dataplane::ApplyReport, rivora_dataplane::Error> {
-    let report = dataplane.apply(&desired::from_config(config))?;
+    let (v4, v6) = desired::tunnel_source(config);
+    let before = dataplane.tunnel_source();
+    dataplane.set_tunnel_source(v4, v6)?;
+    let report = match dataplane.apply(&desired::from_config(config)) {
+        Ok(r) => r,
+        Err(e) => {
+            // Nothing of a rejected file may stay in force.
+            let _ = dataplane.set_tunnel_source(before.0, before.1);
+            return Err(e);
+        }
+    };
     dataplane.set_node_syn_rate_limit(desired::node_syn_rate_limit(config))?;
     Ok(report)
 }

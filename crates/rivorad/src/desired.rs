@@ -60,6 +60,19 @@ pub fn node_syn_rate_limit(config: &Config) -> Option<RateLimit> {
     config.settings.syn_rate_limit.map(rate_limit)
 }
 
+/// The outer source addresses of L3 DSR tunnels (`settings.tunnelSource`).
+pub fn tunnel_source(config: &Config) -> (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>) {
+    let v4 = match config.settings.tunnel_source_v4 {
+        Some(std::net::IpAddr::V4(a)) => Some(a),
+        _ => None,
+    };
+    let v6 = match config.settings.tunnel_source_v6 {
+        Some(std::net::IpAddr::V6(a)) => Some(a),
+        _ => None,
+    };
+    (v4, v6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,333 @@
+//! The tokio speaker against a scripted peer on loopback (no root needed):
+//! connection, status reporting, route changes, reconnect with backoff,
+//! errors both ways, and shutdown.
+//!
+//! Why a scripted peer: it sees the exact bytes on a real TCP connection and
+//! can misbehave on purpose, which the real daemons in `interop.rs` cannot.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use rivora_bgp::msg::{
+    self, Attribute, Capability, Context, Message, Notification, Open, Update, decode, frame,
+};
+use rivora_bgp::{PeerConfig, PeerStatus, Prefix, RouteAttrs, Speaker, SpeakerConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{sleep, timeout};
+
+const C4: Context = Context {
+    four_octet_as: true,
+};
+
+struct Peer {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Peer {
+    async fn accept(l: &TcpListener) -> Peer {
+        let (stream, _) = timeout(Duration::from_secs(10), l.accept())
+            .await
+            .expect("speaker connects within 10 s")
+            .unwrap();
+        Peer {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Next message, or None on EOF.
+    async fn recv(&mut self) -> Option<Message> {
+        loop {
+            if let Some(len) = frame(&self.buf).expect("speaker sends valid headers") {
+                let m = decode(&self.buf[..len], C4).expect("speaker sends valid messages");
+                self.buf.drain(..len);
+                return Some(m);
+            }
+            let mut b = [0u8; 4096];
+            let n = timeout(Duration::from_secs(10), self.stream.read(&mut b))
+                .await
+                .expect("speaker says something within 10 s")
+                .unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+            self.buf.extend_from_slice(&b[..n]);
+        }
+    }
+
+    async fn send(&mut self, m: Message) {
+        self.stream.write_all(&m.encode(C4)).await.unwrap();
+    }
+
+    /// Completes the OPEN exchange as AS `asn`.
+    async fn establish(&mut self, asn: u32) -> Open {
+        let Some(Message::Open(o)) = self.recv().await else {
+            panic!("expected OPEN")
+        };
+        self.send(Message::Open(Open {
+            version: 4,
+            my_as: u16::try_from(asn).unwrap_or(msg::AS_TRANS),
+            hold_time: 30,
+            bgp_id: Ipv4Addr::new(127, 0, 0, 2),
+            capabilities: vec![
+                Capability::Multiprotocol { afi: 1, safi: 1 },
+                Capability::Multiprotocol { afi: 2, safi: 1 },
+                Capability::FourOctetAs(asn),
+            ],
+        }))
+        .await;
+        assert_eq!(self.recv().await, Some(Message::Keepalive));
+        self.send(Message::Keepalive).await;
+        o
+    }
+
+    /// Reads UPDATEs until both End-of-RIB markers arrived; returns the
+    /// announced prefixes.
+    async fn initial_table(&mut self) -> Vec<Prefix> {
+        let mut got = Vec::new();
+        let mut eor = 0;
+        while eor < 2 {
+            match self.recv().await {
+                Some(Message::Update(u)) => {
+                    let v6_eor = vec![Attribute::MpUnreach {
+                        afi: 2,
+                        safi: 1,
+                        withdrawn: vec![],
+                    }];
+                    if u == Update::default() || u.attributes == v6_eor {
+                        eor += 1;
+                    }
+                    got.extend(announced(&u));
+                }
+                Some(Message::Keepalive) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        got.sort();
+        got
+    }
+}
+
+fn announced(u: &Update) -> Vec<Prefix> {
+    let mut v = u.nlri.clone();
+    for a in &u.attributes {
+        if let Attribute::MpReach { nlri, .. } = a {
+            v.extend(nlri.iter().copied());
+        }
+    }
+    v
+}
+
+fn withdrawn(u: &Update) -> Vec<Prefix> {
+    let mut v = u.withdrawn.clone();
+    for a in &u.attributes {
+        if let Attribute::MpUnreach { withdrawn, .. } = a {
+            v.extend(withdrawn.iter().copied());
+        }
+    }
+    v
+}
+
+fn config(port: u16, remote_as: u32) -> SpeakerConfig {
+    let mut p = PeerConfig::new(IpAddr::V4(Ipv4Addr::LOCALHOST), remote_as);
+    p.port = port;
+    p.next_hop_v6 = Some("2001:db8::1".parse().unwrap());
+    SpeakerConfig {
+        local_as: 65000,
+        router_id: Ipv4Addr::new(127, 0, 0, 1),
+        peers: vec![p],
+    }
+}
+
+fn routes(list: &[&str]) -> BTreeMap<Prefix, RouteAttrs> {
+    list.iter()
+        .map(|p| (p.parse().unwrap(), RouteAttrs::with_communities([42])))
+        .collect()
+}
+
+async fn wait_status(s: &Speaker, what: &str, f: impl Fn(&PeerStatus) -> bool) -> PeerStatus {
+    for _ in 0..200 {
+        let st = s.peers().remove(0);
+        if f(&st) {
+            return st;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}: {:?}", s.peers());
+}
+
+#[tokio::test]
+async fn session_lifecycle_on_loopback() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let s = std::sync::Arc::new(Speaker::start(config(port, 65001)));
+    s.set_routes(routes(&["203.0.113.10/32", "2001:db8:100::10/128"]));
+
+    let mut peer = Peer::accept(&l).await;
+    let o = peer.establish(65001).await;
+    assert_eq!(o.peer_as(), 65000);
+    assert_eq!(o.hold_time, 90);
+    assert_eq!(
+        peer.initial_table().await,
+        vec![
+            "203.0.113.10/32".parse().unwrap(),
+            "2001:db8:100::10/128".parse().unwrap()
+        ]
+    );
+    let st = wait_status(&s, "Established", |p| p.state == "Established").await;
+    assert_eq!(st.prefixes_sent, 2);
+    assert!(st.uptime_secs.is_some());
+    assert_eq!(st.address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+
+    // Unchanged set: nothing sent. Changed: one withdrawal, one announcement.
+    assert!(!s.set_routes(routes(&["203.0.113.10/32", "2001:db8:100::10/128"])));
+    assert!(s.set_routes(routes(&["203.0.113.10/32", "203.0.113.11/32"])));
+    let mut w = Vec::new();
+    let mut a = Vec::new();
+    while w.is_empty() || a.is_empty() {
+        match peer.recv().await {
+            Some(Message::Update(u)) => {
+                w.extend(withdrawn(&u));
+                a.extend(announced(&u));
+            }
+            Some(Message::Keepalive) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(w, vec!["2001:db8:100::10/128".parse().unwrap()]);
+    assert_eq!(a, vec!["203.0.113.11/32".parse().unwrap()]);
+
+    // Shutdown: withdraw everything, then Cease, then the connection closes.
+    let shared = std::sync::Arc::clone(&s);
+    let shut = tokio::spawn(async move { shared.shutdown().await });
+    let mut w = Vec::new();
+    loop {
+        match peer.recv().await {
+            Some(Message::Update(u)) => w.extend(withdrawn(&u)),
+            Some(Message::Notification(n)) => {
+                assert_eq!((n.code, n.subcode), (6, 2));
+                assert!(n.describe().contains("shutting down"), "{}", n.describe());
+                break;
+            }
+            Some(Message::Keepalive) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    w.sort();
+    assert_eq!(
+        w,
+        vec![
+            "203.0.113.10/32".parse().unwrap(),
+            "203.0.113.11/32".parse().unwrap()
+        ]
+    );
+    assert_eq!(peer.recv().await, None);
+    timeout(Duration::from_secs(6), shut)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn reconnects_after_refusal_and_peer_errors() {
+    // Find a free port, then close it so the first attempts are refused.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let s = Speaker::start(config(port, 65001));
+    let st = wait_status(&s, "a refusal", |p| p.last_error.is_some()).await;
+    assert!(
+        st.last_error.as_deref().unwrap().contains("refused"),
+        "{st:?}"
+    );
+    assert!(st.state == "Active" || st.state == "Connect", "{st:?}");
+
+    let l = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+        .await
+        .unwrap();
+    // Wrong AS: the speaker answers with Bad Peer AS and retries.
+    let mut peer = Peer::accept(&l).await;
+    let _ = peer.recv().await; // OPEN
+    peer.send(Message::Open(Open {
+        version: 4,
+        my_as: 65002,
+        hold_time: 30,
+        bgp_id: Ipv4Addr::new(127, 0, 0, 2),
+        capabilities: vec![],
+    }))
+    .await;
+    match peer.recv().await {
+        Some(Message::Notification(n)) => assert_eq!((n.code, n.subcode), (2, 2)),
+        other => panic!("expected Bad Peer AS, got {other:?}"),
+    }
+    let st = wait_status(&s, "the error", |p| {
+        p.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("Bad Peer AS")
+    })
+    .await;
+    assert!(st.last_error.unwrap().contains("65002"));
+
+    // The peer resets the next session with a Cease; the speaker comes back.
+    let mut peer = Peer::accept(&l).await;
+    peer.establish(65001).await;
+    wait_status(&s, "Established", |p| p.state == "Established").await;
+    peer.send(Message::Notification(
+        Notification::administrative_shutdown("peer maintenance"),
+    ))
+    .await;
+    drop(peer);
+    let st = wait_status(&s, "the Cease", |p| p.state != "Established").await;
+    let st = if st.last_error.is_none() {
+        wait_status(&s, "the Cease", |p| p.last_error.is_some()).await
+    } else {
+        st
+    };
+    assert!(
+        st.last_error
+            .as_deref()
+            .unwrap()
+            .contains("peer maintenance"),
+        "{st:?}"
+    );
+    let mut peer = Peer::accept(&l).await;
+    peer.establish(65001).await;
+    wait_status(&s, "Established again", |p| p.state == "Established").await;
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn hold_timer_expiry_closes_the_session() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut cfg = config(port, 65001);
+    cfg.peers[0].hold_time = 3;
+    let s = Speaker::start(cfg);
+    let mut peer = Peer::accept(&l).await;
+    peer.establish(65001).await;
+    // Say nothing more: after 3 s the speaker sends Hold Timer Expired.
+    let start = std::time::Instant::now();
+    loop {
+        match peer.recv().await {
+            Some(Message::Notification(n)) => {
+                assert_eq!(n.code, 4);
+                break;
+            }
+            Some(Message::Keepalive | Message::Update(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    let st = wait_status(&s, "the expiry", |p| p.last_error.is_some()).await;
+    assert!(st.last_error.unwrap().contains("hold timer expired"));
+    s.shutdown().await;
+}
