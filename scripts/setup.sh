@@ -10,6 +10,10 @@ command -v clang-19 >/dev/null 2>&1 || need+=(clang-19 llvm-19)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+# Real BGP peers for the speaker's interop tests.
+command -v bird >/dev/null 2>&1 || need+=(bird2)
+command -v gobgpd >/dev/null 2>&1 || need+=(gobgpd)
+[ -x /usr/lib/frr/bgpd ] || need+=(frr)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

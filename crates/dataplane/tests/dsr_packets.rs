@@ -480,3 +480,42 @@ fn dsr_configs_are_validated() {
     let e = r.dataplane.apply(&[ipip]).unwrap_err().to_string();
     assert!(e.contains("tunnelSource"), "{e}");
 }
+
+/// Fragments in DSR mode: the first fragment picks the backend, the later
+/// ones (no ports) follow it to the same MAC; a later fragment without its
+/// first is passed, not guessed.
+#[test]
+fn dsr_fragments_follow_their_first() {
+    let mut r = dsr_rig("dsrfrag", Mode::Dsr);
+    let (c, v) = (ip("10.200.0.2"), ip("10.200.100.1"));
+    let l4 = tcp(c, v, 40000, 80, 0x18, &[0x42; 2000]);
+    let mut a = ipv4(c, v, TCP, 77, true, 0, &[], 1480);
+    a.extend_from_slice(&l4[..1480]);
+    let mut b = ipv4(c, v, TCP, 77, false, 185, &[], l4.len() - 1480);
+    b.extend_from_slice(&l4[1480..]);
+    let (first, later) = (eth(0x0800, &[], &a), eth(0x0800, &[], &b));
+    let mut orphan = later.clone();
+    orphan[14 + 4] = 0x99; // another datagram id
+    orphan[14 + 10] = 0;
+    orphan[14 + 11] = 0;
+    let c_sum = checksum(&orphan[14..34], 0);
+    orphan[24..26].copy_from_slice(&c_sum.to_be_bytes());
+    let (v0, o0) = r.datapath.run_xdp(&orphan).unwrap();
+    assert_eq!(
+        (v0, &o0),
+        (XDP_PASS, &orphan),
+        "a later fragment without its first is passed untouched"
+    );
+    for (name, f) in [("first", &first), ("later", &later)] {
+        let (verdict, out) = r.datapath.run_xdp(f).unwrap();
+        assert_eq!(verdict, XDP_TX, "{name} fragment");
+        assert_eq!(
+            &out[0..6],
+            &BACKEND_MAC,
+            "{name} fragment to the backend's MAC"
+        );
+        assert_eq!(&out[12..], &f[12..], "{name} fragment unchanged");
+    }
+    let events = r.dataplane.drop_counters().unwrap();
+    assert_eq!(events[abi::drop_reason::PASS_FRAG_UNMATCHED as usize], 1);
+}
