@@ -436,8 +436,22 @@ impl Dataplane {
                 });
                 continue;
             }
-            let (slice, table, worst_imbalance) =
-                plan_slice(spec, &id_of, &mut slices, budget.get(key).copied())?;
+            // A rebuilt VIP keeps its slice size while that size is still
+            // reasonable (at least the backend count and within a factor of
+            // two of the target): a new size changes `hash % size` for
+            // nearly every flow, a kept one moves only about 1/N of them.
+            let target = budget.get(key).copied();
+            let target = match (self.vips.get(key), target) {
+                (Some(cur), Some(t))
+                    if cur.slice.size >= spec.backends.len() as u32
+                        && cur.slice.size.saturating_mul(2) >= t
+                        && cur.slice.size <= t.saturating_mul(2) =>
+                {
+                    Some(cur.slice.size)
+                }
+                _ => target,
+            };
+            let (slice, table, worst_imbalance) = plan_slice(spec, &id_of, &mut slices, target)?;
             planned.push(PlannedVip {
                 spec: spec.clone(),
                 change,

@@ -564,3 +564,40 @@ fn a_removed_backend_drains_for_the_retire_grace() {
         }
     }
 }
+
+#[test]
+fn adding_a_backend_keeps_the_slice_size_and_moves_about_one_in_n() {
+    let mut r = rig("keepsize");
+    let mut backends: Vec<_> = (11..21)
+        .map(|i| backend(&format!("10.200.1.{i}"), 80, 1))
+        .collect();
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends.clone())])
+        .unwrap();
+    let before = r.dataplane.vips().next().unwrap().clone();
+    let old = r
+        .dataplane
+        .maps()
+        .maglev
+        .read(before.slice.offset, before.slice.size);
+    backends.push(backend("10.200.1.21", 80, 1));
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends)])
+        .unwrap();
+    let after = r.dataplane.vips().next().unwrap().clone();
+    assert_eq!(
+        after.slice.size, before.slice.size,
+        "same size: hash % size still lands on the same slot"
+    );
+    let new = r
+        .dataplane
+        .maps()
+        .maglev
+        .read(after.slice.offset, after.slice.size);
+    let moved = old.iter().zip(&new).filter(|(a, b)| a != b).count() as f64 / old.len() as f64;
+    eprintln!(
+        "adding an 11th backend moved {:.1}% of the slots (ideal 9.1%)",
+        moved * 100.0
+    );
+    assert!(moved < 0.15, "moved {moved}");
+}
