@@ -202,38 +202,52 @@ impl Datapath {
                     source: Box::new(e),
                 })
         };
-        let (mut xdp, mut tc) = match &opts.object_dir {
-            None => (
-                load(objects::XDP_INGRESS, "xdp_ingress object")?,
-                load(objects::TC_NAT, "tc_nat object")?,
-            ),
-            Some(dir) => {
-                let read = |name: &str| {
-                    std::fs::read(dir.join(name)).map_err(|e| Error::Io {
-                        what: format!("read {}", dir.join(name).display()),
-                        source: e,
-                    })
-                };
-                (
-                    load(&read("xdp_ingress.o")?, "xdp_ingress object")?,
-                    load(&read("tc_nat.o")?, "tc_nat object")?,
-                )
+        // A start that fails from here on must not leave the pins it created
+        // (pins it found belong to a running datapath and stay).
+        let loaded = (|| -> Result<(Ebpf, Ebpf), Error> {
+            let (mut xdp, mut tc) = match &opts.object_dir {
+                None => (
+                    load(objects::XDP_INGRESS, "xdp_ingress object")?,
+                    load(objects::TC_NAT, "tc_nat object")?,
+                ),
+                Some(dir) => {
+                    let read = |name: &str| {
+                        std::fs::read(dir.join(name)).map_err(|e| Error::Io {
+                            what: format!("read {}", dir.join(name).display()),
+                            source: e,
+                        })
+                    };
+                    (
+                        load(&read("xdp_ingress.o")?, "xdp_ingress object")?,
+                        load(&read("tc_nat.o")?, "tc_nat object")?,
+                    )
+                }
+            };
+            {
+                let prog: &mut Xdp = program(&mut xdp, "xdp_ingress")?;
+                prog.load().map_err(|e| Error::Program {
+                    name: "xdp_ingress",
+                    source: Box::new(e),
+                })?;
+            }
+            {
+                let prog: &mut SchedClassifier = program(&mut tc, "tc_nat")?;
+                prog.load().map_err(|e| Error::Program {
+                    name: "tc_nat",
+                    source: Box::new(e),
+                })?;
+            }
+            Ok((xdp, tc))
+        })();
+        let (mut xdp, tc) = match loaded {
+            Ok(v) => v,
+            Err(e) => {
+                if outcome != LoadOutcome::Reused {
+                    let _ = remove_pins(&opts.pin_dir);
+                }
+                return Err(e);
             }
         };
-        {
-            let prog: &mut Xdp = program(&mut xdp, "xdp_ingress")?;
-            prog.load().map_err(|e| Error::Program {
-                name: "xdp_ingress",
-                source: Box::new(e),
-            })?;
-        }
-        {
-            let prog: &mut SchedClassifier = program(&mut tc, "tc_nat")?;
-            prog.load().map_err(|e| Error::Program {
-                name: "tc_nat",
-                source: Box::new(e),
-            })?;
-        }
         let mut maps = Maps::take_from(&mut xdp)?;
         if outcome != LoadOutcome::Reused {
             let meta = abi::Meta {
