@@ -1,0 +1,1635 @@
+//! Part 1: per-packet cost of the real XDP and TCX programs under
+//! BPF_PROG_TEST_RUN, against a floor program measured in the same run.
+//!
+//! Every measured iteration goes through `bench_harness` (bpf/bench): it
+//! writes the original frame back, optionally turns it into a flow never
+//! seen before, counts itself and tail-calls the program under test. The
+//! harness's own cost is measured by tail-calling `bench_sink` (returns
+//! XDP_TX, or TC_ACT_OK) in runs interleaved with the measured ones, and
+//! subtracted pairwise. The dataplane's own per-VIP counters then prove that
+//! every iteration took the intended path.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use aya::maps::{Array, MapData, PerCpuArray, ProgramArray};
+use aya::programs::{ProgramFd, SchedClassifier, TestRun, TestRunOptions, TestRunResult, Xdp};
+use aya::{Ebpf, EbpfLoader};
+use rivora_abi as abi;
+use rivora_dataplane::{
+    BackendSpec, Datapath, Dataplane, LoadOptions, Mode, VipKey, VipSpec, objects, proto,
+};
+
+use crate::frames::{self, Frame, FrameSpec};
+use crate::report::{Row, Section};
+use crate::stats::{fmt_count, fmt_ratio, median, quantile, ratio};
+
+static BENCH_XDP: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_xdp.o"));
+static BENCH_TC: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tc.o"));
+
+const XDP_ABORTED: u32 = 0;
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const TCX_NEXT: u32 = u32::MAX; // -1 as the kernel reports it
+
+const FRAME_MAX: usize = 256;
+const PATCH_SPAN: usize = 128;
+const F_VARY: u32 = 1;
+const F_UDP: u32 = 2;
+const BC_ITERATIONS: u32 = 0;
+const BC_TAILCALL_MISS: u32 = 1;
+const BC_RESTORE_FAIL: u32 = 2;
+
+/// Probe programs of bench_xdp.c, in the order `probe_rows` uses them.
+const PROBES: [&str; 6] = [
+    "bench_probe_parse",
+    "bench_probe_hash_lookup",
+    "bench_probe_lru_lookup",
+    "bench_probe_hash_insert",
+    "bench_probe_lru_insert",
+    "bench_probe_lru_pcpu_insert",
+];
+
+/// Flows the cold-cache case cycles through (as many as part 2 sends).
+const MANY_FLOWS: u32 = 24_576;
+
+const VIP4: &str = "10.200.100.1";
+const VIP6: &str = "fd00:200:100::1";
+const CLIENT4: &str = "10.200.0.2";
+const CLIENT6: &str = "fd00:200::2";
+const BACKENDS4: [&str; 3] = ["10.200.1.11", "10.200.1.12", "10.200.1.13"];
+const BACKENDS6: [&str; 3] = ["fd00:200:1::11", "fd00:200:1::12", "fd00:200:1::13"];
+
+/// `struct bench_frame` of bpf/bench/bench_common.h.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct BenchFrame {
+    len: u32,
+    flags: u32,
+    vary_off: u32,
+    ip_csum_off: u32,
+    l4_csum_off: u32,
+    vary_mod: u32,
+    seq: u64,
+    data: [u8; FRAME_MAX],
+}
+// SAFETY: plain old data, no padding (6 u32, a u64 at offset 24, bytes),
+// the layout of C's struct bench_frame.
+unsafe impl aya::Pod for BenchFrame {}
+
+/// `struct bench_floor_key`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FloorKey {
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport: u16,
+    dport: u16,
+    proto: u8,
+    pad: [u8; 3],
+}
+// SAFETY: plain old data without implicit padding.
+unsafe impl aya::Pod for FloorKey {}
+
+/// `struct bench_probe_key` (the layout of rv_flow4).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ProbeKey {
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    proto: u8,
+    pad: [u8; 3],
+}
+// SAFETY: plain old data without implicit padding.
+unsafe impl aya::Pod for ProbeKey {}
+
+/// `struct bench_probe_value`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ProbeValue {
+    a: u32,
+    b: u32,
+}
+// SAFETY: plain old data.
+unsafe impl aya::Pod for ProbeValue {}
+
+/// How many runs and iterations.
+#[derive(Clone, Copy, Debug)]
+pub struct Opts {
+    /// Runs per case (the median is reported).
+    pub runs: usize,
+    /// Iterations per run for stateless paths.
+    pub repeat: u32,
+    /// Iterations per run for the new-flow cases (each one inserts a flow).
+    pub repeat_new: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Hook {
+    Xdp,
+    Tc,
+}
+
+impl Hook {
+    fn names(self) -> HookNames {
+        match self {
+            Hook::Xdp => HookNames {
+                harness: "bench_harness",
+                progs: "bench_progs",
+                frame: "bench_frame",
+                counters: "bench_counters",
+                floor_map: "bench_floor_map",
+            },
+            Hook::Tc => HookNames {
+                harness: "bench_tc_harness",
+                progs: "bench_tc_progs",
+                frame: "bench_tc_frame",
+                counters: "bench_tc_counters",
+                floor_map: "bench_tc_floor_map",
+            },
+        }
+    }
+}
+
+struct HookNames {
+    harness: &'static str,
+    progs: &'static str,
+    frame: &'static str,
+    counters: &'static str,
+    floor_map: &'static str,
+}
+
+/// What every iteration of a case must have done, checked with counters.
+#[derive(Clone, Debug)]
+enum Expect {
+    /// Forwarded by xdp_ingress for `vip`; `new_flow`: an affinity miss.
+    Forward {
+        vip: String,
+        new_flow: bool,
+        /// A `drop_stats_map` event every iteration must also count (a
+        /// "passed_*" path, which is not a drop).
+        event: Option<&'static str>,
+    },
+    /// Not a VIP: no counter anywhere may move.
+    Pass,
+    /// A reply restored by tc_nat for `vip`.
+    Reply { vip: String },
+}
+
+/// Counters that prove paths.
+#[derive(Clone, Debug, Default)]
+struct Snapshot {
+    vips: Vec<(String, abi::VipStats)>,
+    drops: Vec<u64>,
+    iterations: u64,
+    tailcall_miss: u64,
+    restore_fail: u64,
+}
+
+/// One timed comparison: program under test vs the harness alone.
+struct Timed {
+    /// Median over runs of (harness + program) - (harness + sink), ns.
+    net_ns: f64,
+    /// Median of the harness + sink runs alone, ns.
+    harness_ns: f64,
+    /// Interquartile range of the per-run differences, ns.
+    iqr: (f64, f64),
+    /// Last verdict of the program under test.
+    retval: u32,
+    /// The frame the last iteration left.
+    out: Vec<u8>,
+    /// Counter deltas over the measured runs.
+    before: Snapshot,
+    after: Snapshot,
+    /// Iterations of the program under test.
+    iterations: u64,
+}
+
+/// Everything loaded for part 1. Drop removes the pins.
+struct Rig {
+    _pins: crate::util::PinDir,
+    datapath: Datapath,
+    dp: Dataplane,
+    desired: Vec<VipSpec>,
+    bench_xdp: Ebpf,
+    bench_tc: Ebpf,
+    _real_xdp: Ebpf,
+    _real_tc: Ebpf,
+    fd_real_xdp: ProgramFd,
+    fd_real_tc: ProgramFd,
+    fd_sink_xdp: ProgramFd,
+    fd_floor_xdp: ProgramFd,
+    fd_sink_tc: ProgramFd,
+    fd_floor_tc: ProgramFd,
+    sizes: Vec<(String, Option<u32>, Option<u32>, u32)>,
+    probes: Vec<(&'static str, ProgramFd)>,
+    opts: Opts,
+}
+
+fn backends(addrs: &[&str], port: u16) -> Vec<BackendSpec> {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let mut b = BackendSpec::new(a.parse().unwrap(), port);
+            b.mac = [0x02, 0, 0, 0, 0x0b, i as u8 + 1];
+            b
+        })
+        .collect()
+}
+
+fn vip(name: &str, addr: &str, port: u16, proto: u8, mode: Mode, b: Vec<BackendSpec>) -> VipSpec {
+    let mut v = VipSpec::new(name, VipKey::exact(addr.parse().unwrap(), port, proto), b);
+    v.mode = mode;
+    v
+}
+
+fn load_prog<T>(ebpf: &mut Ebpf, name: &str) -> Result<ProgramFd>
+where
+    for<'a> &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+    T: LoadFd,
+{
+    let p: &mut T = ebpf
+        .program_mut(name)
+        .with_context(|| format!("no program {name}"))?
+        .try_into()?;
+    p.load_it().with_context(|| format!("loading {name}"))?;
+    p.fd_clone()
+}
+
+/// Loading and fd access for the two program types used here.
+trait LoadFd {
+    fn load_it(&mut self) -> Result<(), aya::programs::ProgramError>;
+    fn fd_clone(&self) -> Result<ProgramFd>;
+    fn sizes(&self) -> Option<(Option<u32>, Option<u32>, u32)>;
+}
+
+impl LoadFd for Xdp {
+    fn load_it(&mut self) -> Result<(), aya::programs::ProgramError> {
+        self.load()
+    }
+    fn fd_clone(&self) -> Result<ProgramFd> {
+        Ok(self.fd()?.try_clone()?)
+    }
+    fn sizes(&self) -> Option<(Option<u32>, Option<u32>, u32)> {
+        self.info().ok().map(|i| {
+            (
+                i.verified_instruction_count(),
+                i.size_translated(),
+                i.size_jitted(),
+            )
+        })
+    }
+}
+
+impl LoadFd for SchedClassifier {
+    fn load_it(&mut self) -> Result<(), aya::programs::ProgramError> {
+        self.load()
+    }
+    fn fd_clone(&self) -> Result<ProgramFd> {
+        Ok(self.fd()?.try_clone()?)
+    }
+    fn sizes(&self) -> Option<(Option<u32>, Option<u32>, u32)> {
+        self.info().ok().map(|i| {
+            (
+                i.verified_instruction_count(),
+                i.size_translated(),
+                i.size_jitted(),
+            )
+        })
+    }
+}
+
+fn prog_sizes<T>(ebpf: &mut Ebpf, name: &str) -> Option<(String, Option<u32>, Option<u32>, u32)>
+where
+    for<'a> &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+    T: LoadFd,
+{
+    let p: &mut T = ebpf.program_mut(name)?.try_into().ok()?;
+    p.sizes().map(|(v, x, j)| (name.to_string(), v, x, j))
+}
+
+fn run_prog<P>(p: &P, frame: &[u8], repeat: u32) -> Result<(u32, f64, Vec<u8>)>
+where
+    P: for<'o> TestRun<Opts<'o> = TestRunOptions<'o>, Result = TestRunResult>,
+{
+    let mut out = vec![0u8; FRAME_MAX + 512];
+    let res = {
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            repeat,
+            ..TestRunOptions::new()
+        };
+        p.test_run(opts).context("BPF_PROG_TEST_RUN")?
+    };
+    out.truncate(res.data_size_out as usize);
+    // The kernel reports the mean time per iteration in ns.
+    Ok((res.return_value, res.duration.as_nanos() as f64, out))
+}
+
+impl Rig {
+    fn new(opts: Opts) -> Result<Rig> {
+        rivora_dataplane::ensure_bpffs(std::path::Path::new("/sys/fs/bpf"))
+            .map_err(|e| anyhow!("bpffs: {e}"))?;
+        let pin_dir = PathBuf::from(format!("/sys/fs/bpf/rivora-bench-{}", std::process::id()));
+        crate::util::remove_pin_dir(&pin_dir);
+        let pins = crate::util::PinDir(pin_dir.clone());
+        let (datapath, maps, _) = Datapath::load(&LoadOptions {
+            pin_dir: pin_dir.clone(),
+            maglev_table_size: abi::MAGLEV_TABLE_DEFAULT,
+            reset_incompatible: false,
+            object_dir: None,
+        })
+        .map_err(|e| anyhow!("loading the datapath: {e}"))?;
+        let dp = Dataplane::new(maps);
+
+        // The real programs a second time, over the same pinned maps, so
+        // their fds can go into the harness's program arrays.
+        let load_real = |bytes: &[u8]| {
+            EbpfLoader::new()
+                .default_map_pin_directory(&pin_dir)
+                .map_max_entries("maglev_table", abi::MAGLEV_TABLE_DEFAULT)
+                .load(bytes)
+        };
+        let mut real_xdp = load_real(objects::XDP_INGRESS).context("xdp_ingress object")?;
+        let mut real_tc = load_real(objects::TC_NAT).context("tc_nat object")?;
+        let fd_real_xdp = load_prog::<Xdp>(&mut real_xdp, "xdp_ingress")?;
+        let fd_real_tc = load_prog::<SchedClassifier>(&mut real_tc, "tc_nat")?;
+
+        let mut bench_xdp = EbpfLoader::new()
+            .load(BENCH_XDP)
+            .context("bench_xdp object")?;
+        let mut bench_tc = EbpfLoader::new()
+            .load(BENCH_TC)
+            .context("bench_tc object")?;
+        load_prog::<Xdp>(&mut bench_xdp, "bench_harness")?;
+        let fd_sink_xdp = load_prog::<Xdp>(&mut bench_xdp, "bench_sink")?;
+        let fd_floor_xdp = load_prog::<Xdp>(&mut bench_xdp, "bench_floor")?;
+        load_prog::<SchedClassifier>(&mut bench_tc, "bench_tc_harness")?;
+        let fd_sink_tc = load_prog::<SchedClassifier>(&mut bench_tc, "bench_tc_sink")?;
+        let fd_floor_tc = load_prog::<SchedClassifier>(&mut bench_tc, "bench_tc_floor")?;
+        let mut probes = Vec::new();
+        for name in PROBES {
+            probes.push((name, load_prog::<Xdp>(&mut bench_xdp, name)?));
+        }
+
+        let mut sizes = Vec::new();
+        sizes.extend(prog_sizes::<Xdp>(&mut real_xdp, "xdp_ingress"));
+        sizes.extend(prog_sizes::<SchedClassifier>(&mut real_tc, "tc_nat"));
+        sizes.extend(prog_sizes::<Xdp>(&mut bench_xdp, "bench_floor"));
+        sizes.extend(prog_sizes::<SchedClassifier>(
+            &mut bench_tc,
+            "bench_tc_floor",
+        ));
+        sizes.extend(prog_sizes::<Xdp>(&mut bench_xdp, "bench_harness"));
+
+        let mut rig = Rig {
+            _pins: pins,
+            datapath,
+            dp,
+            desired: Vec::new(),
+            bench_xdp,
+            bench_tc,
+            _real_xdp: real_xdp,
+            _real_tc: real_tc,
+            fd_real_xdp,
+            fd_real_tc,
+            fd_sink_xdp,
+            fd_floor_xdp,
+            fd_sink_tc,
+            fd_floor_tc,
+            sizes,
+            probes,
+            opts,
+        };
+        rig.desired = vec![
+            vip(
+                "tcp4",
+                VIP4,
+                80,
+                proto::TCP,
+                Mode::Nat,
+                backends(&BACKENDS4, 8080),
+            ),
+            vip(
+                "udp4",
+                VIP4,
+                53,
+                proto::UDP,
+                Mode::Nat,
+                backends(&BACKENDS4, 5353),
+            ),
+            vip(
+                "tcp6",
+                VIP6,
+                80,
+                proto::TCP,
+                Mode::Nat,
+                backends(&BACKENDS6, 8080),
+            ),
+        ];
+        rig.dp
+            .apply(&rig.desired)
+            .map_err(|e| anyhow!("programming the VIPs: {e}"))?;
+        Ok(rig)
+    }
+
+    fn ebpf(&mut self, hook: Hook) -> &mut Ebpf {
+        match hook {
+            Hook::Xdp => &mut self.bench_xdp,
+            Hook::Tc => &mut self.bench_tc,
+        }
+    }
+
+    fn set_slot(&mut self, hook: Hook, which: Slot) -> Result<()> {
+        let fd = match (hook, which) {
+            (Hook::Xdp, Slot::Real) => self.fd_real_xdp.try_clone()?,
+            (Hook::Xdp, Slot::Floor) => self.fd_floor_xdp.try_clone()?,
+            (Hook::Xdp, Slot::Sink) => self.fd_sink_xdp.try_clone()?,
+            (Hook::Tc, Slot::Real) => self.fd_real_tc.try_clone()?,
+            (Hook::Tc, Slot::Floor) => self.fd_floor_tc.try_clone()?,
+            (Hook::Tc, Slot::Sink) => self.fd_sink_tc.try_clone()?,
+            (Hook::Xdp, Slot::Probe(i)) => self.probes[i].1.try_clone()?,
+            (Hook::Tc, Slot::Probe(_)) => bail!("probes are XDP programs"),
+        };
+        let names = hook.names();
+        let mut pa: ProgramArray<&mut MapData> = self
+            .ebpf(hook)
+            .map_mut(names.progs)
+            .context("program array")?
+            .try_into()?;
+        pa.set(0, &fd, 0)?;
+        Ok(())
+    }
+
+    fn set_frame(&mut self, hook: Hook, f: &Frame, vary: Vary) -> Result<()> {
+        ensure!(f.bytes.len() <= FRAME_MAX, "frame too long");
+        ensure!(
+            f.vary_off + 4 <= PATCH_SPAN && f.l4_csum_off + 2 <= PATCH_SPAN,
+            "patched fields must sit in the first {PATCH_SPAN} bytes"
+        );
+        let mut data = [0u8; FRAME_MAX];
+        data[..f.bytes.len()].copy_from_slice(&f.bytes);
+        let mut flags = 0;
+        let vary_mod = match vary {
+            Vary::No => 0,
+            Vary::New => {
+                flags |= F_VARY;
+                0
+            }
+            Vary::Cycle(n) => {
+                flags |= F_VARY;
+                n
+            }
+        };
+        if f.udp {
+            flags |= F_UDP;
+        }
+        let v = BenchFrame {
+            len: f.bytes.len() as u32,
+            flags,
+            vary_off: f.vary_off as u32,
+            ip_csum_off: f.ip_csum_off.unwrap_or(0) as u32,
+            l4_csum_off: f.l4_csum_off as u32,
+            vary_mod,
+            seq: 0,
+            data,
+        };
+        let names = hook.names();
+        let mut arr: Array<&mut MapData, BenchFrame> = self
+            .ebpf(hook)
+            .map_mut(names.frame)
+            .context("frame map")?
+            .try_into()?;
+        arr.set(0, v, 0)?;
+        Ok(())
+    }
+
+    /// Puts the flow of `f` into the floor's hash map, so its lookup hits;
+    /// with `count` > 1 also the flows the harness makes of it by adding
+    /// 1..count to the (low 32 bits of the) source address.
+    fn floor_key(&mut self, hook: Hook, f: &Frame, count: u32) -> Result<()> {
+        let p = frames::parse_checked(&f.bytes)?;
+        let mut k = FloorKey {
+            src: [0; 16],
+            dst: [0; 16],
+            sport: p.sport.to_be(),
+            dport: p.dport.to_be(),
+            proto: if f.udp { 17 } else { 6 },
+            pad: [0; 3],
+        };
+        let low = match (p.src, p.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                k.src[..4].copy_from_slice(&s.octets());
+                k.dst[..4].copy_from_slice(&d.octets());
+                0..4
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                k.src = s.octets();
+                k.dst = d.octets();
+                12..16
+            }
+            _ => bail!("mixed families"),
+        };
+        let base = u32::from_be_bytes(k.src[low.clone()].try_into().unwrap());
+        let names = hook.names();
+        let mut m: aya::maps::HashMap<&mut MapData, FloorKey, u32> = self
+            .ebpf(hook)
+            .map_mut(names.floor_map)
+            .context("floor map")?
+            .try_into()?;
+        for i in 0..count.max(1) {
+            k.src[low.clone()].copy_from_slice(&base.wrapping_add(i).to_be_bytes());
+            m.insert(k, 1, 0)?;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, hook: Hook) -> Result<Snapshot> {
+        let vips = self
+            .dp
+            .vip_counters()
+            .map_err(|e| anyhow!("{e}"))?
+            .into_iter()
+            .map(|c| (c.name, c.stats))
+            .collect();
+        let drops = self.dp.drop_counters().map_err(|e| anyhow!("{e}"))?;
+        let names = hook.names();
+        let arr: PerCpuArray<&MapData, u64> = self
+            .ebpf(hook)
+            .map(names.counters)
+            .context("counters")?
+            .try_into()?;
+        let get = |i: u32| -> Result<u64> { Ok(arr.get(&i, 0)?.iter().sum()) };
+        Ok(Snapshot {
+            vips,
+            drops,
+            iterations: get(BC_ITERATIONS)?,
+            tailcall_miss: get(BC_TAILCALL_MISS)?,
+            restore_fail: get(BC_RESTORE_FAIL)?,
+        })
+    }
+
+    fn harness_run(
+        &mut self,
+        hook: Hook,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(u32, f64, Vec<u8>)> {
+        let name = hook.names().harness;
+        let ebpf = self.ebpf(hook);
+        let prog = ebpf.program(name).context("harness")?;
+        match hook {
+            Hook::Xdp => {
+                let p: &Xdp = prog.try_into()?;
+                run_prog(p, frame, repeat)
+            }
+            Hook::Tc => {
+                let p: &SchedClassifier = prog.try_into()?;
+                run_prog(p, frame, repeat)
+            }
+        }
+    }
+
+    /// Runs `slot` through the harness `runs` times, interleaved with runs
+    /// of the sink, and returns the pairwise-subtracted median.
+    fn timed(
+        &mut self,
+        hook: Hook,
+        f: &Frame,
+        vary: Vary,
+        slot: Slot,
+        repeat: u32,
+    ) -> Result<Timed> {
+        self.set_frame(hook, f, vary)?;
+        let before = self.snapshot(hook)?;
+        let mut diffs = Vec::new();
+        let mut sinks = Vec::new();
+        let mut last = (0u32, Vec::new());
+        for r in 0..self.opts.runs {
+            let mut order = [Slot::Sink, slot];
+            if r % 2 == 1 {
+                order.reverse();
+            }
+            let mut t_sink = 0.0;
+            let mut t_prog = 0.0;
+            for s in order {
+                self.set_slot(hook, s)?;
+                let (ret, ns, out) = self.harness_run(hook, &f.bytes, repeat)?;
+                if s == Slot::Sink {
+                    t_sink = ns;
+                } else {
+                    t_prog = ns;
+                    last = (ret, out);
+                }
+            }
+            diffs.push(t_prog - t_sink);
+            sinks.push(t_sink);
+        }
+        let after = self.snapshot(hook)?;
+        Ok(Timed {
+            net_ns: median(&diffs),
+            harness_ns: median(&sinks),
+            iqr: (quantile(&diffs, 0.25), quantile(&diffs, 0.75)),
+            retval: last.0,
+            out: last.1,
+            before,
+            after,
+            iterations: self.opts.runs as u64 * repeat as u64,
+        })
+    }
+
+    fn clear_flow_tables(&mut self) -> Result<()> {
+        let m = self.dp.maps_mut();
+        let keys: Vec<_> = m.affinity.keys().filter_map(|k| k.ok()).collect();
+        for k in keys {
+            let _ = m.affinity.remove(&k);
+        }
+        let keys: Vec<_> = m.affinity6.keys().filter_map(|k| k.ok()).collect();
+        for k in keys {
+            let _ = m.affinity6.remove(&k);
+        }
+        let keys: Vec<_> = m.nat_reverse.keys().filter_map(|k| k.ok()).collect();
+        for k in keys {
+            let _ = m.nat_reverse.remove(&k);
+        }
+        let keys: Vec<_> = m.nat_reverse6.keys().filter_map(|k| k.ok()).collect();
+        for k in keys {
+            let _ = m.nat_reverse6.remove(&k);
+        }
+        Ok(())
+    }
+
+    fn affinity_entries(&self) -> (usize, usize) {
+        let m = self.dp.maps();
+        (m.affinity.keys().count(), m.affinity6.keys().count())
+    }
+}
+
+/// How the harness varies the flow between iterations.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Vary {
+    /// The same frame every time.
+    No,
+    /// A flow never seen before every time.
+    New,
+    /// One of this many flows in turn.
+    Cycle(u32),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Slot {
+    Real,
+    Floor,
+    Sink,
+    /// `Rig::probes[i]` (XDP only).
+    Probe(usize),
+}
+
+fn delta(before: &Snapshot, after: &Snapshot, vip: &str) -> abi::VipStats {
+    let get = |s: &Snapshot| {
+        s.vips
+            .iter()
+            .find(|(n, _)| n == vip)
+            .map(|(_, v)| *v)
+            .unwrap_or_default()
+    };
+    let (b, a) = (get(before), get(after));
+    abi::VipStats {
+        packets: a.packets - b.packets,
+        bytes: a.bytes - b.bytes,
+        new_flows: a.new_flows - b.new_flows,
+        drops: a.drops - b.drops,
+        reply_packets: a.reply_packets - b.reply_packets,
+        reply_bytes: a.reply_bytes - b.reply_bytes,
+    }
+}
+
+/// Checks the counters against `expect`; returns the evidence text, or an
+/// error naming what did not add up.
+fn prove(t: &Timed, expect: &Expect) -> Result<String> {
+    let n = t.iterations;
+    let (b, a) = (&t.before, &t.after);
+    let it = a.iterations - b.iterations;
+    ensure!(
+        it == 2 * n,
+        "harness counted {it} iterations, expected {} (measured + harness-only runs)",
+        2 * n
+    );
+    ensure!(a.tailcall_miss == b.tailcall_miss, "tail calls missed");
+    ensure!(a.restore_fail == b.restore_fail, "frame restores failed");
+    let allowed = match expect {
+        Expect::Forward {
+            event: Some(name), ..
+        } => abi::drop_reason::NAMES.iter().position(|n| n == name),
+        _ => None,
+    };
+    let mut events = Vec::new();
+    for (i, (x, y)) in a.drops.iter().zip(&b.drops).enumerate() {
+        let d = x - y;
+        let name = abi::drop_reason::NAMES.get(i).copied().unwrap_or("?");
+        if Some(i) == allowed {
+            ensure!(d == n, "{name} +{d} for {n} iterations");
+            events.push(format!("{name} +{d}"));
+        } else if d > 0 {
+            bail!("drop_stats_map: {name} +{d}");
+        }
+    }
+    let others_moved = |except: Option<&str>| {
+        a.vips.iter().any(|(name, _)| {
+            Some(name.as_str()) != except && {
+                let d = delta(b, a, name);
+                d.packets + d.new_flows + d.reply_packets + d.drops > 0
+            }
+        })
+    };
+    match expect {
+        Expect::Forward { vip, new_flow, .. } => {
+            let d = delta(b, a, vip);
+            ensure!(
+                d.packets == n,
+                "VIP {vip}: packets +{} for {n} iterations",
+                d.packets
+            );
+            let want_new = if *new_flow { n } else { 0 };
+            ensure!(
+                d.new_flows == want_new,
+                "VIP {vip}: new_flows +{} (expected +{want_new})",
+                d.new_flows
+            );
+            ensure!(!others_moved(Some(vip)), "another VIP's counters moved");
+            Ok(format!(
+                "{} iterations: packets +{}, new_flows +{}, drops +0{}",
+                fmt_count(n as f64),
+                fmt_count(d.packets as f64),
+                fmt_count(d.new_flows as f64),
+                events.iter().map(|e| format!(", {e}")).collect::<String>()
+            ))
+        }
+        Expect::Reply { vip } => {
+            let d = delta(b, a, vip);
+            ensure!(
+                d.reply_packets == n,
+                "VIP {vip}: reply_packets +{} for {n} iterations",
+                d.reply_packets
+            );
+            ensure!(!others_moved(Some(vip)), "another VIP's counters moved");
+            Ok(format!(
+                "{} iterations: reply_packets +{}",
+                fmt_count(n as f64),
+                fmt_count(d.reply_packets as f64)
+            ))
+        }
+        Expect::Pass => {
+            ensure!(!others_moved(None), "a VIP counter moved");
+            Ok(format!(
+                "{} iterations: no VIP or drop counter moved",
+                fmt_count(n as f64)
+            ))
+        }
+    }
+}
+
+/// One case of the table.
+struct Case {
+    label: String,
+    hook: Hook,
+    frame: Frame,
+    vary: Vary,
+    expect: Expect,
+    repeat: u32,
+    want_retval: u32,
+    /// Check of the output frame.
+    out: OutCheck,
+    limit: f64,
+}
+
+/// What the frame the last iteration left must look like.
+enum OutCheck {
+    /// NAT: the destination is one of these backends.
+    DstIn(Vec<IpAddr>),
+    /// Egress: the source is the VIP again.
+    SrcIs(IpAddr, u16),
+    /// Pass-through: untouched.
+    Unchanged,
+    /// L2 DSR: destination IP still the VIP, destination MAC a backend's.
+    DsrL2(IpAddr, Vec<[u8; 6]>),
+    /// L3 DSR: an outer IPv4 header of this protocol (4 IPIP, 47 GRE)
+    /// to one of these backends.
+    Encap(u8, Vec<IpAddr>),
+}
+
+struct CaseResult {
+    row: Row,
+    ratio: f64,
+    ns: f64,
+}
+
+fn run_case(rig: &mut Rig, c: &Case) -> Result<CaseResult> {
+    // The floor on the same frame, over the same flows when the case
+    // cycles through many (a new flow each time would only make the
+    // floor's lookup miss: it keeps no state, so it gets the frame as is).
+    let (floor_vary, keys) = match c.vary {
+        Vary::Cycle(n) => (Vary::Cycle(n), n),
+        _ => (Vary::No, 1),
+    };
+    rig.floor_key(c.hook, &c.frame, keys)?;
+    let floor = rig.timed(c.hook, &c.frame, floor_vary, Slot::Floor, rig.opts.repeat)?;
+    let floor_ret = match c.hook {
+        Hook::Xdp => XDP_TX,
+        Hook::Tc => 0,
+    };
+    ensure!(
+        floor.retval == floor_ret,
+        "floor returned {} on this frame, expected {floor_ret}",
+        floor.retval
+    );
+    let t = rig.timed(c.hook, &c.frame, c.vary, Slot::Real, c.repeat)?;
+    ensure!(
+        t.retval == c.want_retval,
+        "verdict {} (expected {})",
+        t.retval,
+        c.want_retval
+    );
+    let proof = prove(&t, &c.expect)?;
+    if let OutCheck::Encap(outer, set) = &c.out {
+        // Ethernet + outer IPv4: protocol at byte 9, destination at 16.
+        let ip = t.out.get(14..34).context("output frame too short")?;
+        let dst = IpAddr::from(<[u8; 4]>::try_from(&ip[16..20]).unwrap());
+        ensure!(
+            ip[0] >> 4 == 4 && ip[9] == *outer && set.contains(&dst),
+            "output is not IPv4 protocol {outer} to a backend"
+        );
+        let grew = t.out.len() as i64 - c.frame.bytes.len() as i64;
+        return finish_case(
+            c,
+            &t,
+            &floor,
+            proof,
+            format!("out: outer IPv4 protocol {outer} to {dst}, {grew:+} bytes"),
+        );
+    }
+    let p = frames::parse_checked(&t.out).context("output frame")?;
+    let out_note = match &c.out {
+        OutCheck::DstIn(set) => {
+            ensure!(
+                set.contains(&p.dst),
+                "output destination {} is not a backend",
+                p.dst
+            );
+            format!("out: dst {}:{}, checksums ok", p.dst, p.dport)
+        }
+        OutCheck::SrcIs(addr, port) => {
+            ensure!(
+                (p.src, p.sport) == (*addr, *port),
+                "reply source {}:{} is not the VIP",
+                p.src,
+                p.sport
+            );
+            format!("out: src {}:{}, checksums ok", p.src, p.sport)
+        }
+        OutCheck::Unchanged => {
+            ensure!(t.out == c.frame.bytes, "frame changed");
+            "out: frame unchanged".to_string()
+        }
+        OutCheck::DsrL2(vip, macs) => {
+            ensure!(
+                p.dst == *vip,
+                "DSR output destination {} is not the VIP",
+                p.dst
+            );
+            let mac: [u8; 6] = t.out[..6].try_into().unwrap();
+            ensure!(macs.contains(&mac), "DSR output MAC is not a backend's");
+            format!(
+                "out: dst {} kept, dst MAC {} (a backend's)",
+                p.dst,
+                mac.iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            )
+        }
+        OutCheck::Encap(..) => unreachable!("handled above"),
+    };
+    finish_case(c, &t, &floor, proof, out_note)
+}
+
+fn finish_case(
+    c: &Case,
+    t: &Timed,
+    floor: &Timed,
+    proof: String,
+    out_note: String,
+) -> Result<CaseResult> {
+    let r = ratio(t.net_ns, floor.net_ns);
+    let row = Row::info(c.label.clone(), format!("{:.1} ns", t.net_ns))
+        .ratio(fmt_ratio(r))
+        .target(format!("<= {:.0}x floor", c.limit), r <= c.limit)
+        .evidence(format!(
+            "{proof}; verdict {}; {out_note}; runs' middle half {:.0}-{:.0} ns; floor on this frame \
+             {:.1} ns; harness {:.1} ns subtracted",
+            verdict_name(c.hook, t.retval),
+            t.iqr.0,
+            t.iqr.1,
+            floor.net_ns,
+            t.harness_ns
+        ));
+    Ok(CaseResult {
+        row,
+        ratio: r,
+        ns: t.net_ns,
+    })
+}
+
+/// Costs of single map operations, measured with the probe programs: each
+/// probe parses the frame, builds a 16-byte flow key and does one
+/// operation; the parse-only probe is subtracted. Returns the rows and the
+/// five costs (hash lookup, LRU lookup, hash insert, LRU insert, per-CPU
+/// LRU insert).
+fn probe_rows(rig: &mut Rig) -> Result<(Vec<Row>, Vec<f64>)> {
+    let opts = rig.opts;
+    let frame = frames::build(&FrameSpec::tcp(CLIENT4, 40000, VIP4, 80));
+    let key = ProbeKey {
+        src: CLIENT4.parse::<std::net::Ipv4Addr>()?.octets(),
+        dst: VIP4.parse::<std::net::Ipv4Addr>()?.octets(),
+        sport: 40000u16.to_be(),
+        dport: 80u16.to_be(),
+        proto: 6,
+        pad: [0; 3],
+    };
+    for map in ["bench_probe_hash", "bench_probe_lru"] {
+        let mut m: aya::maps::HashMap<&mut MapData, ProbeKey, ProbeValue> = rig
+            .bench_xdp
+            .map_mut(map)
+            .context("probe map")?
+            .try_into()?;
+        m.insert(key, ProbeValue { a: 1, b: 2 }, 0)?;
+    }
+    let parse = rig.timed(Hook::Xdp, &frame, Vary::No, Slot::Probe(0), opts.repeat)?;
+    ensure!(
+        parse.retval == XDP_TX,
+        "parse probe returned {}",
+        parse.retval
+    );
+    let mut rows = vec![
+        Row::info(
+            "Probe: parse + build a 16-byte flow key (subtracted below)",
+            format!("{:.1} ns", parse.net_ns),
+        )
+        .evidence(format!(
+            "bench_probe_parse; runs' middle half {:.0}-{:.0} ns (0 within the noise)",
+            parse.iqr.0, parse.iqr.1
+        )),
+    ];
+    let new_frame = frames::build(&FrameSpec::tcp("10.160.0.1", 40000, VIP4, 80).syn());
+    let specs: [(usize, &str, bool, Option<&str>); 5] = [
+        (
+            1,
+            "Probe: one hash-map lookup, hit (BPF_MAP_TYPE_HASH)",
+            false,
+            None,
+        ),
+        (
+            2,
+            "Probe: one LRU-map lookup, hit (LRU_HASH, like the affinity/NAT tables)",
+            false,
+            None,
+        ),
+        (
+            3,
+            "Probe: one hash-map insert of a new flow (HASH, preallocated)",
+            true,
+            Some("bench_probe_hash"),
+        ),
+        (
+            4,
+            "Probe: one LRU-map insert of a new flow (LRU_HASH, common LRU list)",
+            true,
+            Some("bench_probe_lru"),
+        ),
+        (
+            5,
+            "Probe: one LRU-map insert of a new flow (LRU_HASH, BPF_F_NO_COMMON_LRU)",
+            true,
+            Some("bench_probe_lru_pcpu"),
+        ),
+    ];
+    let mut costs = Vec::new();
+    for (idx, label, insert, map) in specs {
+        let (f, rep, vary) = if insert {
+            (&new_frame, opts.repeat_new, Vary::New)
+        } else {
+            (&frame, opts.repeat, Vary::No)
+        };
+        let t = rig.timed(Hook::Xdp, f, vary, Slot::Probe(idx), rep)?;
+        ensure!(t.retval == XDP_TX, "{} returned {}", PROBES[idx], t.retval);
+        let mut ev = format!(
+            "{} (every iteration {}), minus the parse probe; runs' middle half {:.0}-{:.0} ns",
+            PROBES[idx],
+            if insert { "a new key" } else { "the same key" },
+            t.iqr.0,
+            t.iqr.1
+        );
+        if let Some(map) = map {
+            let m: aya::maps::HashMap<&MapData, ProbeKey, ProbeValue> =
+                rig.bench_xdp.map(map).context("probe map")?.try_into()?;
+            ev.push_str(&format!(
+                "; map holds {} entries after",
+                fmt_count(m.keys().count() as f64)
+            ));
+        }
+        costs.push(t.net_ns - parse.net_ns);
+        rows.push(Row::info(label, format!("{:.1} ns", t.net_ns - parse.net_ns)).evidence(ev));
+    }
+    Ok((rows, costs))
+}
+
+fn verdict_name(hook: Hook, v: u32) -> String {
+    match (hook, v) {
+        (Hook::Xdp, 0) => "XDP_ABORTED".into(),
+        (Hook::Xdp, 1) => "XDP_DROP".into(),
+        (Hook::Xdp, 2) => "XDP_PASS".into(),
+        (Hook::Xdp, 3) => "XDP_TX".into(),
+        (Hook::Xdp, 4) => "XDP_REDIRECT".into(),
+        (Hook::Tc, u32::MAX) => "TCX_NEXT".into(),
+        (Hook::Tc, 0) => "TCX_PASS".into(),
+        (Hook::Tc, 2) => "TCX_DROP".into(),
+        (_, v) => format!("{}", v as i32),
+    }
+}
+
+fn addrs(list: &[&str]) -> Vec<IpAddr> {
+    list.iter().map(|a| a.parse().unwrap()).collect()
+}
+
+/// Runs part 1 on the calling thread.
+pub fn run(opts: Opts) -> Result<Section> {
+    let jit = std::fs::read_to_string("/proc/sys/net/core/bpf_jit_enable")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let mut rig = Rig::new(opts)?;
+    let mut sec = Section {
+        title: "1. Per-packet cost of the programs (BPF_PROG_TEST_RUN)".into(),
+        ratio_label: "vs floor".into(),
+        ..Default::default()
+    };
+    sec.method = format!(
+        "Each figure is the median over {runs} runs of {rep} iterations (new-flow cases: {repn}) of \
+         BPF_PROG_TEST_RUN with `repeat`, JIT on (`bpf_jit_enable` = {jit}), the bench thread pinned to \
+         one CPU. Every iteration runs `bench_harness` (bpf/bench/bench_xdp.c, or bench_tc.c for TCX), \
+         which writes the original frame back, counts itself and tail-calls the program under test; the \
+         harness's own cost is measured in interleaved runs that tail-call `bench_sink` (only returns \
+         XDP_TX / TC_ACT_OK) and subtracted run by run. The floor (`bench_floor`: parse Ethernet/VLAN/IP/L4, \
+         one hash lookup on the 5-tuple, swap MACs, XDP_TX) is measured the same way on the same frame, \
+         right before each case; the ratio is case / floor. The datapath's own per-VIP counters \
+         (`stats_map`, `drop_stats_map`) and the harness's iteration counter are read before and after: \
+         a row only appears if every iteration took the intended path (evidence column), and the frame \
+         the last iteration left is checked with etherparse (addresses, checksums).\n\n\
+         New flows: the harness adds 1 to the source address (IPv4, or the low 32 bits of IPv6) of its \
+         stored frame before every iteration and patches the IP and L4 checksums, so each of the \
+         N iterations is a SYN of a flow never seen before: `new_flows` must grow by exactly N. The \
+         affinity and NAT tables are emptied first; the `table full` row first inserts 70,000 flows so \
+         every insert evicts (LRU, 65,536 entries).",
+        runs = opts.runs,
+        rep = opts.repeat,
+        repn = opts.repeat_new,
+    );
+
+    // Reference rows: the harness itself, the floor direct and through it.
+    let est4 = frames::build(&FrameSpec::tcp(CLIENT4, 40000, VIP4, 80));
+    rig.floor_key(Hook::Xdp, &est4, 1)?;
+    let floor_ref = rig.timed(Hook::Xdp, &est4, Vary::No, Slot::Floor, opts.repeat)?;
+    let mut direct = Vec::new();
+    for _ in 0..opts.runs {
+        let p: &Xdp = rig
+            .bench_xdp
+            .program("bench_floor")
+            .context("floor")?
+            .try_into()?;
+        direct.push(run_prog(p, &est4.bytes, opts.repeat)?.1);
+    }
+    let floor_direct = median(&direct);
+    sec.rows.push(
+        Row::info(
+            "Floor: parse, one hash lookup, swap MACs, XDP_TX (IPv4 TCP)",
+            format!("{:.1} ns", floor_ref.net_ns),
+        )
+        .ratio("1.00x")
+        .evidence(format!(
+            "through the harness; run directly with repeat (valid: its path does not depend on the MAC \
+             order it swaps) {floor_direct:.1} ns"
+        )),
+    );
+    sec.rows.push(
+        Row::info(
+            "Harness alone: restore frame + tail call to XDP_TX",
+            format!("{:.1} ns", floor_ref.harness_ns),
+        )
+        .evidence("subtracted from every row"),
+    );
+
+    let mut cases: Vec<Case> = Vec::new();
+    let b4 = addrs(&BACKENDS4);
+    let b6 = addrs(&BACKENDS6);
+    let fwd = |vip: &str, new_flow: bool| Expect::Forward {
+        vip: vip.into(),
+        new_flow,
+        event: None,
+    };
+    let est_cases = [
+        (
+            "NAT IPv4 TCP, established flow",
+            FrameSpec::tcp(CLIENT4, 40000, VIP4, 80),
+            "tcp4",
+            2.0,
+        ),
+        (
+            "NAT IPv4 UDP, established flow",
+            FrameSpec::udp(CLIENT4, 40001, VIP4, 53),
+            "udp4",
+            3.0,
+        ),
+        (
+            "NAT IPv6 TCP, established flow",
+            FrameSpec::tcp(CLIENT6, 40002, VIP6, 80),
+            "tcp6",
+            3.0,
+        ),
+        (
+            "NAT IPv4 TCP, 802.1Q VLAN tagged, established",
+            FrameSpec::tcp(CLIENT4, 40003, VIP4, 80).vlans(&[100]),
+            "tcp4",
+            3.0,
+        ),
+        (
+            "NAT IPv4 TCP, QinQ (802.1ad + 802.1Q), established",
+            FrameSpec::tcp(CLIENT4, 40004, VIP4, 80).vlans(&[100, 200]),
+            "tcp4",
+            3.0,
+        ),
+    ];
+    let mut replies: Vec<(String, Frame, String)> = Vec::new();
+    for (label, spec, vipname, limit) in est_cases {
+        let frame = frames::build(&spec);
+        // Warm the flow: one packet through xdp_ingress creates its
+        // affinity and NAT entries.
+        let (v, out) = rig
+            .datapath
+            .run_xdp(&frame.bytes)
+            .map_err(|e| anyhow!("{e}"))?;
+        ensure!(v == XDP_PASS, "{label}: warm-up verdict {v}");
+        let p = frames::parse_checked(&out)?;
+        if spec.vlans.is_empty() && spec.proto == proto::TCP {
+            // The backend's reply, for the egress cases.
+            let mut r = FrameSpec::tcp("0.0.0.0", p.dport, "0.0.0.0", spec.sport);
+            r.src = p.dst;
+            r.dst = spec.src;
+            replies.push((
+                if spec.src.is_ipv4() { "IPv4" } else { "IPv6" }.to_string(),
+                frames::build(&r),
+                vipname.to_string(),
+            ));
+        }
+        let set = if spec.src.is_ipv4() {
+            b4.clone()
+        } else {
+            b6.clone()
+        };
+        cases.push(Case {
+            label: label.into(),
+            hook: Hook::Xdp,
+            frame,
+            vary: Vary::No,
+            expect: fwd(vipname, false),
+            repeat: opts.repeat,
+            want_retval: XDP_PASS,
+            out: OutCheck::DstIn(set),
+            limit,
+        });
+    }
+    // The same path over many flows: every lookup misses the CPU caches
+    // the way it does under real traffic (part 2 uses as many flows).
+    {
+        let frame = frames::build(&FrameSpec::tcp("10.32.0.1", 40000, VIP4, 80));
+        rig.set_frame(Hook::Xdp, &frame, Vary::Cycle(MANY_FLOWS))?;
+        rig.set_slot(Hook::Xdp, Slot::Real)?;
+        let before = rig.snapshot(Hook::Xdp)?;
+        rig.harness_run(Hook::Xdp, &frame.bytes, MANY_FLOWS)?;
+        let after = rig.snapshot(Hook::Xdp)?;
+        let created = delta(&before, &after, "tcp4").new_flows;
+        ensure!(
+            created == MANY_FLOWS as u64,
+            "creating {MANY_FLOWS} flows made {created}"
+        );
+        cases.push(Case {
+            label: format!(
+                "NAT IPv4 TCP, established, {} flows in turn (cold caches)",
+                fmt_count(MANY_FLOWS as f64)
+            ),
+            hook: Hook::Xdp,
+            frame,
+            vary: Vary::Cycle(MANY_FLOWS),
+            expect: fwd("tcp4", false),
+            repeat: opts.repeat,
+            want_retval: XDP_PASS,
+            out: OutCheck::DstIn(b4.clone()),
+            limit: 3.0,
+        });
+    }
+    cases.push(Case {
+        label: "Non-VIP pass-through (IPv4 TCP to a backend address)".into(),
+        hook: Hook::Xdp,
+        frame: frames::build(&FrameSpec::tcp(CLIENT4, 40005, BACKENDS4[0], 8080)),
+        vary: Vary::No,
+        expect: Expect::Pass,
+        repeat: opts.repeat,
+        want_retval: XDP_PASS,
+        out: OutCheck::Unchanged,
+        limit: 3.0,
+    });
+    for (fam, frame, vipname) in &replies {
+        cases.push(Case {
+            label: format!("Egress reply path, {fam} TCP (tc_nat restores the VIP)"),
+            hook: Hook::Tc,
+            frame: frame.clone(),
+            vary: Vary::No,
+            expect: Expect::Reply {
+                vip: vipname.clone(),
+            },
+            repeat: opts.repeat,
+            want_retval: TCX_NEXT,
+            out: OutCheck::SrcIs(if fam == "IPv4" { VIP4 } else { VIP6 }.parse().unwrap(), 80),
+            limit: 3.0,
+        });
+    }
+    cases.push(Case {
+        label: "Egress, not a NAT reply (tc_nat lets it through)".into(),
+        hook: Hook::Tc,
+        frame: frames::build(&FrameSpec::tcp(BACKENDS4[0], 9999, CLIENT4, 40000)),
+        vary: Vary::No,
+        expect: Expect::Pass,
+        repeat: opts.repeat,
+        want_retval: TCX_NEXT,
+        out: OutCheck::Unchanged,
+        limit: 3.0,
+    });
+
+    let mut results: Vec<(String, f64, f64)> = Vec::new();
+    for c in &cases {
+        match run_case(&mut rig, c) {
+            Ok(r) => {
+                results.push((c.label.clone(), r.ns, r.ratio));
+                sec.rows.push(r.row);
+            }
+            Err(e) => sec.rows.push(
+                Row::info(c.label.clone(), "-")
+                    .not_run()
+                    .evidence(format!("not measured: {}", crate::util::short_error(&e))),
+            ),
+        }
+    }
+    // Egress reply rows use the TC floor; show what that floor costs.
+    {
+        let f = &replies.first().map(|r| r.1.clone());
+        if let Some(f) = f {
+            rig.floor_key(Hook::Tc, f, 1)?;
+            let t = rig.timed(Hook::Tc, f, Vary::No, Slot::Floor, opts.repeat)?;
+            sec.notes.push(format!(
+                "The egress rows are compared with the same floor built as a TC program \
+                 (`bench_tc_floor`, {:.1} ns on the IPv4 reply frame; TC harness {:.1} ns subtracted): \
+                 a TCX program works on an skb, the XDP floor would not be a fair reference.",
+                t.net_ns, t.harness_ns
+            ));
+        }
+    }
+
+    // The pitfall, demonstrated: xdp_ingress run directly with repeat=N.
+    {
+        let before = rig.snapshot(Hook::Xdp)?;
+        let mut ns = Vec::new();
+        for _ in 0..opts.runs {
+            let p: &Xdp = rig
+                ._real_xdp
+                .program("xdp_ingress")
+                .context("xdp_ingress")?
+                .try_into()?;
+            ns.push(run_prog(p, &est4.bytes, opts.repeat)?.1);
+        }
+        let after = rig.snapshot(Hook::Xdp)?;
+        let d = delta(&before, &after, "tcp4");
+        let m = median(&ns);
+        sec.rows.push(
+            Row::info(
+                "Pitfall shown: xdp_ingress run directly with repeat=N, no restore",
+                format!("{m:.1} ns"),
+            )
+            .ratio(fmt_ratio(ratio(m, floor_ref.net_ns)))
+            .evidence(format!(
+                "WRONG PATH, not a result: {} iterations but packets +{}: only the first iteration of \
+                 each run saw the VIP, the rest saw their own rewritten frame (non-VIP pass-through)",
+                fmt_count((opts.runs as u64 * opts.repeat as u64) as f64),
+                d.packets
+            )),
+        );
+    }
+
+    // New flows last: they fill the flow tables.
+    rig.clear_flow_tables()?;
+    let new_cases = [
+        (
+            "NAT IPv4 TCP, first packet of a new flow (SYN), table filling",
+            FrameSpec::tcp("10.64.0.1", 40000, VIP4, 80).syn(),
+            "tcp4",
+            b4.clone(),
+            false,
+        ),
+        (
+            "NAT IPv6 TCP, first packet of a new flow (SYN), table filling",
+            FrameSpec::tcp("fd00:64::1:0", 40000, VIP6, 80).syn(),
+            "tcp6",
+            b6.clone(),
+            false,
+        ),
+        (
+            "NAT IPv4 TCP, new flow (SYN), table full: every insert evicts",
+            FrameSpec::tcp("10.96.0.1", 40000, VIP4, 80).syn(),
+            "tcp4",
+            b4.clone(),
+            true,
+        ),
+    ];
+    for (label, spec, vipname, set, prefill) in new_cases {
+        let frame = frames::build(&spec);
+        let mut extra = String::new();
+        if prefill {
+            // Other flows (from 10.128.0.1 up) fill the table first.
+            let fill = frames::build(&FrameSpec::tcp("10.128.0.1", 40000, VIP4, 80).syn());
+            rig.set_frame(Hook::Xdp, &fill, Vary::New)?;
+            rig.set_slot(Hook::Xdp, Slot::Real)?;
+            rig.harness_run(Hook::Xdp, &fill.bytes, 70_000)?;
+            let (n4, _) = rig.affinity_entries();
+            extra = format!(
+                "; affinity table held {} entries before",
+                fmt_count(n4 as f64)
+            );
+        }
+        let c = Case {
+            label: label.into(),
+            hook: Hook::Xdp,
+            frame,
+            vary: Vary::New,
+            expect: fwd(vipname, true),
+            repeat: opts.repeat_new,
+            want_retval: XDP_PASS,
+            out: OutCheck::DstIn(set),
+            limit: 3.0,
+        };
+        match run_case(&mut rig, &c) {
+            Ok(mut r) => {
+                let (n4, n6) = rig.affinity_entries();
+                r.row.evidence.push_str(&format!(
+                    "{extra}; affinity tables after: {} (v4), {} (v6)",
+                    fmt_count(n4 as f64),
+                    fmt_count(n6 as f64)
+                ));
+                results.push((c.label.clone(), r.ns, r.ratio));
+                sec.rows.push(r.row);
+            }
+            Err(e) => sec.rows.push(
+                Row::info(c.label.clone(), "-")
+                    .not_run()
+                    .evidence(format!("not measured: {}", crate::util::short_error(&e))),
+            ),
+        }
+    }
+
+    // DSR modes. The L3 ones need the outer source address.
+    rig.dp
+        .set_tunnel_source(
+            Some(std::net::Ipv4Addr::new(10, 200, 0, 1)),
+            Some("fd00:200::1".parse()?),
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+    for (mode, addr) in [
+        (Mode::Dsr, "10.200.101.1"),
+        (Mode::DsrIpip, "10.200.101.2"),
+        (Mode::DsrGre, "10.200.101.3"),
+    ] {
+        let label = if mode == Mode::Dsr {
+            "DSR (L2) IPv4 TCP, established flow".to_string()
+        } else {
+            format!(
+                "{} IPv4 TCP, established flow (kernel-fallback path: encapsulated, XDP_PASS)",
+                mode.as_str().to_uppercase()
+            )
+        };
+        let mut desired = rig.desired.clone();
+        desired.push(vip(
+            mode.as_str(),
+            addr,
+            80,
+            proto::TCP,
+            mode,
+            backends(&BACKENDS4, 80),
+        ));
+        match rig.dp.apply(&desired) {
+            Err(e) => sec
+                .rows
+                .push(Row::info(label, "-").not_run().evidence(format!(
+                    "not measured: the dataplane refused such a VIP: {e}"
+                ))),
+            Ok(_) => {
+                let frame = frames::build(&FrameSpec::tcp(CLIENT4, 41000, addr, 80));
+                let r = (|| -> Result<CaseResult> {
+                    let (v, _) = rig
+                        .datapath
+                        .run_xdp(&frame.bytes)
+                        .map_err(|e| anyhow!("{e}"))?;
+                    ensure!(v != XDP_ABORTED, "warm-up aborted");
+                    let c = Case {
+                        label: label.clone(),
+                        hook: Hook::Xdp,
+                        frame: frame.clone(),
+                        vary: Vary::No,
+                        expect: Expect::Forward {
+                            vip: mode.as_str().into(),
+                            new_flow: false,
+                            // Under test_run there is no ingress interface
+                            // to look routes up from: L3 DSR takes its
+                            // kernel fallback.
+                            event: (mode != Mode::Dsr).then_some("passed_tunnel_to_kernel"),
+                        },
+                        repeat: opts.repeat,
+                        want_retval: v,
+                        out: if mode == Mode::Dsr {
+                            OutCheck::DsrL2(
+                                addr.parse().unwrap(),
+                                backends(&BACKENDS4, 80).iter().map(|b| b.mac).collect(),
+                            )
+                        } else {
+                            OutCheck::Encap(
+                                if mode == Mode::DsrIpip { 4 } else { 47 },
+                                addrs(&BACKENDS4),
+                            )
+                        },
+                        limit: 3.0,
+                    };
+                    run_case(&mut rig, &c)
+                })();
+                match r {
+                    Ok(r) => {
+                        results.push((label.clone(), r.ns, r.ratio));
+                        sec.rows.push(r.row);
+                    }
+                    Err(e) => sec.rows.push(
+                        Row::info(label.clone(), "-")
+                            .not_run()
+                            .evidence(format!("not measured: {}", crate::util::short_error(&e))),
+                    ),
+                }
+                rig.dp
+                    .apply(&rig.desired.clone())
+                    .map_err(|e| anyhow!("{e}"))?;
+            }
+        }
+    }
+
+    let mut probes = Vec::new();
+    match probe_rows(&mut rig) {
+        Ok((rows, costs)) => {
+            sec.rows.extend(rows);
+            probes = costs;
+        }
+        Err(e) => sec.notes.push(format!(
+            "Map-operation probes not measured: {}",
+            crate::util::short_error(&e)
+        )),
+    }
+
+    // Static sizes: evidence for where the cost is.
+    let mut sizes = String::from("Program sizes (kernel's view): ");
+    let parts: Vec<String> = rig
+        .sizes
+        .iter()
+        .map(|(n, verified, xlated, jited)| {
+            format!(
+                "`{n}` {} BPF insns after verification ({} verifier-processed), {} bytes JITed",
+                xlated.map(|x| (x / 8).to_string()).unwrap_or("?".into()),
+                verified.map(|v| v.to_string()).unwrap_or("?".into()),
+                jited
+            )
+        })
+        .collect();
+    sizes.push_str(&parts.join("; "));
+    sec.notes.push(sizes);
+
+    // Where the time goes: differences between rows, and the probes.
+    let find = |prefix: &str| {
+        results
+            .iter()
+            .find(|(l, _, _)| l.starts_with(prefix))
+            .map(|r| (r.1, r.2))
+    };
+    let probe = |i: usize| probes.get(i).copied().unwrap_or(f64::NAN);
+    let (hash_lookup, lru_lookup, lru_insert, lru_pcpu) = (probe(0), probe(1), probe(3), probe(4));
+    if let (Some((est, est_r)), Some((pass, _))) = (
+        find("NAT IPv4 TCP, established flow"),
+        find("Non-VIP pass-through"),
+    ) {
+        sec.notes.push(format!(
+            "Established flow ({est_r:.2}x the floor; target 2x): a packet that matches no VIP costs \
+             {pass:.1} ns (parse, one vip_map lookup, and on a miss one vip_range_map LPM lookup); an \
+             established flow adds {:.1} ns: the service, backend and health array lookups, the affinity \
+             lookup and then a second LRU lookup in nat_reverse_map on every packet (only to re-create the \
+             entry if it was evicted), the rewrite and the counters. The floor does one hash lookup; \
+             the probes price a hash lookup at {hash_lookup:.0} ns and an LRU lookup at {lru_lookup:.0} ns, \
+             so the two LRU lookups the floor does not do already come to about {:.1}x the floor. Next \
+             step, with that evidence: drop the per-packet nat_reverse_map lookup on the established \
+             path (record in the affinity value that the reverse entry exists, or refresh it only on \
+             SYN/first packet), which removes one of the three hash-table lookups.",
+            est - pass,
+            (2.0 * lru_lookup) / floor_ref.net_ns
+        ));
+    }
+    if let (Some((est, _)), Some((newf, new_r))) = (
+        find("NAT IPv4 TCP, established flow"),
+        find("NAT IPv4 TCP, first packet"),
+    ) {
+        sec.notes.push(format!(
+            "New flow ({new_r:.1}x the floor; target 3x): it costs {:.0} ns more than an established \
+             packet: the flow hash, the Maglev slot and health lookups, and two LRU-map inserts \
+             (connection_affinity_map and nat_reverse_map). The probes put one LRU insert at \
+             {lru_insert:.0} ns ({lru_pcpu:.0} ns with BPF_F_NO_COMMON_LRU), so the two inserts are \
+             about {:.0}% of the extra cost; with a full table every insert also evicts (row *table \
+             full*). This is kernel map cost, not program logic: the target cannot be met while a new \
+             flow writes two LRU entries. Options: one insert instead of two (derive the reply mapping \
+             from the affinity entry, keyed so that tc_nat can find it), per-CPU LRU lists, and tables \
+             sized so that they rarely run full.",
+            newf - est,
+            200.0 * lru_insert / (newf - est)
+        ));
+    }
+    if let (Some((cold, cold_r)), Some((est, _))) = (
+        find("NAT IPv4 TCP, established, "),
+        find("NAT IPv4 TCP, established flow"),
+    ) {
+        sec.notes.push(format!(
+            "Cold caches: cycling through {} established flows costs {cold:.0} ns per packet against \
+             {est:.0} ns for one hot flow ({cold_r:.2}x a floor that also cycles through as many keys). \
+             Each packet then misses the CPU caches on the vip, affinity and NAT hash tables; this is \
+             the figure that matters under real traffic (part 2 sends as many flows), and the reason \
+             why removing a hash lookup per packet (above) is worth more than its hot-cache price.",
+            fmt_count(MANY_FLOWS as f64)
+        ));
+    }
+    if let Some((e4, e4r)) = find("Egress reply path, IPv4") {
+        sec.notes.push(format!(
+            "Egress reply path ({e4r:.2}x the TC floor; target 3x): tc_nat costs {e4:.0} ns for one \
+             nat_reverse_map lookup and the source rewrite, which it does with five skb helper calls \
+             (two bpf_l4_csum_replace, one bpf_l3_csum_replace, two bpf_skb_store_bytes), each of \
+             which re-checks and may un-clone the skb; the floor writes through direct packet access. \
+             Rewriting with direct packet access and one folded checksum update (as xdp_ingress does), \
+             keeping the helpers only for CHECKSUM_PARTIAL skbs, is the next step there."
+        ));
+    }
+    if let (Some((v6, v6r)), Some((v4, _))) = (
+        find("NAT IPv6 TCP, established"),
+        find("NAT IPv4 TCP, established flow"),
+    ) {
+        sec.notes.push(if v6 > v4 * 1.1 {
+            format!(
+                "IPv6 established ({v6r:.2}x): {:.0} ns more than IPv4: 40-byte affinity and NAT \
+                 keys (16 bytes for IPv4) are hashed and compared on each lookup, and the rewrite \
+                 folds a 128-bit address into the checksum.",
+                v6 - v4
+            )
+        } else {
+            format!(
+                "IPv6 established ({v6r:.2}x) cost about what IPv4 costs in this run ({v6:.0} vs \
+                 {v4:.0} ns): the longer keys and the 128-bit checksum fold are within the noise."
+            )
+        });
+    }
+    if let Some((ipip, ipip_r)) = find("DSR-IPIP") {
+        sec.notes.push(format!(
+            "L3 DSR (dsr-ipip {ipip:.0} ns, {ipip_r:.2}x; dsr-gre in its row): under \
+             BPF_PROG_TEST_RUN there is no ingress interface to look routes up from, so \
+             bpf_fib_lookup fails and xdp_ingress takes its documented fallback: encapsulate \
+             (bpf_xdp_adjust_head, outer header and checksum) and hand the packet to the kernel \
+             (`passed_tunnel_to_kernel` counts every iteration). The FIB-redirect path that a \
+             real interface takes is not measured here. Growing the frame and writing a second IP \
+             header is what puts these rows above NAT."
+        ));
+    }
+    sec.notes.push(
+        "Noise: each row's evidence gives the middle half of its runs; rows of one frame shape \
+         can differ by more than that from run to run of the bench on this shared machine \
+         (compare the floor measured before each row)."
+            .to_string(),
+    );
+    Ok(sec)
+}
