@@ -82,17 +82,24 @@ static __always_inline void rv_frag_rev_record(const struct rv_pkt *p, const __u
 	}
 }
 
-/* An unfragmented reply or a first fragment. The skb checksum helpers are
- * used because a forwarded skb may carry a partial (offloaded) checksum,
- * which an in-place incremental update would get wrong. */
+/* An unfragmented reply or a first fragment. The addresses, the port and
+ * the IPv4 header checksum are written in place (the verifier's prologue
+ * un-clones the skb first, because this program writes packet data). The
+ * L4 checksum is left to bpf_l4_csum_replace: a forwarded skb may carry a
+ * partial (offloaded) checksum, which holds only the pseudo-header sum, and
+ * only the kernel knows which kind it has. Each call gets a precomputed
+ * difference, so there is one call for the address (part of the
+ * pseudo-header) and one for the port, skipped when the port stays. */
 static __always_inline int rv_egress_l4(struct __sk_buff *skb, struct rv_pkt *p, const int v6)
 {
+	void *data_end = (void *)(long)skb->data_end;
 	__u32 vip[4] = {};
 	__be16 vip_port;
-	__u32 service_id;
+	__u32 service_id, addr_diff;
 	__u64 flags = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 	__u32 check_off = p->l4_off + rv_l4_csum_off(p->proto);
-	__u32 sport_off = p->l4_off + offsetof(struct udphdr, source);
+	__be16 *ports = p->l4;
+	__be16 old_port = p->sport;
 
 	if (rv_reverse(p->src, p->dst, p->sport, p->dport, p->proto, vip, &vip_port, &service_id, v6))
 		return TCX_NEXT;
@@ -100,20 +107,26 @@ static __always_inline int rv_egress_l4(struct __sk_buff *skb, struct rv_pkt *p,
 	if (p->first_frag)
 		rv_frag_rev_record(p, vip, service_id, v6);
 
+	if ((void *)(ports + 2) > data_end)
+		return TCX_NEXT;
+	addr_diff = rv_addr_diff(0, p->src, vip, v6);
 	if (v6) {
-		__s64 diff = bpf_csum_diff((__be32 *)p->src, 16, (__be32 *)vip, 16, 0);
-		if (diff < 0)
+		struct ipv6hdr *ip6 = p->l3;
+		if ((void *)(ip6 + 1) > data_end)
 			return TCX_NEXT;
-		bpf_l4_csum_replace(skb, check_off, 0, diff, flags | BPF_F_PSEUDO_HDR);
-		bpf_l4_csum_replace(skb, check_off, p->sport, vip_port, flags | sizeof(vip_port));
-		bpf_skb_store_bytes(skb, p->l3_off + offsetof(struct ipv6hdr, saddr), vip, 16, 0);
+		__builtin_memcpy(&ip6->saddr, vip, 16);
 	} else {
-		bpf_l4_csum_replace(skb, check_off, p->src[0], vip[0], flags | BPF_F_PSEUDO_HDR | 4);
-		bpf_l4_csum_replace(skb, check_off, p->sport, vip_port, flags | sizeof(vip_port));
-		bpf_l3_csum_replace(skb, p->l3_off + offsetof(struct iphdr, check), p->src[0], vip[0], 4);
-		bpf_skb_store_bytes(skb, p->l3_off + offsetof(struct iphdr, saddr), vip, 4, 0);
+		struct iphdr *ip = p->l3;
+		if ((void *)(ip + 1) > data_end)
+			return TCX_NEXT;
+		ip->check = rv_csum_apply(ip->check, addr_diff);
+		ip->saddr = vip[0];
 	}
-	bpf_skb_store_bytes(skb, sport_off, &vip_port, sizeof(vip_port), 0);
+	ports[0] = vip_port;
+	/* Packet pointers are invalid after the first helper call. */
+	bpf_l4_csum_replace(skb, check_off, 0, addr_diff, flags | BPF_F_PSEUDO_HDR);
+	if (vip_port != old_port)
+		bpf_l4_csum_replace(skb, check_off, 0, rv_csum_diff16(0, old_port, vip_port), flags);
 	return TCX_NEXT;
 }
 
