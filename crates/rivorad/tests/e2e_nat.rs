@@ -312,10 +312,11 @@ fn client_csum_errors(lab: &Lab) -> u64 {
             if (line.starts_with("Tcp:") || line.starts_with("Udp:")) && i + 1 < lines.len() {
                 let names: Vec<&str> = line.split_whitespace().collect();
                 let values: Vec<&str> = lines[i + 1].split_whitespace().collect();
-                if names[0] == values[0] && names != values {
-                    if let Some(k) = names.iter().position(|n| *n == "InCsumErrors") {
-                        total += values[k].parse::<u64>().unwrap();
-                    }
+                if names[0] == values[0]
+                    && names != values
+                    && let Some(k) = names.iter().position(|n| *n == "InCsumErrors")
+                {
+                    total += values[k].parse::<u64>().unwrap();
                 }
             }
         }
