@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 4,
+	RV_ABI_VERSION = 5,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -36,6 +36,8 @@ enum rv_abi_consts {
 	/* How many consecutive Maglev slots the hot path inspects before it
 	 * gives up on finding a usable backend (bounded for the verifier). */
 	RV_MAGLEV_PROBE_WINDOW = 16,
+	/* rv_affinity.nat_checked counts in units of 2^30 ns (1.07 s). */
+	RV_NAT_CHECK_SHIFT = 30,
 	/* Size of drop_stats_map: room for enum rv_drop_reason to grow. */
 	RV_DROP_REASON_SLOTS = 16,
 	/* Fragment tracking tables (first fragment -> its backend). */
@@ -225,6 +227,11 @@ struct rv_flow6 {
 struct rv_affinity {
 	__u32 backend_id;
 	__u32 backend_generation;
+	/* For NAT flows: the coarse clock tick (ns >> RV_NAT_CHECK_SHIFT, about
+	 * a second) in which nat_reverse_map was last seen holding this flow's
+	 * entry. The established path looks the entry up only when the tick
+	 * has moved on, not on every packet (see xdp_ingress.c). */
+	__u32 nat_checked;
 };
 
 /* nat_reverse_map key: a backend's reply as it leaves, IPv4

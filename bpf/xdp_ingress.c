@@ -198,9 +198,11 @@ static __always_inline __u32 rv_flow_hash(const __u32 *src, const __u32 *dst, __
 }
 
 /* The backend of an established flow, if its affinity entry still names a
- * usable backend (healthy or draining, same generation). */
+ * usable backend (healthy or draining, same generation). `entry` (may be
+ * null) receives the affinity entry itself. */
 static __always_inline int rv_affinity_backend(const __u32 *src, const __u32 *dst, __be16 sport, __be16 dport,
-					       __u8 proto, __u32 *backend_id, struct rv_be *be, const int v6)
+					       __u8 proto, __u32 *backend_id, struct rv_be *be,
+					       struct rv_affinity **entry, const int v6)
 {
 	struct rv_affinity *aff;
 
@@ -218,12 +220,23 @@ static __always_inline int rv_affinity_backend(const __u32 *src, const __u32 *ds
 	*backend_id = aff->backend_id;
 	if (rv_backend(aff->backend_id, be, v6) || !rv_affinity_usable(aff, be->generation))
 		return -1;
+	if (entry)
+		*entry = aff;
 	return 0;
 }
 
-static __always_inline void rv_affinity_record(const struct rv_pkt *p, __u32 backend_id, __u32 generation, const int v6)
+/* The coarse clock in rv_affinity.nat_checked units. */
+static __always_inline __u32 rv_nat_tick(void)
 {
-	struct rv_affinity a = { .backend_id = backend_id, .backend_generation = generation };
+	return bpf_ktime_get_coarse_ns() >> RV_NAT_CHECK_SHIFT;
+}
+
+static __always_inline void rv_affinity_record(const struct rv_pkt *p, __u32 backend_id, __u32 generation,
+					       __u32 nat_tick, const int v6)
+{
+	struct rv_affinity a = {
+		.backend_id = backend_id, .backend_generation = generation, .nat_checked = nat_tick
+	};
 
 	if (v6) {
 		struct rv_flow6 f = { .sport = p->sport, .dport = p->dport, .proto = p->proto };
@@ -239,8 +252,9 @@ static __always_inline void rv_affinity_record(const struct rv_pkt *p, __u32 bac
 }
 
 /* Records how the backend's reply is turned back into the VIP's: the reply
- * leaves as backend:port -> client:sport. Written for new flows, and for
- * established ones whose entry was evicted. */
+ * leaves as backend:port -> client:sport. Written for new flows; for an
+ * established flow only re-created if it was evicted (the LRU tables evict
+ * independently), which the caller checks once per tick, not per packet. */
 static __always_inline void rv_nat_record(const struct rv_pkt *p, const struct rv_be *be, __be16 be_port,
 					  __u32 service_id, int new_flow, const int v6)
 {
@@ -356,6 +370,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct rv_service *svc;
 	struct rv_be be = {};
+	struct rv_affinity *aff = 0;
 	__u32 service_id, backend_id = 0;
 	int new_flow = 0;
 
@@ -370,7 +385,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		return XDP_DROP;
 	}
 
-	if (rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, &backend_id, &be, v6)) {
+	if (rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, &backend_id, &be, &aff, v6)) {
 		__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto,
 				       svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP, v6);
 		if (rv_maglev_pick(svc, h, &backend_id)) {
@@ -381,7 +396,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 			rv_count_drop(RV_DROP_NO_BACKEND, service_id);
 			return XDP_DROP;
 		}
-		rv_affinity_record(p, backend_id, be.generation, v6);
+		rv_affinity_record(p, backend_id, be.generation, rv_nat_tick(), v6);
 		new_flow = 1;
 	}
 
@@ -392,7 +407,20 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 
 	/* Port 0: the backend serves whatever port the client asked for. */
 	__be16 be_port = be.port ? be.port : p->dport;
-	rv_nat_record(p, &be, be_port, service_id, new_flow, v6);
+	/* The reverse entry is written with every new flow. For an established
+	 * one it is looked up (and re-created if the LRU evicted it) once per
+	 * tick, not on every packet: that lookup was a third hash-table walk on
+	 * the hottest path. The entry can only be evicted while it is idle, and
+	 * the first packet after an idle second always rechecks it. */
+	if (new_flow) {
+		rv_nat_record(p, &be, be_port, service_id, 1, v6);
+	} else if (aff) {
+		__u32 tick = rv_nat_tick();
+		if (aff->nat_checked != tick) {
+			rv_nat_record(p, &be, be_port, service_id, 0, v6);
+			aff->nat_checked = tick;
+		}
+	}
 	if (rv_dnat_l4(p, data_end, be.addr, be_port, v6)) {
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
@@ -447,7 +475,7 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 
 	if (rv_find_vip(p->in_proto, p->in_src, p->in_sport, &service_id, v6))
 		return XDP_PASS;
-	if (rv_affinity_backend(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto, &backend_id, &be, v6)) {
+	if (rv_affinity_backend(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto, &backend_id, &be, 0, v6)) {
 		rv_count_event(RV_PASS_ICMP_UNMATCHED);
 		return XDP_PASS;
 	}

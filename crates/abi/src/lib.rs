@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -23,6 +23,10 @@ pub const MAX_FLOWS: u32 = 65536;
 pub const MAGLEV_TABLE_DEFAULT: u32 = 65537;
 /// Slots the hot path probes past unusable backends before dropping.
 pub const MAGLEV_PROBE_WINDOW: u32 = 16;
+/// Units of [`Affinity::nat_checked`]: the kernel's coarse clock shifted
+/// right by this much (2^30 ns, about a second), so the hot path rechecks a
+/// flow's reverse NAT entry about once a second instead of per packet.
+pub const NAT_CHECK_SHIFT: u32 = 30;
 /// Length of `drop_stats_map`.
 pub const DROP_REASON_SLOTS: u32 = 16;
 /// Capacity of each fragment table.
@@ -277,6 +281,8 @@ pub struct Flow6 {
 pub struct Affinity {
     pub backend_id: u32,
     pub backend_generation: u32,
+    /// Coarse-clock tick of the last reverse-NAT check (NAT flows).
+    pub nat_checked: u32,
 }
 
 /// `struct rv_nat_key4`: a backend's reply (nat_reverse_map key).
@@ -562,7 +568,11 @@ pub fn layouts() -> Vec<StructLayout> {
         layout!(BackendHealth, "rv_backend_health", [state, flags]),
         layout!(Flow4, "rv_flow4", [src, dst, sport, dport, proto, pad]),
         layout!(Flow6, "rv_flow6", [src, dst, sport, dport, proto, pad]),
-        layout!(Affinity, "rv_affinity", [backend_id, backend_generation]),
+        layout!(
+            Affinity,
+            "rv_affinity",
+            [backend_id, backend_generation, nat_checked]
+        ),
         layout!(NatKey4, "rv_nat_key4", [src, dst, sport, dport, proto, pad]),
         layout!(NatKey6, "rv_nat_key6", [src, dst, sport, dport, proto, pad]),
         layout!(NatValue4, "rv_nat_value4", [vip, vip_port, pad, service_id]),
@@ -615,6 +625,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_MAX_FLOWS", MAX_FLOWS as i64),
         ("RV_MAGLEV_TABLE_DEFAULT", MAGLEV_TABLE_DEFAULT as i64),
         ("RV_MAGLEV_PROBE_WINDOW", MAGLEV_PROBE_WINDOW as i64),
+        ("RV_NAT_CHECK_SHIFT", NAT_CHECK_SHIFT as i64),
         ("RV_DROP_REASON_SLOTS", DROP_REASON_SLOTS as i64),
         ("RV_MODE_NAT", mode::NAT as i64),
         ("RV_MODE_DSR", mode::DSR as i64),

@@ -601,3 +601,63 @@ fn adding_a_backend_keeps_the_slice_size_and_moves_about_one_in_n() {
     );
     assert!(moved < 0.15, "moved {moved}");
 }
+
+/// The established path looks the reverse NAT entry up only once per coarse
+/// clock tick (about a second), not per packet. A flow whose entry the LRU
+/// evicted gets it back from its first packet in a later tick, so its
+/// replies keep leaving from the VIP.
+#[test]
+fn an_evicted_reverse_entry_is_recreated_in_the_flows_next_tick() {
+    let mut r = rig("natevict");
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends4())])
+        .unwrap();
+    let req = FrameSpec::new(CLIENT4, 40001, VIP4, 80, proto::TCP);
+    let chosen = round_trip(&mut r, &req, &backends4());
+
+    // What an LRU eviction leaves: the affinity entry without its reverse.
+    let nat_keys: Vec<abi::NatKey4> = r
+        .dataplane
+        .maps()
+        .nat_reverse
+        .keys()
+        .map(|k| k.unwrap())
+        .collect();
+    assert_eq!(nat_keys.len(), 1, "one flow, one reverse entry");
+    r.dataplane
+        .maps_mut()
+        .nat_reverse
+        .remove(&nat_keys[0])
+        .unwrap();
+    let (flow, mut aff) = r
+        .dataplane
+        .maps()
+        .affinity
+        .iter()
+        .map(|e| e.unwrap())
+        .next()
+        .expect("the flow's affinity entry");
+    // As if the last check was a tick ago.
+    let stale = aff.nat_checked.wrapping_sub(1);
+    aff.nat_checked = stale;
+    r.dataplane
+        .maps_mut()
+        .affinity
+        .insert(flow, aff, 0)
+        .unwrap();
+
+    // round_trip checks that the reply is restored to the VIP, which needs
+    // the reverse entry back.
+    assert_eq!(round_trip(&mut r, &req, &backends4()), chosen);
+    let after: Vec<abi::NatKey4> = r
+        .dataplane
+        .maps()
+        .nat_reverse
+        .keys()
+        .map(|k| k.unwrap())
+        .collect();
+    assert_eq!(after, nat_keys, "the same reverse entry re-created");
+    let rechecked = r.dataplane.maps().affinity.get(&flow, 0).unwrap();
+    assert_ne!(rechecked.nat_checked, stale, "the check moved to this tick");
+    assert_eq!(rechecked.backend_id, aff.backend_id);
+}
