@@ -1540,19 +1540,27 @@ pub fn run(opts: Opts) -> Result<Section> {
         find("NAT IPv4 TCP, established flow"),
         find("Non-VIP pass-through"),
     ) {
+        let verdict = if est_r <= 2.0 {
+            "within the target".to_string()
+        } else {
+            format!(
+                "still {:.0} ns above 2x the floor: what remains beyond the floor's work is the \
+                 second hash walk (vip_map, then the affinity table) and the array lookups; skipping \
+                 the vip_map lookup for packets whose flow is already in the affinity table is the \
+                 next step, at the price of one more lookup for traffic that is not for a VIP",
+                est - 2.0 * floor_ref.net_ns
+            )
+        };
         sec.notes.push(format!(
             "Established flow ({est_r:.2}x the floor; target 2x): a packet that matches no VIP costs \
              {pass:.1} ns (parse, one vip_map lookup, and on a miss one vip_range_map LPM lookup); an \
              established flow adds {:.1} ns: the service, backend and health array lookups, the affinity \
-             lookup and then a second LRU lookup in nat_reverse_map on every packet (only to re-create the \
-             entry if it was evicted), the rewrite and the counters. The floor does one hash lookup; \
-             the probes price a hash lookup at {hash_lookup:.0} ns and an LRU lookup at {lru_lookup:.0} ns, \
-             so the two LRU lookups the floor does not do already come to about {:.1}x the floor. Next \
-             step, with that evidence: drop the per-packet nat_reverse_map lookup on the established \
-             path (record in the affinity value that the reverse entry exists, or refresh it only on \
-             SYN/first packet), which removes one of the three hash-table lookups.",
+             lookup, one coarse-clock read, the rewrite and the counters. The reverse NAT entry is no \
+             longer looked up on every packet: the affinity entry records the coarse-clock tick (about \
+             a second) of its last check, and only the first packet of a new tick looks it up (and \
+             re-creates it if the LRU evicted it). The probes price a hash lookup at {hash_lookup:.0} ns \
+             and an LRU lookup at {lru_lookup:.0} ns. Against the floor: {verdict}.",
             est - pass,
-            (2.0 * lru_lookup) / floor_ref.net_ns
         ));
     }
     if let (Some((est, _)), Some((newf, new_r))) = (
@@ -1601,11 +1609,12 @@ pub fn run(opts: Opts) -> Result<Section> {
     if let Some((e4, e4r)) = find("Egress reply path, IPv4") {
         sec.notes.push(format!(
             "Egress reply path ({e4r:.2}x the TC floor; target 3x): tc_nat costs {e4:.0} ns for one \
-             nat_reverse_map lookup and the source rewrite, which it does with five skb helper calls \
-             (two bpf_l4_csum_replace, one bpf_l3_csum_replace, two bpf_skb_store_bytes), each of \
-             which re-checks and may un-clone the skb; the floor writes through direct packet access. \
-             Rewriting with direct packet access and one folded checksum update (as xdp_ingress does), \
-             keeping the helpers only for CHECKSUM_PARTIAL skbs, is the next step there."
+             nat_reverse_map lookup and the source rewrite. Addresses, port and the IPv4 header \
+             checksum are written in place; the L4 checksum goes through bpf_l4_csum_replace with a \
+             precomputed difference (one call for the address, a second only when the port changes), \
+             because only the kernel knows whether a forwarded skb carries a partial (offloaded) \
+             checksum, where only the pseudo-header part may change (an end-to-end test covers that \
+             case). The first version made five skb helper calls and cost 186 ns (4.43x)."
         ));
     }
     if let (Some((v6, v6r)), Some((v4, _))) = (
