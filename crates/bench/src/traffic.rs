@@ -57,6 +57,9 @@ enum Phase {
     Nft,
     Rivora,
     RivoraNative,
+    DsrL2,
+    DsrIpip,
+    DsrGre,
 }
 
 impl Phase {
@@ -72,6 +75,11 @@ impl Phase {
             Phase::Nft => "(c) nftables DNAT (conntrack) to the backends",
             Phase::Rivora => "(d) Rivora NAT (rivorad, generic XDP: auto mode on veth)",
             Phase::RivoraNative => "(e) Rivora NAT, --xdp-mode native (veth driver XDP)",
+            Phase::DsrL2 => {
+                "(f) Rivora dsr (L2): XDP_TX back onto the client segment (generic XDP)"
+            }
+            Phase::DsrIpip => "(g) Rivora dsr-ipip: encapsulated, FIB lookup + redirect to br0",
+            Phase::DsrGre => "(h) Rivora dsr-gre: encapsulated, FIB lookup + redirect to br0",
         }
     }
 }
@@ -302,6 +310,27 @@ fn rivorad_yaml() -> String {
     )
 }
 
+/// The UDP VIP in one of the DSR modes. L3 DSR needs the tunnel source
+/// (the lb's bridge address, so the outer packets leave by br0); L2 DSR the
+/// backends' MACs.
+fn rivorad_dsr_yaml(mode: &str, macs: &[String]) -> String {
+    let backends = (1..=3)
+        .map(|i| {
+            format!(
+                "      - {{ address: \"{}\", port: {UDP_PORT}, mac: \"{}\" }}\n",
+                backend_v4(i),
+                macs[i - 1]
+            )
+        })
+        .collect::<String>();
+    format!(
+        "settings:\n  tunnelSource: {{ ipv4: \"{}\" }}\nvips:\n  - name: bench-{mode}\n    \
+         address: \"{VIP_V4}\"\n    port: {UDP_PORT}\n    protocol: udp\n    mode: {mode}\n    \
+         backends:\n{backends}",
+        rivora_lab::topology::LB_BRIDGE_V4
+    )
+}
+
 impl Bench {
     fn new(rivorad_bin: &Path, quick: bool) -> Result<Bench> {
         let topo = Topology::build("bn").context("building the lab")?;
@@ -320,6 +349,17 @@ impl Bench {
             }
         }
         std::fs::write(work.join("rivorad.yaml"), rivorad_yaml())?;
+        let macs = topo
+            .backends
+            .iter()
+            .map(|b| link::mac(b, "eth0"))
+            .collect::<Result<Vec<_>>>()?;
+        for mode in ["dsr", "dsr-ipip", "dsr-gre"] {
+            std::fs::write(
+                work.join(format!("rivorad-{mode}.yaml")),
+                rivorad_dsr_yaml(mode, &macs),
+            )?;
+        }
         std::fs::write(work.join("nft.rules"), nft_rules())?;
         // The client's ephemeral ports: the TCP connection test opens tens
         // of thousands of connections.
@@ -340,6 +380,10 @@ impl Bench {
     }
 
     fn start_rivorad(&self, native: bool) -> Result<Rivorad> {
+        self.start_rivorad_with(native, "rivorad.yaml")
+    }
+
+    fn start_rivorad_with(&self, native: bool, config: &str) -> Result<Rivorad> {
         let socket = self.work.join("api.sock");
         let pin = PathBuf::from(format!(
             "/sys/fs/bpf/rivora-bench-lab-{}",
@@ -353,7 +397,7 @@ impl Bench {
             &self.topo.lb,
             &self.topo.lb_if,
             &self.rivorad_bin,
-            &self.work.join("rivorad.yaml"),
+            &self.work.join(config),
             &pin,
             &socket,
             &self.work,
@@ -523,6 +567,33 @@ impl Bench {
             }
             Phase::Rivora | Phase::RivoraNative => {
                 let mut d = self.start_rivorad(p == Phase::RivoraNative)?;
+                let r = self.udp_window(to_vip);
+                d.stop()?;
+                r
+            }
+            Phase::DsrL2 => {
+                // The frames go back out of the interface they came in on,
+                // onto the client's segment: they are counted where they
+                // land, at the client's veth (the sink there also gives
+                // XDP_TX into that veth the receiver it needs).
+                let (id, _) = self.sink.attach(SINK, &self.topo.client, "eth0", false)?;
+                let r = self
+                    .start_rivorad_with(false, "rivorad-dsr.yaml")
+                    .and_then(|mut d| {
+                        let r = self.udp_window(to_vip);
+                        d.stop()?;
+                        r
+                    });
+                self.sink.detach(SINK, id)?;
+                r
+            }
+            Phase::DsrIpip | Phase::DsrGre => {
+                let config = if p == Phase::DsrIpip {
+                    "rivorad-dsr-ipip.yaml"
+                } else {
+                    "rivorad-dsr-gre.yaml"
+                };
+                let mut d = self.start_rivorad_with(false, config)?;
                 let r = self.udp_window(to_vip);
                 d.stop()?;
                 r
@@ -724,6 +795,9 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
         Phase::Nft,
         Phase::Rivora,
         Phase::RivoraNative,
+        Phase::DsrL2,
+        Phase::DsrIpip,
+        Phase::DsrGre,
     ];
     let mut results: Vec<(Phase, Vec<Window>, Option<String>)> =
         phases.iter().map(|p| (*p, Vec::new(), None)).collect();
@@ -785,13 +859,16 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
          Generator: trafgen (netsniff-ng) in the client namespace, pinned to CPU 0, 60-byte UDP frames \
          from 3 x {FLOWS_PER_TEMPLATE} source ports ({} flows) to port {UDP_PORT}; the backends count \
          and drop what reaches them with an XDP program ({} mode) on their veth. The phases run back to \
-         back on the same lab in {rounds} round(s) of (a)-(e), each a {:.1} s warm-up then a {:.1} s \
+         back on the same lab in {rounds} round(s) of (a)-(h), each a {:.1} s warm-up then a {:.1} s \
          window; the figure is the median over rounds. \"CPU/pkt\" is the CPU time of trafgen and of the \
          ksoftirqd threads during the window (/proc/*/schedstat), per delivered packet: on veth the whole \
          path runs in the sender's context or in ksoftirqd; \
          \"balancer CPU/pkt\" subtracts (a)'s figure, i.e. what it costs beyond delivering the frame to \
          the balancer's ingress. The generator shares the CPU with everything it measures, so pps ratios \
-         and CPU ratios are both shown.",
+         and CPU ratios are both shown. DSR phases: the same UDP VIP in mode dsr (frames leave by \
+         XDP_TX onto the client's own segment, so they are counted by the same sink attached to the \
+         client's veth), dsr-ipip and dsr-gre (tunnel source = the lb's bridge address; outer packets \
+         routed with bpf_fib_lookup and redirected to br0, counted encapsulated at the backends).",
         3 * FLOWS_PER_TEMPLATE,
         b.sink_mode,
         b.warmup.as_secs_f64(),
@@ -830,6 +907,14 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
             let met = pps >= 0.95 * rp && vs_nft;
             row = row.target(">= 95% of (b) and > (c)", met);
         }
+        if matches!(p, Phase::DsrL2 | Phase::DsrIpip | Phase::DsrGre)
+            && let Some((cp, _)) = ceiling
+        {
+            row = row.target(
+                format!(">= 80% of (a) (here {})", fmt_ratio(ratio(pps, cp))),
+                pps >= 0.8 * cp,
+            );
+        }
         sec.rows.push(row);
     }
     // Balancer cost ratios, independent of the generator.
@@ -843,6 +928,9 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
             (Phase::Nft, "(c) nftables DNAT"),
             (Phase::Rivora, "(d) Rivora NAT"),
             (Phase::RivoraNative, "(e) Rivora NAT native"),
+            (Phase::DsrL2, "(f) Rivora dsr"),
+            (Phase::DsrIpip, "(g) Rivora dsr-ipip"),
+            (Phase::DsrGre, "(h) Rivora dsr-gre"),
         ] {
             if let Some((_, c)) = med(idx(p)) {
                 sec.rows.push(
@@ -905,8 +993,9 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
                      packet (compare part 1, where its data stays in the CPU caches), and {:.0}% of \
                      that is spent in the kernel's map code, mostly walking hash buckets whose entries are no longer in the CPU \
                      caches (the rest of the network stack runs between two packets of a flow). Every \
-                     hash lookup the established path can drop (the per-packet nat_reverse_map \
-                     lookup first) pays off more here than in part 1.",
+                     hash lookup the established path drops pays off more here than in part 1 (the \
+                     per-packet nat_reverse_map lookup is gone; the vip_map lookup for flows already \
+                     in the affinity table is the next candidate).",
                     ns(prog),
                     100.0 * maps / prog
                 ));

@@ -14,6 +14,7 @@ use rivora_dataplane::{
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
+use crate::kernel;
 use crate::source::{Shared, StateSource};
 use crate::watch::ConfigWatch;
 use crate::{Args, XdpModeArg, desired, health};
@@ -105,7 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let existed_before: BTreeSet<BackendKey> = dataplane.backends().map(|b| b.key).collect();
-    let report = match apply_config(&mut dataplane, &config) {
+    let report = match apply_config(&mut dataplane, &config, &interface) {
         Ok(r) => r,
         Err(e) => {
             fail(&datapath);
@@ -302,7 +303,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 fn apply_config(
     dataplane: &mut Dataplane,
     config: &rivora_config::Config,
+    interface: &str,
 ) -> Result<rivora_dataplane::ApplyReport, rivora_dataplane::Error> {
+    match kernel::prepare_tunnel_fallback(interface, config) {
+        Ok(kernel::Prepared::AcceptLocalSet) => info!(
+            interface,
+            "set accept_local=1: IPv4 L3 DSR packets handed to the kernel carry a local source address"
+        ),
+        Ok(kernel::Prepared::Unchanged) => {}
+        Err(e) => warn!("{e}"),
+    }
     let (v4, v6) = desired::tunnel_source(config);
     let before = dataplane.tunnel_source();
     dataplane.set_tunnel_source(v4, v6)?;
@@ -400,7 +410,8 @@ fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
         Ok((config, text)) => {
             let existed_before: BTreeSet<BackendKey> =
                 s.dataplane.backends().map(|b| b.key).collect();
-            match apply_config(&mut s.dataplane, &config) {
+            let interface = s.status.interface.clone();
+            match apply_config(&mut s.dataplane, &config, &interface) {
                 Ok(report) => {
                     watch.mark_applied(text);
                     let Shared {

@@ -5,6 +5,7 @@
 mod daemon;
 mod desired;
 mod health;
+mod kernel;
 mod metrics;
 mod source;
 mod watch;

@@ -1,0 +1,107 @@
+//! Kernel settings of the attached interface that the datapath relies on.
+//!
+//! L3 DSR has a kernel-fallback path: when `bpf_fib_lookup` cannot answer
+//! (typically no neighbour entry for the next hop yet), xdp_ingress hands
+//! the *encapsulated* packet to the kernel with XDP_PASS, so the kernel
+//! routes it and resolves the neighbour for the packets after it. That
+//! packet enters the stack on the XDP interface with the tunnel source as
+//! its source address, which is usually one of this node's own addresses:
+//! IPv4 drops such a packet as a martian unless `accept_local` is set on the
+//! receiving interface, and strict reverse-path filtering drops it even
+//! then. Without this, the first packets of an IPv4 L3 DSR VIP never reach
+//! a backend whose neighbour entry is missing, and nothing ever creates it.
+
+use std::path::PathBuf;
+
+use rivora_config::{Config, Mode};
+
+fn conf_path(interface: &str, key: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/sys/net/ipv4/conf/{interface}/{key}"))
+}
+
+fn read_u32(path: &PathBuf) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Whether `config` has an IPv4 VIP in an L3 DSR mode.
+pub fn needs_ipv4_tunnel_fallback(config: &Config) -> bool {
+    config
+        .vips
+        .iter()
+        .any(|v| v.address.is_ipv4() && matches!(v.mode, Mode::DsrIpip | Mode::DsrGre))
+}
+
+/// What preparing the interface did, for the log.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Prepared {
+    /// Nothing needed or everything already in place.
+    Unchanged,
+    /// `accept_local` was switched on.
+    AcceptLocalSet,
+}
+
+/// Sets `accept_local` on `interface` when `config` has an IPv4 L3 DSR VIP,
+/// and reports (as an error string for a warning) a strict `rp_filter`, which
+/// rivorad does not change: loosening it is the operator's decision.
+/// Never switches anything off: another VIP set or another tool may need it.
+pub fn prepare_tunnel_fallback(interface: &str, config: &Config) -> Result<Prepared, String> {
+    if !needs_ipv4_tunnel_fallback(config) {
+        return Ok(Prepared::Unchanged);
+    }
+    let accept_local = conf_path(interface, "accept_local");
+    let mut prepared = Prepared::Unchanged;
+    if read_u32(&accept_local) != Some(1) {
+        std::fs::write(&accept_local, "1").map_err(|e| {
+            format!(
+                "cannot set {} to 1 ({e}): the kernel-fallback packets of IPv4 L3 DSR VIPs \
+                 (sent before the next hop's neighbour entry exists) will be dropped as martians",
+                accept_local.display()
+            )
+        })?;
+        prepared = Prepared::AcceptLocalSet;
+    }
+    // The kernel uses the larger of the interface's and `all`'s value.
+    let rp = [
+        read_u32(&conf_path(interface, "rp_filter")),
+        read_u32(&conf_path("all", "rp_filter")),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(0);
+    if rp == 1 {
+        return Err(format!(
+            "strict reverse-path filtering (rp_filter=1) on {interface} drops the kernel-fallback \
+             packets of IPv4 L3 DSR VIPs; set net.ipv4.conf.{interface}.rp_filter and \
+             net.ipv4.conf.all.rp_filter to 2 (loose) or 0"
+        ));
+    }
+    Ok(prepared)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        rivora_config::parse(text, "test.yaml").expect("valid config")
+    }
+
+    #[test]
+    fn only_ipv4_l3_dsr_vips_need_the_fallback_settings() {
+        let backends = "    backends: [ { address: \"10.0.1.1\", port: 80 } ]\n";
+        let v4 = |mode: &str| {
+            format!(
+                "settings:\n  tunnelSource: {{ ipv4: \"10.0.0.1\", ipv6: \"fd00::1\" }}\nvips:\n  - name: a\n    \
+                 address: \"10.0.0.100\"\n    port: 80\n    protocol: tcp\n    mode: {mode}\n{backends}"
+            )
+        };
+        assert!(needs_ipv4_tunnel_fallback(&config(&v4("dsr-ipip"))));
+        assert!(needs_ipv4_tunnel_fallback(&config(&v4("dsr-gre"))));
+        assert!(!needs_ipv4_tunnel_fallback(&config(&v4("nat"))));
+        let v6 = "settings:\n  tunnelSource: { ipv6: \"fd00::1\" }\nvips:\n  - name: a\n    \
+                  address: \"fd00::100\"\n    port: 80\n    protocol: tcp\n    mode: dsr-ipip\n    \
+                  backends: [ { address: \"fd00:1::1\", port: 80 } ]\n";
+        assert!(!needs_ipv4_tunnel_fallback(&config(v6)));
+    }
+}
