@@ -71,13 +71,7 @@ impl Harness {
     /// Writes the config and starts rivorad on the balancer's client-side
     /// interface.
     fn start(&mut self, vips: &[String]) {
-        let yaml = format!(
-            "settings:\n  tunnelSource: {{ ipv4: {}, ipv6: \"{}\" }}\nvips:\n{}",
-            dsr::TUNNEL_SRC_V4,
-            dsr::TUNNEL_SRC_V6,
-            vips.concat()
-        );
-        std::fs::write(&self.config, yaml).unwrap();
+        std::fs::write(&self.config, config_text(vips)).unwrap();
         let mut d = Rivorad::start(
             &self.lab.lb,
             dsr::LB_IF,
@@ -147,6 +141,49 @@ impl Harness {
         s[0].counters.clone()
     }
 
+    fn status(&self) -> rivora_api::Status {
+        let c = rivora_api::Client::new(&self.socket);
+        self.rt.block_on(c.status()).expect("API status")
+    }
+
+    /// Programs on the balancer interface's TCX egress.
+    fn tcx_egress(&self) -> Vec<u32> {
+        self.lab
+            .lb
+            .within(|| {
+                aya::programs::SchedClassifier::query_tcx(
+                    dsr::LB_IF,
+                    aya::programs::TcAttachType::Egress,
+                )
+                .map(|(_, progs)| progs.iter().map(|p| p.id()).collect::<Vec<_>>())
+                .unwrap_or_default()
+            })
+            .expect("enter lb namespace")
+    }
+
+    /// Rewrites the config (atomically) and waits for the reload.
+    fn reconfigure(&self, vips: &[String]) {
+        let before = self.status().config_generation;
+        let tmp = self.config.with_extension("tmp");
+        std::fs::write(&tmp, config_text(vips)).unwrap();
+        std::fs::rename(&tmp, &self.config).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let s = self.status();
+            if s.config_generation > before {
+                return;
+            }
+            assert!(
+                s.last_reload.ok,
+                "reload rejected: {:?}\n{}",
+                s.last_reload,
+                self.log()
+            );
+            assert!(Instant::now() < deadline, "no reload within 15 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn stats(&self) -> rivora_api::Stats {
         let c = rivora_api::Client::new(&self.socket);
         self.rt.block_on(c.stats()).expect("API stats")
@@ -200,6 +237,15 @@ impl Drop for Harness {
             let _ = std::fs::remove_dir_all(&self.pin_dir);
         }
     }
+}
+
+fn config_text(vips: &[String]) -> String {
+    format!(
+        "settings:\n  tunnelSource: {{ ipv4: {}, ipv6: \"{}\" }}\nvips:\n{}",
+        dsr::TUNNEL_SRC_V4,
+        dsr::TUNNEL_SRC_V6,
+        vips.concat()
+    )
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -365,6 +411,10 @@ fn dsr_l2_backends_on_the_segment_answer_the_client_directly() {
         vip_yaml("dsr4", v4, "dsr", &b4),
         vip_yaml("dsr6", v6, "dsr", &b6),
     ]);
+    // Only DSR VIPs: tc_nat is neither loaded nor attached (the spec).
+    assert_eq!(h.tcx_egress(), Vec::<u32>::new(), "no TCX egress program");
+    let programs: Vec<String> = h.status().programs.into_iter().map(|p| p.name).collect();
+    assert_eq!(programs, ["xdp_ingress"]);
     let paths = count_paths(&h, &[("dsr4", v4), ("dsr6", v6)]);
     for (name, vip) in [("dsr4", v4), ("dsr6", v6)] {
         let r = h.tcp(vip, 20000, CONNECTIONS);
@@ -483,25 +533,39 @@ fn nat_dsr_and_dsr_ipip_vips_side_by_side() {
         IdentityServer::start(nat_ns, "n1", &[SocketAddr::new(dsr::NAT_V4.into(), PORT)]).unwrap(),
     );
     let macs: Vec<String> = (1..=2).map(|i| h.lab.l2_mac(i).unwrap()).collect();
-    h.start(&[
-        vip_yaml("nat", nat, "nat", &[backend_yaml(dsr::NAT_V4.into(), None)]),
-        vip_yaml(
-            "dsr",
-            l2,
-            "dsr",
-            &(1..=2)
-                .map(|i| backend_yaml(dsr::l2_v4(i).into(), Some(&macs[i - 1])))
-                .collect::<Vec<_>>(),
-        ),
-        vip_yaml(
-            "ipip",
-            l3,
-            "dsr-ipip",
-            &(1..=2)
-                .map(|i| backend_yaml(dsr::l3_v4(i).into(), None))
-                .collect::<Vec<_>>(),
-        ),
-    ]);
+    let nat_vip = vip_yaml("nat", nat, "nat", &[backend_yaml(dsr::NAT_V4.into(), None)]);
+    let dsr_vip = vip_yaml(
+        "dsr",
+        l2,
+        "dsr",
+        &(1..=2)
+            .map(|i| backend_yaml(dsr::l2_v4(i).into(), Some(&macs[i - 1])))
+            .collect::<Vec<_>>(),
+    );
+    let ipip_vip = vip_yaml(
+        "ipip",
+        l3,
+        "dsr-ipip",
+        &(1..=2)
+            .map(|i| backend_yaml(dsr::l3_v4(i).into(), None))
+            .collect::<Vec<_>>(),
+    );
+    // Started with DSR VIPs only: no tc_nat. The NAT VIP comes with a
+    // reload, which attaches tc_nat before programming it.
+    h.start(&[dsr_vip.clone(), ipip_vip.clone()]);
+    assert_eq!(
+        h.tcx_egress(),
+        Vec::<u32>::new(),
+        "no TCX egress program yet"
+    );
+    h.reconfigure(&[nat_vip, dsr_vip, ipip_vip]);
+    let tc = h
+        .status()
+        .programs
+        .into_iter()
+        .find(|p| p.name == "tc_nat")
+        .expect("tc_nat listed after the NAT VIP came");
+    assert_eq!(h.tcx_egress(), vec![tc.program_id], "tc_nat on TCX egress");
     let paths = count_paths(&h, &[("nat", nat), ("dsr", l2), ("ipip", l3)]);
     // The three at once, from distinct source-port ranges.
     let (rn, rd, ri) = std::thread::scope(|s| {
