@@ -390,6 +390,14 @@ pub fn attach(
     if dir.join(LINK_PIN).exists() {
         let mut maps = PinnedMaps::open(&dir)?;
         let meta = maps.meta()?;
+        if meta.abi_version != abi::decap::ABI_VERSION {
+            bail!(
+                "{} was attached by a rivora-decap of map layout {} (this one is {}): detach it first",
+                dir.display(),
+                meta.abi_version,
+                abi::decap::ABI_VERSION
+            );
+        }
         if meta.ifindex != 0 && meta.ifindex != ifindex {
             bail!(
                 "{} holds an attachment to ifindex {}, but {interface} is ifindex {ifindex} here \

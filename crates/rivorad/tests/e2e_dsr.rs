@@ -105,10 +105,10 @@ impl Harness {
         }
     }
 
-    /// rivora-decap on every L3 backend's eth0, endpoints = the interface's
-    /// addresses, each with its own pin root (every backend's interface is
-    /// called eth0).
-    fn attach_decap(&mut self) {
+    /// rivora-decap on every L3 backend's eth0 in `mode`, endpoints = the
+    /// interface's addresses, each with its own pin root (every backend's
+    /// interface is called eth0).
+    fn attach_decap(&mut self, mode: AttachMode) {
         for (i, ns) in self.lab.l3.iter().enumerate() {
             let root = self.pin_dir.with_file_name(format!(
                 "{}-decap{}",
@@ -117,10 +117,13 @@ impl Harness {
             ));
             self.decap_roots.push(root.clone());
             let report = ns
-                .within(|| rivora_decap::attach(&root, "eth0", &[], AttachMode::Auto))
+                .within(|| rivora_decap::attach(&root, "eth0", &[], mode))
                 .unwrap()
                 .expect("attach rivora-decap");
             assert!(report.newly_attached);
+            if mode == AttachMode::Skb {
+                assert_eq!(report.mode.as_str(), "skb");
+            }
             assert!(
                 report.addresses.contains(&IpAddr::V4(dsr::l3_v4(i + 1)))
                     && report.addresses.contains(&IpAddr::V6(dsr::l3_v6(i + 1))),
@@ -465,7 +468,7 @@ fn dsr_ipip_and_gre_backends_one_routed_hop_away() {
         ),
     ];
     h.serve_vips(&vips.iter().map(|v| v.1).collect::<Vec<_>>());
-    h.attach_decap();
+    h.attach_decap(AttachMode::Auto);
     let yaml: Vec<String> = vips
         .iter()
         .map(|(name, vip, mode, _)| {
@@ -527,7 +530,7 @@ fn nat_dsr_and_dsr_ipip_vips_side_by_side() {
         ip("10.200.100.12"),
     );
     h.serve_vips(&[l2, l3]);
-    h.attach_decap();
+    h.attach_decap(AttachMode::Auto);
     let nat_ns = h.lab.nat.as_ref().unwrap();
     h.servers.push(
         IdentityServer::start(nat_ns, "n1", &[SocketAddr::new(dsr::NAT_V4.into(), PORT)]).unwrap(),
@@ -609,7 +612,8 @@ fn dsr_ipip_upload_adapts_to_the_smaller_tunnel_path_mtu() {
     );
     let (v4, v6) = (ip("10.200.100.2"), ip("fd00:200:100::2"));
     h.serve_vips(&[v4, v6]);
-    h.attach_decap();
+    // Generic (skb) mode here; the other tests run it in driver mode.
+    h.attach_decap(AttachMode::Skb);
     h.start(&[
         vip_yaml(
             "ipip4",
