@@ -37,6 +37,12 @@ struct rv_abi_all {
 	struct rv_rl_bucket rl_bucket;
 	struct rv_iface iface;
 	struct rv_tunnel_config tunnel_config;
+	struct rv_decap_addr4 decap_addr4;
+	struct rv_decap_addr6 decap_addr6;
+	struct rv_decap_stats decap_stats;
+	struct rv_decap_meta decap_meta;
+	enum rv_decap_consts decap_consts;
+	enum rv_decap_kind decap_kind;
 	enum rv_xdp_mode xdp_mode;
 	enum rv_backend_flags backend_flags;
 	enum rv_abi_consts consts;

@@ -390,4 +390,62 @@ struct rv_drop_stats {
 	__u64 packets;
 };
 
+/*
+ * rivora-decap (bpf/decap.c): the backends' decapsulation program for L3
+ * DSR. Its maps are its own, pinned per interface under the decap pin root
+ * (default /sys/fs/bpf/rivora-decap/IF), never shared with the balancer's:
+ * RV_ABI_VERSION does not cover them, RV_DECAP_ABI_VERSION does.
+ */
+enum rv_decap_consts {
+	/* Bumped on any layout or meaning change of a decap map. */
+	RV_DECAP_ABI_VERSION = 1,
+	/* Local tunnel endpoint addresses per family (decap_addr4/6). */
+	RV_DECAP_MAX_ADDRS = 256,
+};
+
+/* Indices of decap_stats: the tunnel kinds, named like the kernel's
+ * devices that would otherwise terminate them. */
+enum rv_decap_kind {
+	/* IPv4 outer header, protocol 4 (IPv4 inner) or 41 (IPv6 inner). */
+	RV_DECAP_IPIP = 0,
+	/* IPv6 outer header, next header 41 (IPv6 inner) or 4 (IPv4 inner). */
+	RV_DECAP_IP6TNL = 1,
+	/* GRE (protocol 47) over IPv4. */
+	RV_DECAP_GRE = 2,
+	/* GRE (next header 47) over IPv6. */
+	RV_DECAP_GRE6 = 3,
+	RV_DECAP_KIND_COUNT = 4,
+};
+
+/* decap_addr4 key: a local IPv4 tunnel endpoint (value: __u32, unused). */
+struct rv_decap_addr4 {
+	__be32 addr;
+};
+
+/* decap_addr6 key: a local IPv6 tunnel endpoint. */
+struct rv_decap_addr6 {
+	__u8 addr[16];
+};
+
+/* decap_stats value (per CPU), indexed by enum rv_decap_kind. */
+struct rv_decap_stats {
+	__u64 decapsulated; /* outer header(s) removed, inner packet passed up */
+	__u64 passed;       /* not addressed to a listed endpoint, or a GRE
+			     * payload other than IPv4/IPv6: passed untouched */
+	__u64 malformed;    /* addressed to us but truncated, bad outer IPv4
+			     * checksum or lengths, unknown GRE flags or
+			     * version, inner header not the announced IP
+			     * version: passed untouched (the kernel drops it) */
+	__u64 fragments;    /* outer packet is a fragment: XDP cannot
+			     * reassemble, passed untouched */
+};
+
+/* decap_meta value (one entry): written by the attach command. */
+struct rv_decap_meta {
+	__u32 abi_version; /* RV_DECAP_ABI_VERSION of the writer */
+	__u32 ifindex;     /* interface the program is attached to */
+	__u32 xdp_mode;    /* enum rv_xdp_mode */
+	__u32 pad;
+};
+
 #endif /* RIVORA_ABI_H */

@@ -3,7 +3,9 @@
 
 use std::{env, path::PathBuf, process::Command};
 
-const PROGRAMS: &[&str] = &["xdp_ingress", "tc_nat"];
+/// The balancer's two programs, and rivora-decap's (bpf/decap.c), which the
+/// rivora-decap crate embeds from here.
+const PROGRAMS: &[&str] = &["xdp_ingress", "tc_nat", "decap"];
 
 fn main() {
     let bpf_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../bpf");

@@ -483,6 +483,63 @@ pub struct TunnelConfig {
     pub flags: u32,
 }
 
+/// rivora-decap's constants and kinds (`enum rv_decap_consts`,
+/// `enum rv_decap_kind`). Its maps are its own, versioned apart from the
+/// balancer's.
+pub mod decap {
+    /// `RV_DECAP_ABI_VERSION`: layout version of the decap maps.
+    pub const ABI_VERSION: u32 = 1;
+    /// Capacity of each endpoint-address map.
+    pub const MAX_ADDRS: u32 = 256;
+    /// IPv4 outer header, protocol 4 or 41.
+    pub const IPIP: u32 = 0;
+    /// IPv6 outer header, next header 41 or 4.
+    pub const IP6TNL: u32 = 1;
+    /// GRE over IPv4.
+    pub const GRE: u32 = 2;
+    /// GRE over IPv6.
+    pub const GRE6: u32 = 3;
+    /// Number of kinds (length of `decap_stats`).
+    pub const KIND_COUNT: u32 = 4;
+    /// Names of the kinds, indexed by kind (those of the kernel devices
+    /// that would otherwise terminate them).
+    pub const KIND_NAMES: [&str; KIND_COUNT as usize] = ["ipip", "ip6tnl", "gre", "ip6gre"];
+}
+
+/// `struct rv_decap_addr4`: a local IPv4 tunnel endpoint (decap_addr4 key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecapAddr4 {
+    pub addr: u32,
+}
+
+/// `struct rv_decap_addr6`: a local IPv6 tunnel endpoint (decap_addr6 key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecapAddr6 {
+    pub addr: [u8; 16],
+}
+
+/// `struct rv_decap_stats`: per-CPU counters of one tunnel kind.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecapStats {
+    pub decapsulated: u64,
+    pub passed: u64,
+    pub malformed: u64,
+    pub fragments: u64,
+}
+
+/// `struct rv_decap_meta`: what the attach command recorded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecapMeta {
+    pub abi_version: u32,
+    pub ifindex: u32,
+    pub xdp_mode: u32,
+    pub pad: u32,
+}
+
 /// `struct rv_drop_stats`: per-CPU counter of one drop reason.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -521,6 +578,10 @@ pod!(
     RlBucket,
     Iface,
     TunnelConfig,
+    DecapAddr4,
+    DecapAddr6,
+    DecapStats,
+    DecapMeta,
 );
 
 /// One struct's layout as the Rust side sees it: the test compares each
@@ -613,6 +674,18 @@ pub fn layouts() -> Vec<StructLayout> {
         layout!(RlBucket, "rv_rl_bucket", [nanotokens, last_ns]),
         layout!(Iface, "rv_iface", [mac, pad, ifindex]),
         layout!(TunnelConfig, "rv_tunnel_config", [src4, src6, flags]),
+        layout!(DecapAddr4, "rv_decap_addr4", [addr]),
+        layout!(DecapAddr6, "rv_decap_addr6", [addr]),
+        layout!(
+            DecapStats,
+            "rv_decap_stats",
+            [decapsulated, passed, malformed, fragments]
+        ),
+        layout!(
+            DecapMeta,
+            "rv_decap_meta",
+            [abi_version, ifindex, xdp_mode, pad]
+        ),
     ]
 }
 
@@ -683,5 +756,12 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_XDP_MODE_UNKNOWN", xdp_mode::UNKNOWN as i64),
         ("RV_XDP_MODE_NATIVE", xdp_mode::NATIVE as i64),
         ("RV_XDP_MODE_GENERIC", xdp_mode::GENERIC as i64),
+        ("RV_DECAP_ABI_VERSION", decap::ABI_VERSION as i64),
+        ("RV_DECAP_MAX_ADDRS", decap::MAX_ADDRS as i64),
+        ("RV_DECAP_IPIP", decap::IPIP as i64),
+        ("RV_DECAP_IP6TNL", decap::IP6TNL as i64),
+        ("RV_DECAP_GRE", decap::GRE as i64),
+        ("RV_DECAP_GRE6", decap::GRE6 as i64),
+        ("RV_DECAP_KIND_COUNT", decap::KIND_COUNT as i64),
     ]
 }

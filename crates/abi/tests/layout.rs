@@ -174,4 +174,8 @@ fn the_checker_sees_a_real_layout() {
     assert_eq!(c.structs["rv_flow6"].size, 40);
     assert_eq!(c.structs["rv_flow6"].fields["proto"], 36);
     assert_eq!(c.enumerators["RV_MAX_BACKENDS"], 8192);
+    // rivora-decap's layouts are part of the same header and checked alike.
+    assert_eq!(c.structs["rv_decap_stats"].size, 32);
+    assert_eq!(c.structs["rv_decap_stats"].fields["fragments"], 24);
+    assert_eq!(c.enumerators["RV_DECAP_KIND_COUNT"], 4);
 }

@@ -118,6 +118,8 @@ pub struct Attachment {
     pub ifindex: u32,
     /// XDP mode in effect.
     pub xdp_mode: XdpModeActual,
+    /// Whether tc_nat is attached (TCX egress); its IDs are 0 otherwise.
+    pub egress: bool,
     /// Why that mode was chosen (logged by rivorad).
     pub xdp_mode_reason: String,
     /// Kernel ID of the XDP program.
@@ -149,6 +151,12 @@ pub struct AttachOptions {
     pub xdp_mode: XdpModeRequest,
     /// Pin the links so the datapath keeps forwarding while rivorad is down.
     pub persist: bool,
+    /// Load and attach tc_nat (TCX egress) now. Only NAT VIPs need it (it
+    /// puts the VIP back on their replies): a node with only DSR VIPs
+    /// neither loads nor attaches it, and [`Datapath::attach_egress`] adds
+    /// it when the first NAT VIP comes. An egress link pinned by an earlier
+    /// start is taken over whatever this says.
+    pub egress: bool,
 }
 
 /// A link this process keeps: owned ones detach when dropped, pinned ones
@@ -163,6 +171,8 @@ enum HeldLink {
 pub struct Datapath {
     xdp: Ebpf,
     tc: Ebpf,
+    /// tc_nat went through the verifier (it is loaded only when needed).
+    tc_loaded: bool,
     pin_dir: PathBuf,
     attachment: Option<Attachment>,
     links: Vec<HeldLink>,
@@ -205,7 +215,7 @@ impl Datapath {
         // A start that fails from here on must not leave the pins it created
         // (pins it found belong to a running datapath and stay).
         let loaded = (|| -> Result<(Ebpf, Ebpf), Error> {
-            let (mut xdp, mut tc) = match &opts.object_dir {
+            let (mut xdp, tc) = match &opts.object_dir {
                 None => (
                     load(objects::XDP_INGRESS, "xdp_ingress object")?,
                     load(objects::TC_NAT, "tc_nat object")?,
@@ -230,13 +240,8 @@ impl Datapath {
                     source: Box::new(e),
                 })?;
             }
-            {
-                let prog: &mut SchedClassifier = program(&mut tc, "tc_nat")?;
-                prog.load().map_err(|e| Error::Program {
-                    name: "tc_nat",
-                    source: Box::new(e),
-                })?;
-            }
+            // tc_nat is parsed (its maps are the same pins) but loaded
+            // only when attached: see AttachOptions::egress.
             Ok((xdp, tc))
         })();
         let (mut xdp, tc) = match loaded {
@@ -263,6 +268,7 @@ impl Datapath {
         let datapath = Datapath {
             xdp,
             tc,
+            tc_loaded: false,
             pin_dir: opts.pin_dir.clone(),
             attachment: None,
             links: Vec::new(),
@@ -369,9 +375,84 @@ impl Datapath {
         };
         let (xdp_program_id, xdp_loaded_at_unix) = prog_facts(xdp.info());
 
-        // TCX egress
+        let xdp_link_id = xdp_link.info().map(|i| i.id()).unwrap_or(0);
+        self.links
+            .push(hold(xdp_link, &xdp_pin, opts.persist, xdp_replaced)?);
+
+        // TCX egress: for NAT VIPs, or an earlier start's pinned link.
+        let tc = if opts.egress || tc_pin.exists() {
+            Some(self.attach_tc(interface, opts.persist)?)
+        } else {
+            None
+        };
+        if opts.persist && !xdp_replaced {
+            record_xdp_mode(&self.pin_dir, mode)?;
+        }
+        let t = tc.unwrap_or_default();
+        self.attachment = Some(Attachment {
+            interface: interface.to_string(),
+            ifindex,
+            xdp_mode: mode,
+            egress: tc.is_some(),
+            xdp_mode_reason: reason,
+            xdp_program_id,
+            tc_program_id: t.program_id,
+            xdp_link_id,
+            tc_link_id: t.link_id,
+            replaced_pinned_links: xdp_replaced || t.replaced,
+            persistent: opts.persist,
+            xdp_loaded_at_unix,
+            tc_loaded_at_unix: t.loaded_at_unix,
+        });
+        Ok(self.attachment.as_ref().unwrap())
+    }
+
+    /// Loads and attaches tc_nat (TCX egress) to the attached interface,
+    /// if it is not yet: what a node that started with only DSR VIPs needs
+    /// before its first NAT VIP is programmed. Pinned like the XDP link
+    /// when the datapath is persistent.
+    pub fn attach_egress(&mut self) -> Result<&Attachment, Error> {
+        let (interface, persist) = match &self.attachment {
+            None => return Err(Error::Invalid("attach_egress before attach".into())),
+            Some(a) if a.egress => return Ok(self.attachment.as_ref().unwrap()),
+            Some(a) => (a.interface.clone(), a.persistent),
+        };
+        let t = self.attach_tc(&interface, persist)?;
+        let a = self.attachment.as_mut().expect("checked above");
+        a.egress = true;
+        a.tc_program_id = t.program_id;
+        a.tc_link_id = t.link_id;
+        a.tc_loaded_at_unix = t.loaded_at_unix;
+        Ok(a)
+    }
+
+    fn load_tc(&mut self) -> Result<(), Error> {
+        if !self.tc_loaded {
+            let prog: &mut SchedClassifier = program(&mut self.tc, "tc_nat")?;
+            prog.load().map_err(|e| Error::Program {
+                name: "tc_nat",
+                source: Box::new(e),
+            })?;
+            self.tc_loaded = true;
+        }
+        Ok(())
+    }
+
+    /// Loads tc_nat if needed and attaches it to `interface`'s TCX egress,
+    /// onto the pinned link when an earlier start left one.
+    fn attach_tc(&mut self, interface: &str, persist: bool) -> Result<TcAttached, Error> {
+        self.load_tc()?;
+        let tc_pin = self
+            .pin_dir
+            .join(format!("{}{interface}", LINK_PIN_PREFIXES[1]));
+        let attach_err = |what: String| {
+            move |e: aya::programs::ProgramError| Error::Attach {
+                what,
+                source: Box::new(e),
+            }
+        };
         let tc: &mut SchedClassifier = program(&mut self.tc, "tc_nat")?;
-        let (tc_link, tc_replaced) = if tc_pin.exists() {
+        let (tc_link, replaced) = if tc_pin.exists() {
             let old = open_pinned(&tc_pin)?;
             let link = SchedClassifierLink::try_from(old).map_err(|e| link_err(&tc_pin, e))?;
             let id = tc.attach_to_link(link).map_err(attach_err(format!(
@@ -399,51 +480,15 @@ impl Datapath {
                 .map_err(|e| link_err(&tc_pin, e))?;
             (link, false)
         };
-        let (tc_program_id, tc_loaded_at_unix) = prog_facts(tc.info());
-
-        let xdp_link_id = xdp_link.info().map(|i| i.id()).unwrap_or(0);
-        let tc_link_id = tc_link.info().map(|i| i.id()).unwrap_or(0);
-        for (link, pin, replaced) in [
-            (xdp_link, &xdp_pin, xdp_replaced),
-            (tc_link, &tc_pin, tc_replaced),
-        ] {
-            let held = match (opts.persist, replaced) {
-                // Already pinned: our fd is an extra reference.
-                (true, true) => HeldLink::Owned(link),
-                (true, false) => HeldLink::Pinned(link.pin(pin).map_err(|e| Error::Io {
-                    what: format!("pin link {}", pin.display()),
-                    source: std::io::Error::other(e.to_string()),
-                })?),
-                (false, true) => {
-                    // Not persistent: drop the pin so the link dies with us.
-                    std::fs::remove_file(pin).map_err(|e| Error::Io {
-                        what: format!("unpin link {}", pin.display()),
-                        source: e,
-                    })?;
-                    HeldLink::Owned(link)
-                }
-                (false, false) => HeldLink::Owned(link),
-            };
-            self.links.push(held);
-        }
-        if opts.persist && !xdp_replaced {
-            record_xdp_mode(&self.pin_dir, mode)?;
-        }
-        self.attachment = Some(Attachment {
-            interface: interface.to_string(),
-            ifindex,
-            xdp_mode: mode,
-            xdp_mode_reason: reason,
-            xdp_program_id,
-            tc_program_id,
-            xdp_link_id,
-            tc_link_id,
-            replaced_pinned_links: xdp_replaced || tc_replaced,
-            persistent: opts.persist,
-            xdp_loaded_at_unix,
-            tc_loaded_at_unix,
-        });
-        Ok(self.attachment.as_ref().unwrap())
+        let (program_id, loaded_at_unix) = prog_facts(tc.info());
+        let link_id = tc_link.info().map(|i| i.id()).unwrap_or(0);
+        self.links.push(hold(tc_link, &tc_pin, persist, replaced)?);
+        Ok(TcAttached {
+            program_id,
+            link_id,
+            loaded_at_unix,
+            replaced,
+        })
     }
 
     /// Runs xdp_ingress once on `frame` (BPF_PROG_TEST_RUN): the verdict and
@@ -480,6 +525,7 @@ impl Datapath {
 
     /// Runs tc_nat once on `frame`: the TCX verdict and the resulting frame.
     pub fn run_tc(&mut self, frame: &[u8]) -> Result<(i32, Vec<u8>), Error> {
+        self.load_tc()?;
         let prog: &mut SchedClassifier = program(&mut self.tc, "tc_nat")?;
         run(prog, frame).map(|(v, out)| (v as i32, out))
     }
@@ -490,6 +536,39 @@ impl Datapath {
     pub fn unpin_all(&self) -> Result<(), Error> {
         remove_pins(&self.pin_dir)
     }
+}
+
+/// What attaching tc_nat produced.
+#[derive(Clone, Copy, Debug, Default)]
+struct TcAttached {
+    program_id: u32,
+    link_id: u32,
+    loaded_at_unix: u64,
+    /// Swapped into a pinned link an earlier start left.
+    replaced: bool,
+}
+
+/// Keeps `link`: pinned at `pin` when `persist` (already pinned when
+/// `replaced`), otherwise owned, and any old pin removed so the link dies
+/// with this process.
+fn hold(link: FdLink, pin: &Path, persist: bool, replaced: bool) -> Result<HeldLink, Error> {
+    Ok(match (persist, replaced) {
+        // Already pinned: our fd is an extra reference.
+        (true, true) => HeldLink::Owned(link),
+        (true, false) => HeldLink::Pinned(link.pin(pin).map_err(|e| Error::Io {
+            what: format!("pin link {}", pin.display()),
+            source: std::io::Error::other(e.to_string()),
+        })?),
+        (false, true) => {
+            // Not persistent: drop the pin so the link dies with us.
+            std::fs::remove_file(pin).map_err(|e| Error::Io {
+                what: format!("unpin link {}", pin.display()),
+                source: e,
+            })?;
+            HeldLink::Owned(link)
+        }
+        (false, false) => HeldLink::Owned(link),
+    })
 }
 
 /// Kernel id and load time (Unix seconds) of a loaded program.

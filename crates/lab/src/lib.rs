@@ -13,6 +13,8 @@
 //! * [`Netns`]: one namespace; run/spawn commands and threads inside it.
 //! * [`link`]: veth, bridge, address, route and offload helpers.
 //! * [`Topology`]: the standard client -- lb -- backends lab.
+//! * [`dsr::DsrLab`]: client segment, L2 and routed L3 DSR backends, a NAT
+//!   backend; DSR replies bypass the balancer.
 //! * [`traffic`]: [`IdentityServer`], [`tcp_round`], [`udp_round`].
 //! * [`streams`]: long-running [`LongLivedTcp`], [`ConnectionChurn`] and
 //!   [`UdpSequence`] traffic for restart and outage tests.
@@ -21,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod demo;
+pub mod dsr;
 pub mod link;
 pub mod netns;
 pub mod rivorad;

@@ -125,6 +125,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         interface: interface.clone(),
         xdp_mode: request,
         persist: args.persist_datapath,
+        // tc_nat only for NAT VIPs (the forwarding-modes spec: a node with
+        // only DSR VIPs does not load it); a reload adds it when needed.
+        egress: has_nat_vip(&specs),
     };
     let attachment = match datapath.attach(&attach) {
         Ok(a) => a.clone(),
@@ -190,28 +193,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             started_at_unix: started,
             persist_datapath: attachment.persistent,
             start: start_summary,
-            programs: vec![
-                ProgramInfo {
-                    name: "xdp_ingress".into(),
-                    attach: format!(
-                        "xdp {} on {}",
-                        attachment.xdp_mode.as_str(),
-                        attachment.interface
-                    ),
-                    program_id: attachment.xdp_program_id,
-                    link_id: Some(attachment.xdp_link_id),
-                    link_pinned: attachment.persistent,
-                    loaded_at_unix: attachment.xdp_loaded_at_unix,
-                },
-                ProgramInfo {
-                    name: "tc_nat".into(),
-                    attach: format!("tcx egress on {}", attachment.interface),
-                    program_id: attachment.tc_program_id,
-                    link_id: Some(attachment.tc_link_id),
-                    link_pinned: attachment.persistent,
-                    loaded_at_unix: attachment.tc_loaded_at_unix,
-                },
-            ],
+            programs: programs(&attachment),
         },
     }));
 
@@ -257,7 +239,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 info!("SIGHUP: re-reading {}", config_path.display());
-                reload(&mut watch, &shared, true);
+                reload(&mut watch, &shared, &mut datapath, true);
             }
             _ = tick.tick() => {
                 match shared.lock().expect("state lock").dataplane.release_retired() {
@@ -267,7 +249,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 if watch.changed() {
                     info!("{} changed: re-reading", config_path.display());
-                    reload(&mut watch, &shared, false);
+                    reload(&mut watch, &shared, &mut datapath, false);
                 }
             }
         }
@@ -402,12 +384,67 @@ fn uninstall(pin_dir: &Path) -> anyhow::Result<()> {
 
 /// Re-reads the file and applies it. Anything invalid leaves the running
 /// configuration untouched and is logged and reported in the API status.
-fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
+/// Whether any VIP of `specs` is a NAT VIP (whose replies need tc_nat).
+fn has_nat_vip(specs: &[rivora_dataplane::VipSpec]) -> bool {
+    specs.iter().any(|s| s.mode == rivora_dataplane::Mode::Nat)
+}
+
+/// The programs as the API shows them: xdp_ingress, and tc_nat when it is
+/// attached.
+fn programs(a: &rivora_dataplane::Attachment) -> Vec<ProgramInfo> {
+    let mut v = vec![ProgramInfo {
+        name: "xdp_ingress".into(),
+        attach: format!("xdp {} on {}", a.xdp_mode.as_str(), a.interface),
+        program_id: a.xdp_program_id,
+        link_id: Some(a.xdp_link_id),
+        link_pinned: a.persistent,
+        loaded_at_unix: a.xdp_loaded_at_unix,
+    }];
+    if a.egress {
+        v.push(ProgramInfo {
+            name: "tc_nat".into(),
+            attach: format!("tcx egress on {}", a.interface),
+            program_id: a.tc_program_id,
+            link_id: Some(a.tc_link_id),
+            link_pinned: a.persistent,
+            loaded_at_unix: a.tc_loaded_at_unix,
+        });
+    }
+    v
+}
+
+fn reload(
+    watch: &mut ConfigWatch,
+    shared: &Arc<Mutex<Shared>>,
+    datapath: &mut Datapath,
+    forced: bool,
+) {
     let mut s = shared.lock().expect("state lock");
     let outcome = match watch.read_and_parse() {
         Err(e) => Err(e.to_string()),
         Ok((_, text)) if !forced && watch.is_applied(&text) => return,
+        Ok((config, _))
+            if has_nat_vip(&desired::from_config(&config))
+                && datapath.attachment().is_some_and(|a| !a.egress)
+                && let Err(e) = datapath.attach_egress() =>
+        {
+            // Without tc_nat a NAT VIP's replies would leave with the
+            // backend's address: keep the running configuration.
+            Err(format!(
+                "the first NAT VIP needs tc_nat (TCX egress), which failed to attach: {e}"
+            ))
+        }
         Ok((config, text)) => {
+            if let Some(a) = datapath.attachment().filter(|a| a.egress)
+                && s.status.programs.iter().all(|p| p.name != "tc_nat")
+            {
+                info!(
+                    tc_prog_id = a.tc_program_id,
+                    tc_link_id = a.tc_link_id,
+                    "tc_nat attached for the first NAT VIP"
+                );
+                s.status.programs = programs(a);
+            }
             let existed_before: BTreeSet<BackendKey> =
                 s.dataplane.backends().map(|b| b.key).collect();
             let interface = s.status.interface.clone();
