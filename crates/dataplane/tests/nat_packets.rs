@@ -661,3 +661,36 @@ fn an_evicted_reverse_entry_is_recreated_in_the_flows_next_tick() {
     assert_ne!(rechecked.nat_checked, stale, "the check moved to this tick");
     assert_eq!(rechecked.backend_id, aff.backend_id);
 }
+
+/// A removed VIP's established flows stop at once: their packets pass to
+/// the kernel untouched, like traffic to any address that is not a VIP,
+/// while the affinity entries they leave behind age out; a VIP added with
+/// the same backends works.
+#[test]
+fn a_removed_vips_flows_stop_at_once() {
+    let mut r = rig("natremoved");
+    r.dataplane
+        .apply(&[
+            vip("web4", VIP4, 80, proto::TCP, backends4()),
+            vip("alt4", VIP4, 81, proto::TCP, backends4()),
+        ])
+        .unwrap();
+    let req = FrameSpec::new(CLIENT4, 40002, VIP4, 80, proto::TCP);
+    let chosen = round_trip(&mut r, &req, &backends4());
+    assert_eq!(round_trip(&mut r, &req, &backends4()), chosen);
+
+    r.dataplane
+        .apply(&[vip("api4", VIP4, 443, proto::TCP, backends4())])
+        .unwrap();
+    assert_eq!(
+        r.dataplane.maps().affinity.keys().count(),
+        1,
+        "the flow's affinity entry is still there"
+    );
+    let frame = req.build();
+    let (verdict, out) = r.datapath.run_xdp(&frame).unwrap();
+    assert_eq!(verdict, XDP_PASS, "no longer a VIP: handed to the kernel");
+    assert_eq!(out, frame, "untouched");
+    let api = FrameSpec::new(CLIENT4, 40003, VIP4, 443, proto::TCP);
+    round_trip(&mut r, &api, &backends4());
+}
