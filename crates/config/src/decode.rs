@@ -574,7 +574,7 @@ impl Decoder {
             Some(n) => {
                 let p = join(path, "password");
                 match n.kind() {
-                    Kind::Str(text) if text.is_empty() => {
+                    Kind::Str("") => {
                         self.error(
                             &p,
                             n.pos,
