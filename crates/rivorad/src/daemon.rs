@@ -16,7 +16,7 @@ use tracing::{error, info, warn};
 
 use crate::source::{Shared, StateSource};
 use crate::watch::ConfigWatch;
-use crate::{Args, XdpModeArg, desired, health};
+use crate::{Args, XdpModeArg, announce, desired, health};
 use rivora_dataplane::BackendKey;
 use rivora_health::Prober;
 
@@ -212,7 +212,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 },
             ],
         },
+        announcer: announce::Announcer::default(),
     }));
+    // BGP sessions and ARP/NDP answers: only once the datapath forwards.
+    announce::reconfigure(&shared, &config, &interface).await;
 
     let socket = rivora_api::bind(&args.api_socket)
         .with_context(|| format!("API socket {}", args.api_socket.display()))?;
@@ -256,22 +259,34 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 info!("SIGHUP: re-reading {}", config_path.display());
-                reload(&mut watch, &shared, true);
+                if let Some(config) = reload(&mut watch, &shared, true) {
+                    announce::reconfigure(&shared, &config, &interface).await;
+                }
             }
             _ = tick.tick() => {
-                match shared.lock().expect("state lock").dataplane.release_retired() {
-                    Ok(0) => {}
-                    Ok(n) => info!("released {n} retired backend(s) after the retire grace"),
-                    Err(e) => error!("releasing retired backends: {e}"),
+                {
+                    let mut s = shared.lock().expect("state lock");
+                    match s.dataplane.release_retired() {
+                        Ok(0) => {}
+                        Ok(n) => info!("released {n} retired backend(s) after the retire grace"),
+                        Err(e) => error!("releasing retired backends: {e}"),
+                    }
+                    let Shared { dataplane, announcer, .. } = &mut *s;
+                    announcer.refresh(dataplane);
                 }
                 if watch.changed() {
                     info!("{} changed: re-reading", config_path.display());
-                    reload(&mut watch, &shared, false);
+                    if let Some(config) = reload(&mut watch, &shared, false) {
+                        announce::reconfigure(&shared, &config, &interface).await;
+                    }
                 }
             }
         }
     }
 
+    // Withdraw the routes (Cease) while the datapath still forwards, so
+    // routers move the traffic away before it stops being served here.
+    announce::shutdown(&shared).await;
     let _ = stop_tx.send(true);
     if let Some(m) = metrics {
         let _ = tokio::time::timeout(Duration::from_secs(3), m).await;
@@ -362,6 +377,12 @@ async fn apply_transitions(
             }
             Err(e) => error!(backend = %t.key, "recording a health verdict: {e}"),
         }
+        let Shared {
+            dataplane,
+            announcer,
+            ..
+        } = &mut *s;
+        announcer.refresh(dataplane);
     }
 }
 
@@ -390,13 +411,20 @@ fn uninstall(pin_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Re-reads the file and applies it. Anything invalid leaves the running
-/// configuration untouched and is logged and reported in the API status.
-fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
+/// Re-reads the file and applies it to the datapath; returns the applied
+/// configuration, for the announcements. Anything invalid leaves the
+/// running configuration untouched and is logged and reported in the API
+/// status.
+fn reload(
+    watch: &mut ConfigWatch,
+    shared: &Arc<Mutex<Shared>>,
+    forced: bool,
+) -> Option<rivora_config::Config> {
     let mut s = shared.lock().expect("state lock");
+    let mut applied = None;
     let outcome = match watch.read_and_parse() {
         Err(e) => Err(e.to_string()),
-        Ok((_, text)) if !forced && watch.is_applied(&text) => return,
+        Ok((_, text)) if !forced && watch.is_applied(&text) => return None,
         Ok((config, text)) => {
             let existed_before: BTreeSet<BackendKey> =
                 s.dataplane.backends().map(|b| b.key).collect();
@@ -407,6 +435,7 @@ fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
                         dataplane, prober, ..
                     } = &mut *s;
                     update_probes(&config, dataplane, prober, &existed_before);
+                    applied = Some(config);
                     Ok(report)
                 }
                 Err(e) => Err(e.to_string()),
@@ -438,6 +467,7 @@ fn reload(watch: &mut ConfigWatch, shared: &Arc<Mutex<Shared>>, forced: bool) {
             }
         }
     };
+    applied
 }
 
 /// Full NAT hands rewritten packets to the kernel to route: without IP
