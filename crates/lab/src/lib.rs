@@ -13,6 +13,8 @@
 //! * [`Netns`]: one namespace; run/spawn commands and threads inside it.
 //! * [`link`]: veth, bridge, address, route and offload helpers.
 //! * [`Topology`]: the standard client -- lb -- backends lab.
+//! * [`segment::Segment`]: the balancer on a shared L2 segment with a
+//!   client and a router (ARP/NDP and BGP announcement tests).
 //! * [`traffic`]: [`IdentityServer`], [`tcp_round`], [`udp_round`].
 //! * [`streams`]: long-running [`LongLivedTcp`], [`ConnectionChurn`] and
 //!   [`UdpSequence`] traffic for restart and outage tests.
@@ -24,6 +26,7 @@ pub mod demo;
 pub mod link;
 pub mod netns;
 pub mod rivorad;
+pub mod segment;
 pub mod streams;
 mod sys;
 pub mod topology;
