@@ -660,7 +660,20 @@ fn a_wrong_md5_password_keeps_the_session_down_and_says_why() {
     lab.start();
     bird.wait_routes("the routes", Duration::from_secs(30), |r| r.len() == 3);
 
+    // The segment client routes the VIPs to the lb statically: its traffic
+    // does not depend on BGP, so it shows whether restarting the speaker
+    // disturbs the datapath.
+    link::route(&lab.seg.client, "10.200.100.0/24", &SEG_LB_V4.to_string()).unwrap();
+    let before = lab.tcp(&lab.seg.client, WEB4, 50);
+    assert_all_ok(&before, "static client before the change", &lab.log());
+
     lab.reload(&bgp_config("not-the-password", true));
+    let during = lab.tcp(&lab.seg.client, WEB4, 100);
+    assert_all_ok(
+        &during,
+        "static client around the speaker restart",
+        &lab.log(),
+    );
     // The old speaker withdraws and leaves; the new one cannot connect.
     wait_for("the session to go down", Duration::from_secs(10), || {
         if !bird.established() && bird.routes().is_empty() {
