@@ -7,6 +7,13 @@
 //! ```yaml
 //! settings:                 # optional
 //!   synRateLimit: { rate: 50, burst: 100 }  # node-wide default for TCP VIPs
+//! bgp:                      # optional: announce VIPs with healthy backends
+//!   localAS: 65010
+//!   routerID: 192.0.2.2
+//!   peers:
+//!     - { address: 192.0.2.1, as: 65000, port: 179, password: "x", holdTime: 90,
+//!         nextHop: { ipv4: 192.0.2.2, ipv6: "2001:db8::2" }, localAddress: 192.0.2.2 }
+//! l2Announce: { interface: eth0, announceInterval: 60s }  # optional: ARP/NDP
 //! vips:
 //!   - name: web             # required, unique, [a-z0-9][a-z0-9-_.]{0,62}
 //!     address: 10.200.100.1 # IPv4 or IPv6, no prefix length
@@ -15,6 +22,8 @@
 //!     mode: nat             # nat | dsr | dsr-ipip | dsr-gre (default nat)
 //!     sessionAffinity: none # none | clientIP (default none)
 //!     synRateLimit: { rate: 100, burst: 200 }  # TCP only; SYNs/s per source
+//!     advertise: true       # announce it (BGP, ARP/NDP); default true
+//!     communities: ["65010:100"]  # on its BGP route
 //!     backends:             # optional, may be empty
 //!       - address: 10.200.1.11      # same family as the VIP
 //!         port: 8080                # default: the VIP's port (single-port
