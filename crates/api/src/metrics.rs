@@ -119,7 +119,7 @@ pub struct MetricsSnapshot {
 /// alerted on.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BgpPeerMetrics {
-    /// The peer's address (label `peer`).
+    /// The peer's `address:port` (label `peer`; `[v6]:port` for IPv6).
     pub peer: String,
     /// The peer's AS (label `peer_as`).
     pub peer_as: u32,

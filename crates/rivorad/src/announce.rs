@@ -274,24 +274,25 @@ impl Announcer {
         status
     }
 
-    /// Prometheus view: per peer (address, AS, established, prefixes sent).
+    /// Prometheus view: per peer (`address:port`, AS, established,
+    /// prefixes sent).
     pub fn peer_metrics(&self) -> Vec<(String, u32, bool, u64)> {
-        self.speaker
-            .as_ref()
-            .map(|s| {
-                s.peers()
-                    .into_iter()
-                    .map(|p| {
-                        (
-                            p.address.to_string(),
-                            p.remote_as,
-                            p.state == "Established",
-                            p.prefixes_sent as u64,
-                        )
-                    })
-                    .collect()
+        let (Some(cfg), Some(speaker)) = (&self.bgp_config, &self.speaker) else {
+            return Vec::new();
+        };
+        speaker
+            .peers()
+            .into_iter()
+            .zip(&cfg.peers)
+            .map(|(p, c)| {
+                (
+                    std::net::SocketAddr::new(p.address, c.port).to_string(),
+                    p.remote_as,
+                    p.state == "Established",
+                    p.prefixes_sent as u64,
+                )
             })
-            .unwrap_or_default()
+            .collect()
     }
 }
 
@@ -323,7 +324,8 @@ pub async fn reconfigure(shared: &Arc<Mutex<Shared>>, config: &Config, default_i
         } else {
             None
         };
-        let l2_changed = a.l2_config != want_l2;
+        // Also retry a responder that could not start last time.
+        let l2_changed = a.l2_config != want_l2 || (want_l2.is_some() && a.responder.is_none());
         (old_speaker, l2_changed)
     };
 
@@ -354,7 +356,11 @@ pub async fn reconfigure(shared: &Arc<Mutex<Shared>>, config: &Config, default_i
         let a = &mut s.announcer;
         match started {
             Ok(new) => {
+                // Its VIPs before the old one stops: no gap in answering.
                 if let Some(r) = &new {
+                    if let Err(e) = r.set_vips(l2_vips.clone()) {
+                        warn!("L2 speaker: {e}");
+                    }
                     r.set_active(true);
                 }
                 old_responder = std::mem::replace(&mut a.responder, new);

@@ -290,7 +290,13 @@ impl Lab {
             &self.pin_dir,
             &self.socket,
             &self.work,
-            &["--config-poll-ms", "100"],
+            // Loopback of the lb namespace: no clash between parallel tests.
+            &[
+                "--config-poll-ms",
+                "100",
+                "--metrics-listen",
+                "127.0.0.1:9469",
+            ],
         )
         .expect("start rivorad");
         d.wait_ready(&self.socket, Duration::from_secs(30))
@@ -339,6 +345,26 @@ impl Lab {
                 Err(self.log())
             }
         });
+    }
+
+    /// The Prometheus text from rivorad's metrics endpoint.
+    fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        self.seg
+            .lb
+            .within(|| {
+                let mut s = std::net::TcpStream::connect("127.0.0.1:9469").expect("metrics");
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                write!(
+                    s,
+                    "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                )
+                .unwrap();
+                let mut out = String::new();
+                s.read_to_string(&mut out).unwrap();
+                out
+            })
+            .expect("enter lb namespace")
     }
 
     fn tcp(&self, from: &Netns, vip: &str, count: usize) -> RoundReport {
@@ -413,8 +439,8 @@ const L2_DARK: &str = "10.200.0.101";
 #[test]
 fn l2_client_reaches_vips_answered_by_arp_and_ndp() {
     let mut lab = Lab::new("l2a");
-    let config = |with_v6: bool| {
-        let mut s = String::from("l2Announce: { announceInterval: 5s }\nvips:\n");
+    let config_on = |iface: &str, with_v6: bool| {
+        let mut s = format!("l2Announce: {{ announceInterval: 5s{iface} }}\nvips:\n");
         s.push_str(&vip("l2v4", L2_V4, &[1, 2], ""));
         if with_v6 {
             s.push_str(&vip("l2v6", L2_V6, &[1, 2], ""));
@@ -422,6 +448,7 @@ fn l2_client_reaches_vips_answered_by_arp_and_ndp() {
         s.push_str(&vip("dark", L2_DARK, &[1], "    advertise: false\n"));
         s
     };
+    let config = |with_v6: bool| config_on("", with_v6);
     lab.write_config(&config(true));
     lab.start();
 
@@ -471,11 +498,53 @@ fn l2_client_reaches_vips_answered_by_arp_and_ndp() {
 
     // Reload without the IPv6 VIP: the responder drops it.
     lab.reload(&config(false));
-    let sp = lab.speaker();
-    let listed: Vec<&str> = sp.vips.iter().map(|v| v.address.as_str()).collect();
-    assert_eq!(listed, [L2_V4], "{sp:?}");
+    wait_for(
+        "the responder without the IPv6 VIP",
+        Duration::from_secs(5),
+        || {
+            let sp = lab.speaker();
+            let listed: Vec<&str> = sp.vips.iter().map(|v| v.address.as_str()).collect();
+            if listed == [L2_V4] {
+                Ok(())
+            } else {
+                Err(format!("{sp:?}"))
+            }
+        },
+    );
     let again = lab.tcp(&lab.seg.client, L2_V4, 50);
     assert_all_ok(&again, "IPv4 VIP after the reload", &lab.log());
+
+    // An interface that does not exist: the error is shown and the running
+    // responder keeps answering; once the interface exists, the next
+    // reload starts the responder there.
+    lab.reload(&config_on(", interface: late0", false));
+    let sp = wait_for("the responder error", Duration::from_secs(5), || {
+        let sp = lab.speaker();
+        if sp.error.is_some() {
+            Ok(sp)
+        } else {
+            Err(format!("{sp:?}"))
+        }
+    });
+    assert_eq!(sp.interface.as_deref(), Some("eth0"), "{sp:?}");
+    assert!(sp.active && sp.vips.len() == 1, "{sp:?}");
+    let err = sp.error.unwrap_or_default();
+    assert!(err.contains("late0"), "{err}");
+    eprintln!("responder on a missing interface: {err}");
+    link::veth(&lab.seg.lb, "late0", &lab.seg.switch, "late1").unwrap();
+    link::up(&lab.seg.lb, "late0").unwrap();
+    lab.reload(&config_on(", interface: late0", true));
+    // The reload is counted before the announcements are reconfigured.
+    let sp = wait_for("the responder on late0", Duration::from_secs(5), || {
+        let sp = lab.speaker();
+        if sp.interface.as_deref() == Some("late0") && sp.vips.len() == 2 {
+            Ok(sp)
+        } else {
+            Err(format!("{sp:?}"))
+        }
+    });
+    assert_eq!(sp.error, None);
+    assert!(sp.active && sp.vips.iter().all(|v| v.answering), "{sp:?}");
     assert!(lab.stop(), "rivorad exits cleanly:\n{}", lab.log());
 }
 
@@ -573,7 +642,29 @@ fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
     assert_eq!(b.peers[0].state, "Established", "{b:?}");
     assert_eq!(b.peers[0].prefixes_sent, 3, "{b:?}");
     let prefixes: Vec<&str> = b.routes.iter().map(|r| r.prefix.as_str()).collect();
-    assert_eq!(prefixes.len(), 3, "{b:?}");
+    assert_eq!(
+        prefixes,
+        [WEB4, SOLO4, WEB6].map(|a| if a.contains(':') {
+            format!("{a}/128")
+        } else {
+            format!("{a}/32")
+        }),
+        "{b:?}"
+    );
+    let web4_route = &b.routes[0];
+    assert_eq!(web4_route.vips, ["web4"]);
+    assert_eq!(
+        web4_route.communities,
+        [format!("{OUR_AS}:100"), format!("{OUR_AS}:200")]
+    );
+    let m = lab.metrics();
+    let peer = format!("peer=\"{SEG_ROUTER_V4}:179\",peer_as=\"{ROUTER_AS}\"");
+    for line in [
+        format!("rivora_bgp_peer_established{{{peer}}} 1"),
+        format!("rivora_bgp_peer_prefixes_advertised{{{peer}}} 3"),
+    ] {
+        assert!(m.contains(&line), "no `{line}` in the metrics:\n{m}");
+    }
 
     // (b) the client behind the router, over real TCP.
     for v in [WEB4, WEB6, SOLO4] {
