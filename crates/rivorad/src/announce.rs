@@ -6,7 +6,9 @@
 //!
 //! * BGP: a host route (/32, /128) for each VIP address that has at least
 //!   one VIP with `advertise` on and at least one backend in state
-//!   *healthy* on this node. A draining backend (operator drain, or one
+//!   *healthy* on this node (with a health check: once its first probe
+//!   has decided, so a new VIP is not announced before it is known to
+//!   work). A draining backend (operator drain, or one
 //!   that left the config and is retiring) and a down backend do not
 //!   count: such a VIP takes no new flows here, so this node should not
 //!   attract them. The route's communities are the union of the
@@ -30,6 +32,7 @@ use rivora_api::{BgpPeerInfo, BgpRouteInfo, BgpStatus, SpeakerStatus, SpeakerVip
 use rivora_bgp::{PeerConfig, Prefix, RouteAttrs, Speaker, SpeakerConfig};
 use rivora_config::Config;
 use rivora_dataplane::{BackendKey, Dataplane};
+use rivora_health::Prober;
 use rivora_speaker::{Responder, ResponderOptions};
 use tracing::{error, info, warn};
 
@@ -112,13 +115,28 @@ fn l2_vips(config: &Config) -> BTreeSet<IpAddr> {
 
 /// The BGP routes the dataplane's state calls for, with the VIPs behind
 /// each.
+///
+/// Healthy means: state healthy in the dataplane and, for a backend with
+/// a health check, probes that say up. The second part keeps a new
+/// backend whose first probe is still pending from attracting traffic, and
+/// closes the window between a failed probe and its verdict reaching the
+/// dataplane.
 fn desired_routes(
     dp: &Dataplane,
+    prober: &Prober<BackendKey>,
     policy: &BTreeMap<String, VipPolicy>,
 ) -> BTreeMap<Prefix, (RouteAttrs, Vec<String>)> {
+    let probes: BTreeMap<BackendKey, Option<bool>> = prober
+        .snapshot()
+        .into_iter()
+        .map(|(k, st)| (k, st.up))
+        .collect();
     let healthy: BTreeSet<BackendKey> = dp
         .backends()
-        .filter(|b| b.state == backend_state::HEALTHY)
+        .filter(|b| {
+            b.state == backend_state::HEALTHY
+                && probes.get(&b.key).is_none_or(|up| *up == Some(true))
+        })
         .map(|b| b.key)
         .collect();
     routes_for(
@@ -164,12 +182,12 @@ fn routes_for<'a>(
 impl Announcer {
     /// Recomputes the BGP routes from the dataplane's backend states and
     /// hands them to the speaker (a no-op when nothing changed).
-    pub fn refresh(&mut self, dp: &Dataplane) {
+    pub fn refresh(&mut self, dp: &Dataplane, prober: &Prober<BackendKey>) {
         let Some(speaker) = &self.speaker else {
             self.announced.clear();
             return;
         };
-        let want = desired_routes(dp, &self.policy);
+        let want = desired_routes(dp, prober, &self.policy);
         let routes: BTreeMap<Prefix, RouteAttrs> =
             want.iter().map(|(p, (a, _))| (*p, a.clone())).collect();
         let before: BTreeSet<Prefix> = self.announced.keys().copied().collect();
@@ -384,6 +402,7 @@ pub async fn reconfigure(shared: &Arc<Mutex<Shared>>, config: &Config, default_i
     let mut s = shared.lock().expect("state lock");
     let Shared {
         dataplane,
+        prober,
         announcer: a,
         ..
     } = &mut *s;
@@ -407,7 +426,7 @@ pub async fn reconfigure(shared: &Arc<Mutex<Shared>>, config: &Config, default_i
         a.speaker = Some(Arc::new(Speaker::start(cfg.clone())));
         a.bgp_config = Some(cfg);
     }
-    a.refresh(dataplane);
+    a.refresh(dataplane, prober);
 }
 
 /// Graceful stop: withdraw every route and send Cease to every peer, stop

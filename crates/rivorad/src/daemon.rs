@@ -271,8 +271,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                         Ok(n) => info!("released {n} retired backend(s) after the retire grace"),
                         Err(e) => error!("releasing retired backends: {e}"),
                     }
-                    let Shared { dataplane, announcer, .. } = &mut *s;
-                    announcer.refresh(dataplane);
+                    let Shared { dataplane, prober, announcer, .. } = &mut *s;
+                    announcer.refresh(dataplane, prober);
                 }
                 if watch.changed() {
                     info!("{} changed: re-reading", config_path.display());
@@ -379,10 +379,11 @@ async fn apply_transitions(
         }
         let Shared {
             dataplane,
+            prober,
             announcer,
             ..
         } = &mut *s;
-        announcer.refresh(dataplane);
+        announcer.refresh(dataplane, prober);
     }
 }
 

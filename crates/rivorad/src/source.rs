@@ -231,10 +231,11 @@ impl ApiSource for StateSource {
             // A drain can take a VIP's last healthy backend: re-announce.
             let Shared {
                 dataplane,
+                prober,
                 announcer,
                 ..
             } = &mut *s;
-            announcer.refresh(dataplane);
+            announcer.refresh(dataplane, prober);
             keys
         };
         let wanted: std::collections::BTreeSet<String> =

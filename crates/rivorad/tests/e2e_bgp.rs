@@ -554,6 +554,7 @@ const WEB4: &str = "10.200.100.1";
 const WEB6: &str = "fd00:200:100::1";
 const DARK4: &str = "10.200.100.2";
 const SOLO4: &str = "10.200.100.3";
+const DEAD4: &str = "10.200.100.4";
 
 fn bgp_config(password: &str, with_web6: bool) -> String {
     let check =
@@ -577,7 +578,22 @@ fn bgp_config(password: &str, with_web6: bool) -> String {
         &format!("{check}    advertise: false\n"),
     ));
     s.push_str(&vip("solo4", SOLO4, &[3], check));
+    // Nothing listens on b3:8081: its first probe fails, so it is never
+    // announced (not even until that probe).
+    s.push_str(&format!(
+        "  - name: dead4\n    address: \"{DEAD4}\"\n    port: 80\n{check}    backends:\n      - {{ address: \"{}\", port: 8081 }}\n",
+        backend_v4(3)
+    ));
     s
+}
+
+/// How many withdrawals BIRD received on the session (all channels).
+fn withdrawals_received(bird: &Bird) -> u64 {
+    bird.protocol()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Import withdraws:"))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// (b, c) BIRD learns the /32 and /128 of every advertised VIP with a
@@ -617,6 +633,13 @@ fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
         "advertise: false must not be announced: {routes:?}"
     );
     assert_eq!(routes.len(), 3, "{routes:?}");
+    // Give dead4's probes time to have decided, then check that nothing
+    // was ever withdrawn: dead4 was never announced.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(!bird.routes().contains_key(&format!("{DEAD4}/32")));
+    let p = bird.protocol();
+    assert!(p.contains("Import withdraws:"), "{p}");
+    assert_eq!(withdrawals_received(&bird), 0, "{p}");
     let web4 = &routes[&format!("{WEB4}/32")];
     assert!(web4.contains(&format!("via {SEG_LB_V4} on eth0")), "{web4}");
     assert!(web4.contains(&format!("BGP.as_path: {OUR_AS}")), "{web4}");
@@ -731,9 +754,26 @@ fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
     // A restart re-establishes and re-advertises.
     lab.start();
     let t = Instant::now();
-    bird.wait_routes("the routes after a restart", Duration::from_secs(30), |r| {
-        r.len() == 2 && r.contains(&format!("{WEB4}/32")) && r.contains(&format!("{SOLO4}/32"))
-    });
+    wait_for(
+        "the routes after a restart",
+        Duration::from_secs(30),
+        || {
+            let r = bird.routes();
+            if r.len() == 2
+                && r.contains_key(&format!("{WEB4}/32"))
+                && r.contains_key(&format!("{SOLO4}/32"))
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?}\nAPI: {:?}\nrivorad log:\n{}",
+                    r.keys(),
+                    lab.bgp(),
+                    lab.log()
+                ))
+            }
+        },
+    );
     eprintln!("re-advertised {:?} after the restart", t.elapsed());
     let r = lab.tcp(&lab.seg.remote, WEB4, 50);
     assert_all_ok(&r, "remote client after the restart", &lab.log());
