@@ -16,7 +16,9 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
-use crate::dto::{ApiError, BackendInfo, DrainRequest, Stats, Status, VipInfo};
+use crate::dto::{
+    ApiError, BackendInfo, BgpStatus, DrainRequest, SpeakerStatus, Stats, Status, VipInfo,
+};
 use crate::{DEFAULT_SOCKET, paths};
 
 /// Default per-call deadline, so a wedged daemon cannot hang the CLI.
@@ -123,6 +125,16 @@ impl Client {
     /// Socket path this client connects to.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `GET /v1/bgp`: BGP speaker, peers and announced routes.
+    pub async fn bgp(&self) -> Result<BgpStatus, ClientError> {
+        self.get(paths::BGP).await
+    }
+
+    /// `GET /v1/speaker`: the ARP/NDP responder.
+    pub async fn speaker(&self) -> Result<SpeakerStatus, ClientError> {
+        self.get(paths::SPEAKER).await
     }
 
     /// `GET /v1/status`: daemon status.

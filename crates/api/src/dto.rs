@@ -314,3 +314,91 @@ pub struct ApiError {
     /// What went wrong, phrased for the operator.
     pub error: String,
 }
+
+/// What `GET /v1/bgp` returns: the BGP speaker, its peers and the routes it
+/// announces.
+///
+/// Exists so an operator can see whether the sessions are up and which VIPs
+/// this node attracts traffic for, without reading the router.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct BgpStatus {
+    /// Whether the config has a `bgp:` section (a speaker runs).
+    pub enabled: bool,
+    /// Our AS number, when enabled.
+    pub local_as: Option<u32>,
+    /// Our BGP identifier, when enabled.
+    pub router_id: Option<String>,
+    /// Every configured peer, in configuration order.
+    pub peers: Vec<BgpPeerInfo>,
+    /// The routes announced to every Established peer (VIPs with
+    /// `advertise` on and at least one healthy backend), in prefix order.
+    pub routes: Vec<BgpRouteInfo>,
+}
+
+/// One BGP peer as `rivoractl bgp` shows it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct BgpPeerInfo {
+    /// The peer's address.
+    pub address: String,
+    /// The peer's BGP port.
+    pub port: u16,
+    /// The peer's AS.
+    pub remote_as: u32,
+    /// RFC 4271 state: Idle, Connect, Active (waiting to retry), OpenSent,
+    /// OpenConfirm or Established.
+    pub state: String,
+    /// Seconds since the session became Established.
+    pub uptime_secs: Option<u64>,
+    /// Prefixes currently announced to this peer.
+    pub prefixes_sent: u64,
+    /// The most recent problem (connect failure with an MD5 hint,
+    /// NOTIFICATION sent or received, ...); kept after recovery.
+    pub last_error: Option<String>,
+}
+
+/// One announced route.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct BgpRouteInfo {
+    /// `203.0.113.10/32` or `2001:db8::10/128`.
+    pub prefix: String,
+    /// Communities, `AS:VALUE`.
+    pub communities: Vec<String>,
+    /// Names of the VIPs on this address that have a healthy backend.
+    pub vips: Vec<String>,
+}
+
+/// What `GET /v1/speaker` returns: the ARP/NDP responder.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpeakerStatus {
+    /// Whether the config has an `l2Announce:` section.
+    pub enabled: bool,
+    /// The interface answered on.
+    pub interface: Option<String>,
+    /// The MAC address put in answers.
+    pub mac: Option<String>,
+    /// Whether it answers (static mode: always, once started).
+    pub active: bool,
+    /// Seconds between periodic announcements of each VIP.
+    pub announce_interval_secs: u64,
+    /// Every VIP address it is configured for.
+    pub vips: Vec<SpeakerVipInfo>,
+    /// Why the responder is not running (e.g. the interface is missing).
+    pub error: Option<String>,
+}
+
+/// One VIP address of the L2 responder.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SpeakerVipInfo {
+    /// The VIP.
+    pub address: String,
+    /// Whether ARP/NDP for it is answered right now.
+    pub answering: bool,
+    /// When answering started (seconds since the epoch).
+    pub since_unix: Option<u64>,
+    /// ARP replies / neighbour advertisements sent in answer to requests.
+    pub replies_sent: u64,
+    /// Gratuitous ARPs / unsolicited advertisements sent.
+    pub announcements_sent: u64,
+    /// When the last announcement went out (seconds since the epoch).
+    pub last_announce_unix: Option<u64>,
+}

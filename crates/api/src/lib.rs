@@ -14,6 +14,8 @@
 //! | `/v1/vips`     | `Vec<`[`VipInfo`]`>`     |
 //! | `/v1/backends` | `Vec<`[`BackendInfo`]`>` |
 //! | `/v1/stats`    | [`Stats`]                |
+//! | `/v1/bgp`      | [`BgpStatus`]            |
+//! | `/v1/speaker`  | [`SpeakerStatus`]        |
 //!
 //! Every error response carries an [`ApiError`] body.
 
@@ -40,6 +42,10 @@ pub mod paths {
     pub const BACKENDS: &str = "/v1/backends";
     /// Dataplane counters: [`crate::Stats`].
     pub const STATS: &str = "/v1/stats";
+    /// BGP speaker, peers and announced routes: [`crate::BgpStatus`].
+    pub const BGP: &str = "/v1/bgp";
+    /// ARP/NDP responder: [`crate::SpeakerStatus`].
+    pub const SPEAKER: &str = "/v1/speaker";
     /// POST [`crate::DrainRequest`]: drain backends; returns the affected
     /// `Vec<`[`crate::BackendInfo`]`>`.
     pub const DRAIN: &str = "/v1/backends/drain";

@@ -41,6 +41,8 @@
 //! | `rivora_config_last_reload_success` | gauge (0/1) | |
 //! | `rivora_config_last_reload_timestamp_seconds` | gauge | |
 //! | `rivora_start_time_seconds` | gauge | |
+//! | `rivora_bgp_peer_established` | gauge (0/1) | `peer`, `peer_as` |
+//! | `rivora_bgp_peer_prefixes_advertised` | gauge | `peer`, `peer_as` |
 //!
 //! A family with no series (e.g. no VIPs configured yet) is left out
 //! entirely, as the Go client does. The forwarding mode and the dataplane
@@ -109,6 +111,22 @@ pub struct MetricsSnapshot {
     pub last_reload_unix: u64,
     /// When the daemon started (Unix seconds), to spot restarts.
     pub start_unix: u64,
+    /// BGP peers, when a speaker runs (empty otherwise).
+    pub bgp_peers: Vec<BgpPeerMetrics>,
+}
+
+/// One BGP peer's session, so a down session (no traffic attracted) can be
+/// alerted on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BgpPeerMetrics {
+    /// The peer's `address:port` (label `peer`; `[v6]:port` for IPv6).
+    pub peer: String,
+    /// The peer's AS (label `peer_as`).
+    pub peer_as: u32,
+    /// Whether the session is Established.
+    pub established: bool,
+    /// Prefixes currently announced to the peer.
+    pub prefixes_advertised: u64,
 }
 
 /// Traffic counters of one VIP, read from the dataplane's per-VIP stats.
@@ -474,6 +492,33 @@ impl Collector for SnapshotCollector {
             "Unix time when rivorad started",
             Some(&seconds),
             [(NO_LABELS, s.start_unix)],
+        )?;
+
+        // --- BGP ---
+        let peer_as: Vec<String> = s.bgp_peers.iter().map(|p| p.peer_as.to_string()).collect();
+        gauges(
+            &mut enc,
+            "rivora_bgp_peer_established",
+            "Whether the BGP session with the peer is Established: 1 yes, 0 no",
+            None,
+            s.bgp_peers.iter().zip(&peer_as).map(|(p, a)| {
+                (
+                    [("peer", p.peer.as_str()), ("peer_as", a.as_str())],
+                    bool_gauge(p.established),
+                )
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "rivora_bgp_peer_prefixes_advertised",
+            "VIP host routes currently announced to the BGP peer",
+            None,
+            s.bgp_peers.iter().zip(&peer_as).map(|(p, a)| {
+                (
+                    [("peer", p.peer.as_str()), ("peer_as", a.as_str())],
+                    p.prefixes_advertised,
+                )
+            }),
         )?;
         Ok(())
     }

@@ -24,7 +24,9 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
 
-use crate::dto::{ApiError, BackendInfo, DrainRequest, Stats, Status, VipInfo};
+use crate::dto::{
+    ApiError, BackendInfo, BgpStatus, DrainRequest, SpeakerStatus, Stats, Status, VipInfo,
+};
 use crate::paths;
 
 /// Mode of the socket file: owner (root) read/write only, because the API
@@ -109,6 +111,20 @@ pub trait ApiSource: Send + Sync + 'static {
             "this rivorad cannot {} backends (asked for {backend:?})",
             if drain { "drain" } else { "undrain" }
         )))
+    }
+    /// The BGP speaker, for `GET /v1/bgp`. The default answers
+    /// [`ApiFailure::NotSupported`].
+    fn bgp(&self) -> Result<BgpStatus, ApiFailure> {
+        Err(ApiFailure::NotSupported(
+            "this rivorad has no BGP speaker".into(),
+        ))
+    }
+    /// The ARP/NDP responder, for `GET /v1/speaker`. The default answers
+    /// [`ApiFailure::NotSupported`].
+    fn speaker(&self) -> Result<SpeakerStatus, ApiFailure> {
+        Err(ApiFailure::NotSupported(
+            "this rivorad has no L2 speaker".into(),
+        ))
     }
 }
 
@@ -338,6 +354,8 @@ fn router(source: Arc<dyn ApiSource>) -> Router {
         .route(paths::VIPS, get(get_vips))
         .route(paths::BACKENDS, get(get_backends))
         .route(paths::STATS, get(get_stats))
+        .route(paths::BGP, get(get_bgp))
+        .route(paths::SPEAKER, get(get_speaker))
         .route(paths::DRAIN, post(post_drain))
         .route(paths::UNDRAIN, post(post_undrain))
         .fallback(not_found)
@@ -359,6 +377,14 @@ async fn get_backends(State(src): Src) -> Response {
 
 async fn get_stats(State(src): Src) -> Response {
     query(src, |s| s.stats().map_err(ApiFailure::Internal)).await
+}
+
+async fn get_bgp(State(src): Src) -> Response {
+    query(src, |s| s.bgp()).await
+}
+
+async fn get_speaker(State(src): Src) -> Response {
+    query(src, |s| s.speaker()).await
 }
 
 async fn post_drain(State(src): Src, body: Bytes) -> Response {

@@ -240,9 +240,56 @@ fn sample_stats() -> Stats {
     }
 }
 
+fn sample_bgp() -> BgpStatus {
+    BgpStatus {
+        enabled: true,
+        local_as: Some(65010),
+        router_id: Some("192.0.2.2".into()),
+        peers: vec![BgpPeerInfo {
+            address: "192.0.2.1".into(),
+            port: 179,
+            remote_as: 65000,
+            state: "Established".into(),
+            uptime_secs: Some(42),
+            prefixes_sent: 2,
+            last_error: None,
+        }],
+        routes: vec![BgpRouteInfo {
+            prefix: "203.0.113.10/32".into(),
+            communities: vec!["65010:100".into()],
+            vips: vec!["web".into()],
+        }],
+    }
+}
+
+fn sample_speaker() -> SpeakerStatus {
+    SpeakerStatus {
+        enabled: true,
+        interface: Some("eth0".into()),
+        mac: Some("02:00:00:00:00:01".into()),
+        active: true,
+        announce_interval_secs: 60,
+        vips: vec![SpeakerVipInfo {
+            address: "203.0.113.10".into(),
+            answering: true,
+            since_unix: Some(1_700_000_000),
+            replies_sent: 3,
+            announcements_sent: 1,
+            last_announce_unix: Some(1_700_000_000),
+        }],
+        error: None,
+    }
+}
+
 impl ApiSource for FakeSource {
     fn status(&self) -> Status {
         sample_status()
+    }
+    fn bgp(&self) -> Result<BgpStatus, ApiFailure> {
+        Ok(sample_bgp())
+    }
+    fn speaker(&self) -> Result<SpeakerStatus, ApiFailure> {
+        Ok(sample_speaker())
     }
     fn vips(&self) -> Vec<VipInfo> {
         sample_vips()
@@ -380,7 +427,36 @@ async fn every_endpoint_round_trips() {
     assert_eq!(client.vips().await.unwrap(), sample_vips());
     assert_eq!(client.backends().await.unwrap(), sample_backends());
     assert_eq!(client.stats().await.unwrap(), sample_stats());
+    assert_eq!(client.bgp().await.unwrap(), sample_bgp());
+    assert_eq!(client.speaker().await.unwrap(), sample_speaker());
 
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bgp_and_speaker_on_a_source_without_them_are_501() {
+    let dir = TempDir::new();
+    let path = dir.0.join("rivorad.sock");
+    let server = start_with(&path, Arc::new(ReadOnlySource));
+    let client = Client::new(&path);
+    for (err, what) in [
+        (client.bgp().await.unwrap_err(), "BGP speaker"),
+        (client.speaker().await.unwrap_err(), "L2 speaker"),
+    ] {
+        match err {
+            ClientError::Api { status, message } => {
+                assert_eq!(status, 501);
+                assert_eq!(message, format!("this rivorad has no {what}"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let p = path.clone();
+    let (status, body) = tokio::task::spawn_blocking(move || raw_request(&p, "GET /v1/speaker"))
+        .await
+        .unwrap();
+    assert_eq!(status, 501, "{body}");
+    assert!(body.contains("\"error\""), "JSON error body: {body}");
     server.stop().await.unwrap();
 }
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 use openmetrics_parser::prometheus::parse_prometheus;
 use openmetrics_parser::{MetricsExposition, PrometheusType, PrometheusValue};
 use rivora_api::metrics::{
-    BackendMetrics, CONTENT_TYPE, MetricsSnapshot, VipMetrics, render, serve_metrics,
+    BackendMetrics, BgpPeerMetrics, CONTENT_TYPE, MetricsSnapshot, VipMetrics, render,
+    serve_metrics,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -104,6 +105,20 @@ fn sample_snapshot() -> MetricsSnapshot {
         last_reload_ok: false,
         last_reload_unix: 1_700_000_100,
         start_unix: 1_700_000_000,
+        bgp_peers: vec![
+            BgpPeerMetrics {
+                peer: "192.0.2.1".into(),
+                peer_as: 65000,
+                established: true,
+                prefixes_advertised: 2,
+            },
+            BgpPeerMetrics {
+                peer: "2001:db8::1".into(),
+                peer_as: 65001,
+                established: false,
+                prefixes_advertised: 0,
+            },
+        ],
     }
 }
 
@@ -244,6 +259,22 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
         none,
         s.start_unix as f64,
     );
+    for p in &s.bgp_peers {
+        let asn = p.peer_as.to_string();
+        let l = labels(&[("peer", &p.peer), ("peer_as", &asn)]);
+        put(
+            "rivora_bgp_peer_established",
+            Kind::Gauge,
+            l.clone(),
+            if p.established { 1.0 } else { 0.0 },
+        );
+        put(
+            "rivora_bgp_peer_prefixes_advertised",
+            Kind::Gauge,
+            l,
+            p.prefixes_advertised as f64,
+        );
+    }
     out
 }
 

@@ -320,7 +320,14 @@ async fn run_session(
             r = rd.read(&mut buf) => match r {
                 Ok(0) => io_error = Some("the peer closed the TCP connection".to_string()),
                 Ok(n) => {
-                    let current = routes.borrow_and_update().clone();
+                    // `borrow`, not `borrow_and_update`: the session only
+                    // uses the routes here when it becomes Established (the
+                    // full table); a change that arrived meanwhile must stay
+                    // unseen so the `changed()` branch still sends it
+                    // (sync_routes diffs against the Adj-RIB-Out, so a
+                    // change already covered by the full table sends
+                    // nothing).
+                    let current = routes.borrow().clone();
                     session.receive(&buf[..n], Instant::now(), &current);
                 }
                 Err(e) => io_error = Some(format!("read failed: {e}")),

@@ -331,3 +331,67 @@ async fn hold_timer_expiry_closes_the_session() {
     assert!(st.last_error.unwrap().contains("hold timer expired"));
     s.shutdown().await;
 }
+
+/// A route change must reach an Established peer even when the peer's own
+/// messages (here a stream of KEEPALIVEs) arrive at the same moment.
+/// Regression: reading the peer's bytes used to mark the pending change as
+/// seen without sending it, so it was lost until the next change (found by
+/// rivorad's end-to-end test, where BIRD's End-of-RIB met a health change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_changes_are_not_lost_while_the_peer_talks() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let s = Speaker::start(config(port, 65001));
+    let mut peer = Peer::accept(&l).await;
+    peer.establish(65001).await;
+    assert!(peer.initial_table().await.is_empty());
+
+    // The peer talks constantly from another task.
+    let (mut rd, mut wr) = peer.stream.into_split();
+    let mut pending = std::mem::take(&mut peer.buf);
+    let talker = tokio::spawn(async move {
+        let ka = Message::Keepalive.encode(C4);
+        loop {
+            if wr.write_all(&ka).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+    });
+
+    // The peer's view of what is announced.
+    let mut rib: std::collections::BTreeSet<Prefix> = Default::default();
+    for i in 0..200u32 {
+        // Alternate between two sets that differ in one /32 each time.
+        let p: Prefix = format!("203.0.113.{}/32", i % 250).parse().unwrap();
+        let want: std::collections::BTreeSet<Prefix> = [p].into();
+        assert!(s.set_routes(want.iter().map(|p| (*p, RouteAttrs::default())).collect()));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while rib != want {
+            let m = loop {
+                if let Some(len) = frame(&pending).unwrap() {
+                    let m = decode(&pending[..len], C4).unwrap();
+                    pending.drain(..len);
+                    break m;
+                }
+                let mut b = [0u8; 4096];
+                let n = tokio::time::timeout_at(deadline, rd.read(&mut b))
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!("change {i} never reached the peer: it has {rib:?}, want {want:?}")
+                    })
+                    .unwrap();
+                assert!(n > 0, "speaker closed the session");
+                pending.extend_from_slice(&b[..n]);
+            };
+            if let Message::Update(u) = m {
+                for w in withdrawn(&u) {
+                    rib.remove(&w);
+                }
+                rib.extend(announced(&u));
+            }
+        }
+    }
+    talker.abort();
+    drop(s);
+}

@@ -14,12 +14,25 @@ use std::time::Duration;
 use crate::error::FieldError;
 use crate::yaml::{Kind, Node, Pos, Value};
 use crate::{
-    BackendConfig, CheckKind, Config, HealthCheck, KEEP_DESTINATION_PORT, MAX_BACKENDS,
-    MAX_SYN_RATE, MAX_VIPS, Mode, PortRange, Protocol, RateLimit, SessionAffinity, Settings,
-    VipConfig,
+    BackendConfig, BgpConfig, BgpPeer, CheckKind, Community, Config, DEFAULT_ANNOUNCE_INTERVAL,
+    DEFAULT_BGP_PORT, DEFAULT_HOLD_TIME, HealthCheck, KEEP_DESTINATION_PORT, L2Announce,
+    MAX_BACKENDS, MAX_MD5_PASSWORD, MAX_SYN_RATE, MAX_VIPS, Mode, PortRange, Protocol, RateLimit,
+    SessionAffinity, Settings, VipConfig,
 };
 
-const TOP_KEYS: &[&str] = &["vips", "settings"];
+const TOP_KEYS: &[&str] = &["vips", "settings", "bgp", "l2Announce"];
+const BGP_KEYS: &[&str] = &["localAS", "routerID", "peers"];
+const PEER_KEYS: &[&str] = &[
+    "address",
+    "as",
+    "port",
+    "password",
+    "holdTime",
+    "nextHop",
+    "localAddress",
+];
+const NEXT_HOP_KEYS: &[&str] = &["ipv4", "ipv6"];
+const L2_KEYS: &[&str] = &["interface", "announceInterval"];
 const SETTINGS_KEYS: &[&str] = &["synRateLimit", "tunnelSource"];
 const TUNNEL_KEYS: &[&str] = &["ipv4", "ipv6"];
 const RATE_LIMIT_KEYS: &[&str] = &["rate", "burst"];
@@ -33,6 +46,8 @@ const VIP_KEYS: &[&str] = &[
     "synRateLimit",
     "backends",
     "healthCheck",
+    "advertise",
+    "communities",
 ];
 const BACKEND_KEYS: &[&str] = &["address", "port", "weight", "mac", "healthCheck"];
 const CHECK_KEYS: &[&str] = &[
@@ -170,7 +185,7 @@ impl Decoder {
         let Some(fields) = self.mapping(
             root,
             "",
-            "the top level to be a mapping with the keys `vips` and `settings`",
+            "the top level to be a mapping with the keys `vips`, `settings`, `bgp` and `l2Announce`",
             TOP_KEYS,
         ) else {
             return Config::default();
@@ -179,10 +194,16 @@ impl Decoder {
             Some(n) => self.settings(n, "settings"),
             None => Settings::default(),
         };
+        let bgp = fields.optional("bgp").and_then(|n| self.bgp(n, "bgp"));
+        let l2_announce = fields
+            .optional("l2Announce")
+            .and_then(|n| self.l2_announce(n, "l2Announce"));
         let Some(vips_node) = fields.optional("vips") else {
             return Config {
                 vips: Vec::new(),
                 settings,
+                bgp,
+                l2_announce,
             };
         };
         let items = match vips_node.kind() {
@@ -197,6 +218,8 @@ impl Decoder {
                 return Config {
                     vips: Vec::new(),
                     settings,
+                    bgp,
+                    l2_announce,
                 };
             }
         };
@@ -291,7 +314,12 @@ impl Decoder {
             self.check_shared_backend_probes(items, &vips);
             self.check_tunnel_sources(items, &vips, &settings);
         }
-        Config { vips, settings }
+        Config {
+            vips,
+            settings,
+            bgp,
+            l2_announce,
+        }
     }
 
     /// An L3 DSR VIP needs an outer source address of its family.
@@ -443,6 +471,451 @@ impl Decoder {
         }
     }
 
+    /// The `bgp:` mapping.
+    fn bgp(&mut self, node: &Node, path: &str) -> Option<BgpConfig> {
+        let fields = self.mapping(
+            node,
+            path,
+            "a BGP section (a mapping with the keys localAS, routerID, peers)",
+            BGP_KEYS,
+        )?;
+        let local_as = match self.required(&fields, path, "localAS") {
+            Some(n) => self.as_number(n, &join(path, "localAS")),
+            None => None,
+        };
+        let router_id = match self.required(&fields, path, "routerID") {
+            Some(n) => self.router_id(n, &join(path, "routerID")),
+            None => None,
+        };
+        let mut peers = Vec::new();
+        let mut peers_ok = true;
+        match self.required(&fields, path, "peers") {
+            None => peers_ok = false,
+            Some(list) => {
+                let list_path = join(path, "peers");
+                match list.kind() {
+                    Kind::Seq([]) => {
+                        self.error(
+                            &list_path,
+                            list.pos,
+                            "no peers: list at least one BGP peer (or remove the `bgp` section)",
+                        );
+                        peers_ok = false;
+                    }
+                    Kind::Seq(items) => {
+                        let mut seen: HashMap<(IpAddr, u16), (usize, Pos)> = HashMap::new();
+                        for (j, item) in items.iter().enumerate() {
+                            let item_path = format!("{list_path}[{j}]");
+                            match self.bgp_peer(item, &item_path) {
+                                Some(p) => {
+                                    if let Some(&(first, first_pos)) =
+                                        seen.get(&(p.address, p.port))
+                                    {
+                                        self.error(
+                                            &item_path,
+                                            item.pos,
+                                            format!(
+                                                "peer {} is listed twice (also peers[{first}] at line {})",
+                                                SocketAddr::new(p.address, p.port),
+                                                first_pos.line
+                                            ),
+                                        );
+                                        peers_ok = false;
+                                    } else {
+                                        seen.insert((p.address, p.port), (j, item.pos));
+                                        peers.push(p);
+                                    }
+                                }
+                                None => peers_ok = false,
+                            }
+                        }
+                    }
+                    _ => {
+                        let found = list.describe();
+                        self.error(
+                            &list_path,
+                            list.pos,
+                            format!("expected a list of BGP peers, found {found}"),
+                        );
+                        peers_ok = false;
+                    }
+                }
+            }
+        }
+        let (local_as, router_id) = (local_as?, router_id?);
+        peers_ok.then_some(BgpConfig {
+            local_as,
+            router_id,
+            peers,
+        })
+    }
+
+    /// One `bgp.peers[]` entry.
+    fn bgp_peer(&mut self, node: &Node, path: &str) -> Option<BgpPeer> {
+        let fields = self.mapping(
+            node,
+            path,
+            "a BGP peer (a mapping with the keys address, as, port, password, holdTime, nextHop, localAddress)",
+            PEER_KEYS,
+        )?;
+        let address = match self.required(&fields, path, "address") {
+            Some(n) => self.peer_address(n, &join(path, "address"), "a BGP peer"),
+            None => None,
+        };
+        let remote_as = match self.required(&fields, path, "as") {
+            Some(n) => self.as_number(n, &join(path, "as")),
+            None => None,
+        };
+        let port = match fields.optional("port") {
+            Some(n) => self.number(n, &join(path, "port"), "port"),
+            None => Some(DEFAULT_BGP_PORT),
+        };
+        let password = match fields.optional("password") {
+            Some(n) => {
+                let p = join(path, "password");
+                match n.kind() {
+                    Kind::Str("") => {
+                        self.error(
+                            &p,
+                            n.pos,
+                            "the password is empty: give the TCP-MD5 password, or remove `password` to connect without MD5",
+                        );
+                        None
+                    }
+                    Kind::Str(text) if text.len() > MAX_MD5_PASSWORD => {
+                        self.error(
+                            &p,
+                            n.pos,
+                            format!(
+                                "the password is {} bytes long; TCP-MD5 allows at most {MAX_MD5_PASSWORD}",
+                                text.len()
+                            ),
+                        );
+                        None
+                    }
+                    Kind::Str(text) => Some(Some(text.to_string())),
+                    _ => {
+                        // Never echo the value: it may be a real password.
+                        let what = match n.kind() {
+                            Kind::Int(..) | Kind::Float(_) => "a number",
+                            Kind::Bool(_) => "a boolean",
+                            Kind::Seq(_) => "a list",
+                            Kind::Map(_) => "a mapping",
+                            _ => "something else",
+                        };
+                        self.error(
+                            &p,
+                            n.pos,
+                            format!("expected the password as a string, found {what}; quote it"),
+                        );
+                        None
+                    }
+                }
+            }
+            None => Some(None),
+        };
+        let hold_time = match fields.optional("holdTime") {
+            Some(n) => self.hold_time(n, &join(path, "holdTime")),
+            None => Some(DEFAULT_HOLD_TIME),
+        };
+        let mut next_hop_v4 = Some(None);
+        let mut next_hop_v6 = Some(None);
+        if let Some(n) = fields.optional("nextHop") {
+            let npath = join(path, "nextHop");
+            match self.mapping(
+                n,
+                &npath,
+                "next hops (a mapping with the keys ipv4, ipv6)",
+                NEXT_HOP_KEYS,
+            ) {
+                None => {
+                    next_hop_v4 = None;
+                    next_hop_v6 = None;
+                }
+                Some(t) => {
+                    if let Some(a) = t.optional("ipv4") {
+                        let p = join(&npath, "ipv4");
+                        next_hop_v4 = match self.peer_address(a, &p, "a next hop") {
+                            Some(IpAddr::V4(v4)) => Some(Some(v4)),
+                            Some(other) => {
+                                self.error(&p, a.pos, format!("{other} is not an IPv4 address"));
+                                None
+                            }
+                            None => None,
+                        };
+                    }
+                    if let Some(a) = t.optional("ipv6") {
+                        let p = join(&npath, "ipv6");
+                        next_hop_v6 = match self.peer_address(a, &p, "a next hop") {
+                            Some(IpAddr::V6(v6)) => Some(Some(v6)),
+                            Some(other) => {
+                                self.error(&p, a.pos, format!("{other} is not an IPv6 address"));
+                                None
+                            }
+                            None => None,
+                        };
+                    }
+                }
+            }
+        }
+        let local_address = match fields.optional("localAddress") {
+            Some(n) => {
+                let p = join(path, "localAddress");
+                match (self.peer_address(n, &p, "a local"), address) {
+                    (Some(l), Some(a)) if l.is_ipv4() != a.is_ipv4() => {
+                        self.error(
+                            &p,
+                            n.pos,
+                            format!(
+                                "local address {l} is {} but the peer address {a} is {}; \
+                                 the connection needs one family",
+                                family(l),
+                                family(a)
+                            ),
+                        );
+                        None
+                    }
+                    (Some(l), _) => Some(Some(l)),
+                    (None, _) => None,
+                }
+            }
+            None => Some(None),
+        };
+        Some(BgpPeer {
+            address: address?,
+            remote_as: remote_as?,
+            port: port?,
+            password: password?,
+            hold_time: hold_time?,
+            next_hop_v4: next_hop_v4?,
+            next_hop_v6: next_hop_v6?,
+            local_address: local_address?,
+        })
+    }
+
+    /// An AS number: 1-4294967295 (0 is reserved, RFC 7607).
+    fn as_number(&mut self, node: &Node, path: &str) -> Option<u32> {
+        match node.kind() {
+            Kind::Int(text, value) => {
+                let number = value
+                    .and_then(|v| u32::try_from(v).ok())
+                    .filter(|&v| v != 0);
+                if number.is_none() {
+                    self.error(
+                        path,
+                        node.pos,
+                        format!("{text} is not a valid AS number (1-4294967295; 0 is reserved)"),
+                    );
+                }
+                number
+            }
+            _ => {
+                let found = node.describe();
+                self.error(
+                    path,
+                    node.pos,
+                    format!("expected an AS number (an integer, 1-4294967295), found {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// `routerID`: an IPv4 address other than 0.0.0.0.
+    fn router_id(&mut self, node: &Node, path: &str) -> Option<std::net::Ipv4Addr> {
+        let text = self.text(node, path, "a router ID (an IPv4 address)")?;
+        match text.parse::<std::net::Ipv4Addr>() {
+            Ok(id) if id.is_unspecified() => {
+                self.error(path, node.pos, "0.0.0.0 is not a valid BGP router ID");
+                None
+            }
+            Ok(id) => Some(id),
+            Err(_) => {
+                self.error(
+                    path,
+                    node.pos,
+                    format!(
+                        "{text:?} is not a router ID: write an IPv4 address, usually one of this node's"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A unicast address of a peer, next hop or local end (`role`).
+    fn peer_address(&mut self, node: &Node, path: &str, role: &str) -> Option<IpAddr> {
+        let text = self.text(node, path, "an IP address")?;
+        let Ok(address) = text.parse::<IpAddr>() else {
+            self.error(
+                path,
+                node.pos,
+                format!("{text:?} is not a valid IPv4 or IPv6 address"),
+            );
+            return None;
+        };
+        let reason = match address {
+            _ if address.is_unspecified() => Some("the unspecified address"),
+            _ if address.is_multicast() => Some("a multicast address"),
+            IpAddr::V4(v4) if v4.is_broadcast() => Some("the broadcast address"),
+            IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
+                Some("an IPv4-mapped IPv6 address (write the IPv4 address)")
+            }
+            IpAddr::V6(v6) if v6.is_unicast_link_local() => {
+                Some("an IPv6 link-local address (it has no interface scope here)")
+            }
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            self.error(
+                path,
+                node.pos,
+                format!("{address} cannot be {role} address: it is {reason}"),
+            );
+            return None;
+        }
+        Some(address)
+    }
+
+    /// `holdTime`: seconds, 0 (no keepalives) or 3-65535.
+    fn hold_time(&mut self, node: &Node, path: &str) -> Option<u16> {
+        match node.kind() {
+            Kind::Int(text, value) => {
+                let v = value
+                    .and_then(|v| u16::try_from(v).ok())
+                    .filter(|&v| v != 1 && v != 2);
+                if v.is_none() {
+                    self.error(
+                        path,
+                        node.pos,
+                        format!(
+                            "{text} is not a valid hold time: 0 (no keepalives) or 3-65535 seconds (RFC 4271)"
+                        ),
+                    );
+                }
+                v
+            }
+            _ => {
+                let found = node.describe();
+                self.error(
+                    path,
+                    node.pos,
+                    format!("expected a hold time in seconds (0 or 3-65535), found {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// The `l2Announce:` mapping.
+    fn l2_announce(&mut self, node: &Node, path: &str) -> Option<L2Announce> {
+        let fields = self.mapping(
+            node,
+            path,
+            "an L2 announcement section (a mapping with the keys interface, announceInterval; `{}` for the defaults)",
+            L2_KEYS,
+        )?;
+        let interface = match fields.optional("interface") {
+            Some(n) => {
+                let p = join(path, "interface");
+                let name = self.text(n, &p, "an interface name")?;
+                let valid = !name.is_empty()
+                    && name.len() <= 15
+                    && name != "."
+                    && name != ".."
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_graphic() && c != '/' && c != ':');
+                if !valid {
+                    self.error(
+                        &p,
+                        n.pos,
+                        format!(
+                            "{name:?} is not a valid interface name (1-15 characters, no spaces, `/` or `:`)"
+                        ),
+                    );
+                    return None;
+                }
+                Some(name.to_string())
+            }
+            None => None,
+        };
+        let announce_interval = match fields.optional("announceInterval") {
+            Some(n) => self.duration(
+                n,
+                &join(path, "announceInterval"),
+                Duration::from_secs(1),
+                Duration::from_secs(3600),
+            )?,
+            None => DEFAULT_ANNOUNCE_INTERVAL,
+        };
+        Some(L2Announce {
+            interface,
+            announce_interval,
+        })
+    }
+
+    /// `true` or `false`.
+    fn boolean(&mut self, node: &Node, path: &str) -> Option<bool> {
+        match node.kind() {
+            Kind::Bool(t) => Some(t.eq_ignore_ascii_case("true")),
+            _ => {
+                let found = node.describe();
+                self.error(
+                    path,
+                    node.pos,
+                    format!("expected true or false, found {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A VIP's `communities`: a list of `"AS:VALUE"` strings, each part
+    /// 0-65535. Sorted and deduplicated.
+    fn communities(&mut self, node: &Node, path: &str) -> Option<Vec<Community>> {
+        let Kind::Seq(items) = node.kind() else {
+            let found = node.describe();
+            self.error(
+                path,
+                node.pos,
+                format!("expected a list of communities such as [\"65000:100\"], found {found}"),
+            );
+            return None;
+        };
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let p = format!("{path}[{i}]");
+            let Some(text) = self.text(item, &p, "a community such as \"65000:100\"") else {
+                ok = false;
+                continue;
+            };
+            let part = |s: &str| {
+                (!s.is_empty() && s.len() <= 5 && s.chars().all(|c| c.is_ascii_digit()))
+                    .then(|| s.parse::<u32>().ok())
+                    .flatten()
+                    .filter(|&v| v <= 0xffff)
+            };
+            match text.split_once(':').map(|(a, b)| (part(a), part(b))) {
+                Some((Some(a), Some(v))) => out.push(Community((a << 16) | v)),
+                _ => {
+                    self.error(
+                        &p,
+                        item.pos,
+                        format!(
+                            "{text:?} is not a community: write \"AS:VALUE\" with both parts 0-65535, e.g. \"65000:100\""
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        ok.then_some(out)
+    }
+
     fn vip(
         &mut self,
         node: &Node,
@@ -500,6 +973,28 @@ impl Decoder {
                 }
             }
             None => Some(None),
+        };
+
+        let advertise = match fields.optional("advertise") {
+            Some(n) => self.boolean(n, &join(path, "advertise")),
+            None => Some(true),
+        };
+        let communities = match fields.optional("communities") {
+            Some(n) => {
+                let list = self.communities(n, &join(path, "communities"));
+                if advertise == Some(false) && list.as_ref().is_some_and(|l| !l.is_empty()) {
+                    self.error(
+                        &join(path, "communities"),
+                        n.pos,
+                        "communities are only sent with the VIP's BGP route, and this VIP has \
+                         `advertise: false`: remove one of the two",
+                    );
+                    None
+                } else {
+                    list
+                }
+            }
+            None => Some(Vec::new()),
         };
 
         let vip_check = match fields.optional("healthCheck") {
@@ -588,6 +1083,8 @@ impl Decoder {
             Some(health_check),
             Some(session_affinity),
             Some(syn_rate_limit),
+            Some(advertise),
+            Some(communities),
         ) = (
             name,
             address,
@@ -597,6 +1094,8 @@ impl Decoder {
             vip_check,
             session_affinity,
             syn_rate_limit,
+            advertise,
+            communities,
         ) {
             draft.config = Some(VipConfig {
                 name,
@@ -608,6 +1107,8 @@ impl Decoder {
                 health_check,
                 session_affinity,
                 syn_rate_limit,
+                advertise,
+                communities,
             });
         }
         draft

@@ -7,6 +7,13 @@
 //! ```yaml
 //! settings:                 # optional
 //!   synRateLimit: { rate: 50, burst: 100 }  # node-wide default for TCP VIPs
+//! bgp:                      # optional: announce VIPs with healthy backends
+//!   localAS: 65010
+//!   routerID: 192.0.2.2
+//!   peers:
+//!     - { address: 192.0.2.1, as: 65000, port: 179, password: "x", holdTime: 90,
+//!         nextHop: { ipv4: 192.0.2.2, ipv6: "2001:db8::2" }, localAddress: 192.0.2.2 }
+//! l2Announce: { interface: eth0, announceInterval: 60s }  # optional: ARP/NDP
 //! vips:
 //!   - name: web             # required, unique, [a-z0-9][a-z0-9-_.]{0,62}
 //!     address: 10.200.100.1 # IPv4 or IPv6, no prefix length
@@ -15,6 +22,8 @@
 //!     mode: nat             # nat | dsr | dsr-ipip | dsr-gre (default nat)
 //!     sessionAffinity: none # none | clientIP (default none)
 //!     synRateLimit: { rate: 100, burst: 200 }  # TCP only; SYNs/s per source
+//!     advertise: true       # announce it (BGP, ARP/NDP); default true
+//!     communities: ["65010:100"]  # on its BGP route
 //!     backends:             # optional, may be empty
 //!       - address: 10.200.1.11      # same family as the VIP
 //!         port: 8080                # default: the VIP's port (single-port
@@ -67,6 +76,96 @@ pub struct Config {
     pub vips: Vec<VipConfig>,
     /// Node-wide settings (the `settings:` mapping; all optional).
     pub settings: Settings,
+    /// BGP: announce VIPs with healthy backends as host routes (the `bgp:`
+    /// mapping). None: no BGP speaker runs.
+    pub bgp: Option<BgpConfig>,
+    /// ARP/NDP answers for the VIPs on one interface (the `l2Announce:`
+    /// mapping). None: nothing answers for the VIPs at layer 2.
+    pub l2_announce: Option<L2Announce>,
+}
+
+/// The `bgp:` section: this node's BGP identity and the peers it connects
+/// to (it never listens: peers must be passive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BgpConfig {
+    /// Our AS number (`localAS`, 1-4294967295).
+    pub local_as: u32,
+    /// Our BGP identifier (`routerID`): an IPv4 address, not 0.0.0.0.
+    pub router_id: std::net::Ipv4Addr,
+    /// The peers, at least one; no two with the same address and port.
+    pub peers: Vec<BgpPeer>,
+}
+
+/// One BGP neighbour (`bgp.peers[]`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct BgpPeer {
+    /// Where to connect (`address`).
+    pub address: IpAddr,
+    /// The peer's AS (`as`); equal to `localAS` is iBGP.
+    pub remote_as: u32,
+    /// The peer's BGP port (`port`, default 179).
+    pub port: u16,
+    /// TCP-MD5 password (`password`, 1-80 bytes); None: no MD5.
+    pub password: Option<String>,
+    /// Proposed hold time in seconds (`holdTime`, default 90; 0 or 3-65535).
+    pub hold_time: u16,
+    /// Next hop of IPv4 routes (`nextHop.ipv4`); default: the session's own
+    /// IPv4 address.
+    pub next_hop_v4: Option<std::net::Ipv4Addr>,
+    /// Next hop of IPv6 routes (`nextHop.ipv6`); default: the session's own
+    /// IPv6 address (so IPv6 routes over an IPv4 session need it).
+    pub next_hop_v6: Option<std::net::Ipv6Addr>,
+    /// Source address of the TCP connection (`localAddress`), of the peer's
+    /// family; default: chosen by routing.
+    pub local_address: Option<IpAddr>,
+}
+
+impl fmt::Debug for BgpPeer {
+    /// Like a derived `Debug`, without the password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BgpPeer")
+            .field("address", &self.address)
+            .field("remote_as", &self.remote_as)
+            .field("port", &self.port)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("hold_time", &self.hold_time)
+            .field("next_hop_v4", &self.next_hop_v4)
+            .field("next_hop_v6", &self.next_hop_v6)
+            .field("local_address", &self.local_address)
+            .finish()
+    }
+}
+
+/// Default BGP port of a peer.
+pub const DEFAULT_BGP_PORT: u16 = 179;
+/// Default proposed hold time, seconds.
+pub const DEFAULT_HOLD_TIME: u16 = 90;
+/// Longest TCP-MD5 key (RFC 2385, as Linux accepts it).
+pub const MAX_MD5_PASSWORD: usize = 80;
+
+/// The `l2Announce:` section: answer ARP and NDP for the VIPs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct L2Announce {
+    /// Interface to answer on (`interface`); None: rivorad's `--interface`.
+    pub interface: Option<String>,
+    /// How often each VIP is announced again with a gratuitous ARP or an
+    /// unsolicited neighbour advertisement (`announceInterval`, 1s-1h,
+    /// default 60s).
+    pub announce_interval: std::time::Duration,
+}
+
+/// Default `l2Announce.announceInterval`.
+pub const DEFAULT_ANNOUNCE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An RFC 1997 community, written `AS:VALUE` (each 0-65535); stored as
+/// `(AS << 16) | VALUE`, the form on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Community(pub u32);
+
+impl fmt::Display for Community {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.0 >> 16, self.0 & 0xffff)
+    }
 }
 
 /// Node-wide settings, applying to every VIP unless it says otherwise.
@@ -229,6 +328,13 @@ pub struct VipConfig {
     /// The VIP's own SYN rate limit (TCP VIPs only). None: the node-wide
     /// [`Settings::syn_rate_limit`] applies, if any.
     pub syn_rate_limit: Option<RateLimit>,
+    /// Whether the VIP is announced to the network (`advertise`, default
+    /// true): by BGP while it has a healthy backend, and by the L2
+    /// responder. Without `bgp:` and `l2Announce:` nothing is announced.
+    pub advertise: bool,
+    /// Communities attached to the VIP's BGP route (`communities`), sorted,
+    /// without duplicates.
+    pub communities: Vec<Community>,
 }
 
 /// An active health check of a backend. Probes go to the backend's own

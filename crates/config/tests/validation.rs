@@ -86,6 +86,8 @@ fn example_file_parses() {
                 ],
                 health_check: None,
                 session_affinity: SessionAffinity::None,
+                advertise: true,
+                communities: vec![],
                 syn_rate_limit: None,
             },
             VipConfig {
@@ -97,6 +99,8 @@ fn example_file_parses() {
                 backends: vec![backend("10.200.1.21", 53, 1), backend("10.200.1.22", 53, 1)],
                 health_check: None,
                 session_affinity: SessionAffinity::None,
+                advertise: true,
+                communities: vec![],
                 syn_rate_limit: None,
             },
             VipConfig {
@@ -112,6 +116,8 @@ fn example_file_parses() {
                 ],
                 health_check: None,
                 session_affinity: SessionAffinity::None,
+                advertise: true,
+                communities: vec![],
                 syn_rate_limit: None,
             },
             VipConfig {
@@ -126,6 +132,8 @@ fn example_file_parses() {
                 backends: vec![backend("10.200.1.31", 0, 1), backend("10.200.1.32", 0, 1)],
                 health_check: None,
                 session_affinity: SessionAffinity::ClientIp,
+                advertise: true,
+                communities: vec![],
                 syn_rate_limit: Some(RateLimit {
                     rate: 50,
                     burst: 50,
@@ -140,6 +148,8 @@ fn example_file_parses() {
                 backends: vec![backend("10.200.1.41", 5000, 1)],
                 health_check: None,
                 session_affinity: SessionAffinity::None,
+                advertise: true,
+                communities: vec![],
                 syn_rate_limit: None,
             },
         ],
@@ -151,6 +161,8 @@ fn example_file_parses() {
             tunnel_source_v4: None,
             tunnel_source_v6: None,
         },
+        bgp: None,
+        l2_announce: None,
     };
     assert_eq!(config, expected);
 }
@@ -320,7 +332,7 @@ vips:
             "rivora.yaml:3:14: vips[0].address: 10.0.0.1/24 has a prefix length: write a single address (10.0.0.1 without /24)",
             "rivora.yaml:4:11: vips[0].port: 0 is not a valid port (1-65535)",
             "rivora.yaml:5:15: vips[0].protocol: \"sctp\" is not a valid protocol; valid values: tcp, udp",
-            "rivora.yaml:6:5: vips[0].colour: unknown key `colour`; allowed keys: name, address, port, protocol, mode, sessionAffinity, synRateLimit, backends, healthCheck",
+            "rivora.yaml:6:5: vips[0].colour: unknown key `colour`; allowed keys: name, address, port, protocol, mode, sessionAffinity, synRateLimit, backends, healthCheck, advertise, communities",
             "rivora.yaml:9:17: vips[0].backends[0].weight: 0 is not a valid weight (1-65535)",
             "rivora.yaml:10:14: vips[0].backends[0].mac: \"zz\" is not a valid MAC address: expected six hex octets separated by colons, like 02:00:00:00:00:01",
             "rivora.yaml:14:11: vips[1].mode: \"direct\" is not a valid mode; valid values: nat, dsr, dsr-ipip, dsr-gre",
@@ -376,7 +388,7 @@ fn top_level_must_be_a_mapping() {
         "",
         1,
         1,
-        "expected the top level to be a mapping with the keys `vips` and `settings`, found a list",
+        "expected the top level to be a mapping with the keys `vips`, `settings`, `bgp` and `l2Announce`, found a list",
     );
     let e = one("hello\n");
     check(&e, "", 1, 1, "found the string \"hello\"");
@@ -402,7 +414,7 @@ fn unknown_vip_key() {
         "vips[0].weight",
         5,
         5,
-        "unknown key `weight`; allowed keys: name, address, port, protocol, mode, sessionAffinity, synRateLimit, backends, healthCheck",
+        "unknown key `weight`; allowed keys: name, address, port, protocol, mode, sessionAffinity, synRateLimit, backends, healthCheck, advertise, communities",
     );
 }
 

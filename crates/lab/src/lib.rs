@@ -15,6 +15,8 @@
 //! * [`Topology`]: the standard client -- lb -- backends lab.
 //! * [`dsr::DsrLab`]: client segment, L2 and routed L3 DSR backends, a NAT
 //!   backend; DSR replies bypass the balancer.
+//! * [`segment::Segment`]: the balancer on a shared L2 segment with a
+//!   client and a router (ARP/NDP and BGP announcement tests).
 //! * [`traffic`]: [`IdentityServer`], [`tcp_round`], [`udp_round`].
 //! * [`streams`]: long-running [`LongLivedTcp`], [`ConnectionChurn`] and
 //!   [`UdpSequence`] traffic for restart and outage tests.
@@ -27,6 +29,7 @@ pub mod dsr;
 pub mod link;
 pub mod netns;
 pub mod rivorad;
+pub mod segment;
 pub mod streams;
 mod sys;
 pub mod topology;

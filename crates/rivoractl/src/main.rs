@@ -94,6 +94,16 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_interval)]
         interval: Duration,
     },
+    /// Show the BGP sessions and the VIP routes announced to them.
+    ///
+    /// One row per peer (address, AS, session state, uptime, prefixes sent,
+    /// last error: a wrong TCP-MD5 password shows as a connect timeout with
+    /// an MD5 hint), then the announced host routes with their communities
+    /// and the VIPs behind them. A VIP is announced while `advertise` is on
+    /// and it has at least one healthy backend.
+    Bgp,
+    /// Show the ARP/NDP responder: interface, MAC, VIPs answered, announcements.
+    Speaker,
     /// Drain backends: established flows finish, no new flow goes to them.
     ///
     /// Use before maintenance of a backend host: draining lets the flows
@@ -273,6 +283,22 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
                 render::json(&b)
             } else {
                 render::backends(&b, now_unix())
+            }
+        }
+        Command::Bgp => {
+            let b = client.bgp().await?;
+            if json {
+                render::json(&b)
+            } else {
+                render::bgp(&b)
+            }
+        }
+        Command::Speaker => {
+            let sp = client.speaker().await?;
+            if json {
+                render::json(&sp)
+            } else {
+                render::speaker(&sp, now_unix())
             }
         }
         Command::Stats { interval } => {

@@ -9,7 +9,7 @@ use std::net::Ipv6Addr;
 
 use comfy_table::presets::ASCII_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
-use rivora_api::{BackendInfo, Status, TableUsage, VipInfo, VipStats};
+use rivora_api::{BackendInfo, BgpStatus, SpeakerStatus, Status, TableUsage, VipInfo, VipStats};
 use serde::Serialize;
 
 use crate::rates::{StatsReport, VipRates, WatchFrame};
@@ -214,6 +214,106 @@ pub fn backends(backends: &[BackendInfo], now_unix: u64) -> String {
     }
     right_align(&mut t, &[0]);
     finish(t)
+}
+
+/// `rivoractl bgp`: the speaker, one row per peer, then the announced routes.
+pub fn bgp(b: &BgpStatus) -> String {
+    if !b.enabled {
+        return "BGP is not configured (no `bgp:` section in the config file).\n".into();
+    }
+    let mut out = format!(
+        "Local AS {}, router ID {}\n",
+        b.local_as
+            .map_or_else(|| NONE.to_string(), |a| a.to_string()),
+        b.router_id.as_deref().unwrap_or(NONE)
+    );
+    let mut t = table();
+    t.set_header(vec![
+        "PEER",
+        "AS",
+        "STATE",
+        "UPTIME",
+        "PREFIXES SENT",
+        "LAST ERROR",
+    ]);
+    for p in &b.peers {
+        t.add_row(vec![
+            endpoint(&p.address, p.port, None),
+            p.remote_as.to_string(),
+            p.state.clone(),
+            p.uptime_secs.map_or_else(|| NONE.to_string(), duration),
+            p.prefixes_sent.to_string(),
+            p.last_error.clone().unwrap_or_else(|| NONE.to_string()),
+        ]);
+    }
+    right_align(&mut t, &[1, 4]);
+    out.push_str(&finish(t));
+    if b.routes.is_empty() {
+        out.push_str("\nNo routes announced (no advertised VIP has a healthy backend).\n");
+    } else {
+        let mut r = table();
+        r.set_header(vec!["ROUTE", "COMMUNITIES", "VIPS"]);
+        for route in &b.routes {
+            r.add_row(vec![
+                route.prefix.clone(),
+                if route.communities.is_empty() {
+                    NONE.to_string()
+                } else {
+                    route.communities.join(" ")
+                },
+                route.vips.join(", "),
+            ]);
+        }
+        out.push_str("\nAnnounced routes:\n");
+        out.push_str(&finish(r));
+    }
+    out
+}
+
+/// `rivoractl speaker`: the ARP/NDP responder and its VIPs.
+pub fn speaker(s: &SpeakerStatus, now_unix: u64) -> String {
+    if !s.enabled {
+        return "L2 announcement is not configured (no `l2Announce:` section in the config file).\n"
+            .into();
+    }
+    let mut out = format!(
+        "Interface {} ({}), {}, announcing every {}\n",
+        s.interface.as_deref().unwrap_or(NONE),
+        s.mac.as_deref().unwrap_or("no MAC"),
+        if s.active { "active" } else { "INACTIVE" },
+        duration(s.announce_interval_secs)
+    );
+    if let Some(e) = &s.error {
+        let _ = writeln!(out, "Error: {e}");
+    }
+    if s.vips.is_empty() {
+        out.push_str("No VIP addresses to answer for.\n");
+        return out;
+    }
+    let mut t = table();
+    t.set_header(vec![
+        "VIP",
+        "ANSWERING",
+        "SINCE",
+        "REPLIES",
+        "ANNOUNCEMENTS",
+        "LAST ANNOUNCEMENT",
+    ]);
+    for v in &s.vips {
+        t.add_row(vec![
+            v.address.clone(),
+            if v.answering { "yes" } else { "no" }.to_string(),
+            v.since_unix
+                .map_or_else(|| NONE.to_string(), |t| ago(t, now_unix)),
+            v.replies_sent.to_string(),
+            v.announcements_sent.to_string(),
+            v.last_announce_unix
+                .map_or_else(|| NONE.to_string(), |t| ago(t, now_unix)),
+        ]);
+    }
+    right_align(&mut t, &[3, 4]);
+    out.push_str(&finish(t));
+    out
 }
 
 /// `rivoractl drain` / `undrain`: what the change means, then the affected
@@ -1457,5 +1557,115 @@ mod tests {
         assert_eq!(duration(303), "5m 3s");
         assert_eq!(duration(3 * 3600 + 120), "3h 2m");
         assert_eq!(duration(2 * 86_400 + 4 * 3600 + 5), "2d 4h");
+    }
+
+    #[test]
+    fn bgp_table_shows_peers_and_routes() {
+        use rivora_api::{BgpPeerInfo, BgpRouteInfo};
+        assert!(bgp(&BgpStatus::default()).contains("BGP is not configured"));
+        let b = BgpStatus {
+            enabled: true,
+            local_as: Some(65010),
+            router_id: Some("192.0.2.2".into()),
+            peers: vec![
+                BgpPeerInfo {
+                    address: "192.0.2.1".into(),
+                    port: 179,
+                    remote_as: 65000,
+                    state: "Established".into(),
+                    uptime_secs: Some(125),
+                    prefixes_sent: 2,
+                    last_error: None,
+                },
+                BgpPeerInfo {
+                    address: "2001:db8::1".into(),
+                    port: 1179,
+                    remote_as: 65001,
+                    state: "Active".into(),
+                    uptime_secs: None,
+                    prefixes_sent: 0,
+                    last_error: Some("TCP-MD5 is configured".into()),
+                },
+            ],
+            routes: vec![BgpRouteInfo {
+                prefix: "203.0.113.10/32".into(),
+                communities: vec!["65010:100".into(), "65010:200".into()],
+                vips: vec!["web".into(), "web-tls".into()],
+            }],
+        };
+        let out = bgp(&b);
+        assert!(
+            out.starts_with("Local AS 65010, router ID 192.0.2.2\n"),
+            "{out}"
+        );
+        assert_eq!(
+            row(&out, "192.0.2.1:179"),
+            ["192.0.2.1:179", "65000", "Established", "2m 5s", "2", "-"]
+        );
+        assert_eq!(
+            row(&out, "[2001:db8::1]:1179"),
+            [
+                "[2001:db8::1]:1179",
+                "65001",
+                "Active",
+                "-",
+                "0",
+                "TCP-MD5 is configured"
+            ]
+        );
+        assert_eq!(
+            row(&out, "203.0.113.10/32"),
+            ["203.0.113.10/32", "65010:100 65010:200", "web, web-tls"]
+        );
+        let none = bgp(&BgpStatus {
+            routes: vec![],
+            ..b
+        });
+        assert!(none.contains("No routes announced"), "{none}");
+    }
+
+    #[test]
+    fn speaker_table_shows_vips() {
+        use rivora_api::SpeakerVipInfo;
+        assert!(speaker(&SpeakerStatus::default(), 0).contains("not configured"));
+        let s = SpeakerStatus {
+            enabled: true,
+            interface: Some("eth0".into()),
+            mac: Some("02:00:00:00:00:01".into()),
+            active: true,
+            announce_interval_secs: 60,
+            vips: vec![
+                SpeakerVipInfo {
+                    address: "10.0.0.100".into(),
+                    answering: true,
+                    since_unix: Some(1000),
+                    replies_sent: 4,
+                    announcements_sent: 2,
+                    last_announce_unix: Some(1050),
+                },
+                SpeakerVipInfo {
+                    address: "fd00::100".into(),
+                    answering: false,
+                    since_unix: None,
+                    replies_sent: 0,
+                    announcements_sent: 0,
+                    last_announce_unix: None,
+                },
+            ],
+            error: None,
+        };
+        let out = speaker(&s, 1060);
+        assert!(
+            out.starts_with("Interface eth0 (02:00:00:00:00:01), active, announcing every 1m 0s\n"),
+            "{out}"
+        );
+        assert_eq!(
+            row(&out, "10.0.0.100"),
+            ["10.0.0.100", "yes", "1m ago", "4", "2", "10s ago"]
+        );
+        assert_eq!(
+            row(&out, "fd00::100"),
+            ["fd00::100", "no", "-", "0", "0", "-"]
+        );
     }
 }

@@ -80,7 +80,35 @@ fn initial_backends() -> Vec<BackendInfo> {
     ]
 }
 
+fn sample_bgp() -> BgpStatus {
+    BgpStatus {
+        enabled: true,
+        local_as: Some(65010),
+        router_id: Some("192.0.2.2".into()),
+        peers: vec![BgpPeerInfo {
+            address: "192.0.2.1".into(),
+            port: 179,
+            remote_as: 65000,
+            state: "Active".into(),
+            uptime_secs: None,
+            prefixes_sent: 0,
+            last_error: Some(
+                "TCP connection to 192.0.2.1:179 timed out after 5 s; TCP-MD5 is configured".into(),
+            ),
+        }],
+        routes: vec![BgpRouteInfo {
+            prefix: "203.0.113.10/32".into(),
+            communities: vec!["65010:100".into()],
+            vips: vec!["web".into()],
+        }],
+    }
+}
+
 impl ApiSource for Fake {
+    fn bgp(&self) -> Result<BgpStatus, ApiFailure> {
+        Ok(sample_bgp())
+    }
+
     fn status(&self) -> Status {
         Status {
             version: "9.9.9".into(),
@@ -293,6 +321,30 @@ fn cli_against_live_server() {
         ]
     );
     assert!(v6[5].ends_with(" ago"), "{v6:?}");
+
+    let text = stdout(rivoractl(&socket, &["bgp"]));
+    assert!(
+        text.starts_with("Local AS 65010, router ID 192.0.2.2\n"),
+        "{text}"
+    );
+    let peer = row(&text, "192.0.2.1:179");
+    assert_eq!(peer[1..5], ["65000", "Active", "-", "0"], "{text}");
+    assert!(peer[5].contains("TCP-MD5"), "{text}");
+    assert_eq!(
+        row(&text, "203.0.113.10/32"),
+        ["203.0.113.10/32", "65010:100", "web"]
+    );
+    let out = rivoractl(&socket, &["bgp", "-o", "json"]);
+    let b: BgpStatus = serde_json::from_slice(stdout(out).as_bytes()).unwrap();
+    assert_eq!(b, sample_bgp());
+    // This fake has no L2 speaker: the API's 501 becomes one line.
+    let out = rivoractl(&socket, &["speaker"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "rivoractl: rivorad returned HTTP 501: this rivorad has no L2 speaker\n"
+    );
 
     // Server-side failure: exit 1, one line on stderr, nothing on stdout.
     let out = rivoractl(&socket, &["stats"]);

@@ -17,7 +17,7 @@ use tracing::{error, info, warn};
 use crate::kernel;
 use crate::source::{Shared, StateSource};
 use crate::watch::ConfigWatch;
-use crate::{Args, XdpModeArg, desired, health};
+use crate::{Args, XdpModeArg, announce, desired, health};
 use rivora_dataplane::BackendKey;
 use rivora_health::Prober;
 
@@ -195,7 +195,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             start: start_summary,
             programs: programs(&attachment),
         },
+        announcer: announce::Announcer::default(),
     }));
+    // BGP sessions and ARP/NDP answers: only once the datapath forwards.
+    announce::reconfigure(&shared, &config, &interface).await;
 
     let socket = rivora_api::bind(&args.api_socket)
         .with_context(|| format!("API socket {}", args.api_socket.display()))?;
@@ -239,22 +242,34 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 info!("SIGHUP: re-reading {}", config_path.display());
-                reload(&mut watch, &shared, &mut datapath, true);
+                if let Some(config) = reload(&mut watch, &shared, &mut datapath, true) {
+                    announce::reconfigure(&shared, &config, &interface).await;
+                }
             }
             _ = tick.tick() => {
-                match shared.lock().expect("state lock").dataplane.release_retired() {
-                    Ok(0) => {}
-                    Ok(n) => info!("released {n} retired backend(s) after the retire grace"),
-                    Err(e) => error!("releasing retired backends: {e}"),
+                {
+                    let mut s = shared.lock().expect("state lock");
+                    match s.dataplane.release_retired() {
+                        Ok(0) => {}
+                        Ok(n) => info!("released {n} retired backend(s) after the retire grace"),
+                        Err(e) => error!("releasing retired backends: {e}"),
+                    }
+                    let Shared { dataplane, prober, announcer, .. } = &mut *s;
+                    announcer.refresh(dataplane, prober);
                 }
                 if watch.changed() {
                     info!("{} changed: re-reading", config_path.display());
-                    reload(&mut watch, &shared, &mut datapath, false);
+                    if let Some(config) = reload(&mut watch, &shared, &mut datapath, false) {
+                        announce::reconfigure(&shared, &config, &interface).await;
+                    }
                 }
             }
         }
     }
 
+    // Withdraw the routes (Cease) while the datapath still forwards, so
+    // routers move the traffic away before it stops being served here.
+    announce::shutdown(&shared).await;
     let _ = stop_tx.send(true);
     if let Some(m) = metrics {
         let _ = tokio::time::timeout(Duration::from_secs(3), m).await;
@@ -354,6 +369,13 @@ async fn apply_transitions(
             }
             Err(e) => error!(backend = %t.key, "recording a health verdict: {e}"),
         }
+        let Shared {
+            dataplane,
+            prober,
+            announcer,
+            ..
+        } = &mut *s;
+        announcer.refresh(dataplane, prober);
     }
 }
 
@@ -382,8 +404,6 @@ fn uninstall(pin_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Re-reads the file and applies it. Anything invalid leaves the running
-/// configuration untouched and is logged and reported in the API status.
 /// Whether any VIP of `specs` is a NAT VIP (whose replies need tc_nat).
 fn has_nat_vip(specs: &[rivora_dataplane::VipSpec]) -> bool {
     specs.iter().any(|s| s.mode == rivora_dataplane::Mode::Nat)
@@ -413,16 +433,21 @@ fn programs(a: &rivora_dataplane::Attachment) -> Vec<ProgramInfo> {
     v
 }
 
+/// Re-reads the file and applies it to the datapath; returns the applied
+/// configuration, for the announcements. Anything invalid leaves the
+/// running configuration untouched and is logged and reported in the API
+/// status.
 fn reload(
     watch: &mut ConfigWatch,
     shared: &Arc<Mutex<Shared>>,
     datapath: &mut Datapath,
     forced: bool,
-) {
+) -> Option<rivora_config::Config> {
     let mut s = shared.lock().expect("state lock");
+    let mut applied = None;
     let outcome = match watch.read_and_parse() {
         Err(e) => Err(e.to_string()),
-        Ok((_, text)) if !forced && watch.is_applied(&text) => return,
+        Ok((_, text)) if !forced && watch.is_applied(&text) => return None,
         Ok((config, _))
             if has_nat_vip(&desired::from_config(&config))
                 && datapath.attachment().is_some_and(|a| !a.egress)
@@ -455,6 +480,7 @@ fn reload(
                         dataplane, prober, ..
                     } = &mut *s;
                     update_probes(&config, dataplane, prober, &existed_before);
+                    applied = Some(config);
                     Ok(report)
                 }
                 Err(e) => Err(e.to_string()),
@@ -486,6 +512,7 @@ fn reload(
             }
         }
     };
+    applied
 }
 
 /// Full NAT hands rewritten packets to the kernel to route: without IP

@@ -2,6 +2,7 @@
 //! its maps from a static YAML file, re-applies the file on SIGHUP or when it
 //! changes, and serves the local API that rivoractl talks to.
 
+mod announce;
 mod daemon;
 mod desired;
 mod health;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use rivora_abi as abi;
-use rivora_api::metrics::{BackendMetrics, MetricsSnapshot, VipMetrics};
+use rivora_api::metrics::{BackendMetrics, BgpPeerMetrics, MetricsSnapshot, VipMetrics};
 use rivora_dataplane::{BackendKey, proto};
 
 use crate::source::{Shared, state_name};
@@ -87,5 +87,18 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
         last_reload_ok: s.status.last_reload.ok,
         last_reload_unix: s.status.last_reload.at_unix,
         start_unix: s.status.started_at_unix,
+        bgp_peers: s
+            .announcer
+            .peer_metrics()
+            .into_iter()
+            .map(
+                |(peer, peer_as, established, prefixes_advertised)| BgpPeerMetrics {
+                    peer,
+                    peer_as,
+                    established,
+                    prefixes_advertised,
+                },
+            )
+            .collect(),
     })
 }

@@ -20,6 +20,8 @@ pub struct Shared {
     /// Daemon facts that are not in the maps; the counts are filled in on
     /// every read.
     pub status: Status,
+    /// The BGP speaker and the ARP/NDP responder.
+    pub announcer: crate::announce::Announcer,
 }
 
 /// The API's view of [`Shared`].
@@ -197,6 +199,19 @@ impl ApiSource for StateSource {
         })
     }
 
+    fn bgp(&self) -> Result<rivora_api::BgpStatus, ApiFailure> {
+        Ok(self.0.lock().expect("state lock").announcer.bgp_status())
+    }
+
+    fn speaker(&self) -> Result<rivora_api::SpeakerStatus, ApiFailure> {
+        Ok(self
+            .0
+            .lock()
+            .expect("state lock")
+            .announcer
+            .speaker_status())
+    }
+
     fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
         let keys = {
             let mut s = self.0.lock().expect("state lock");
@@ -213,6 +228,14 @@ impl ApiSource for StateSource {
                     if drain { "drained" } else { "undrained" }
                 );
             }
+            // A drain can take a VIP's last healthy backend: re-announce.
+            let Shared {
+                dataplane,
+                prober,
+                announcer,
+                ..
+            } = &mut *s;
+            announcer.refresh(dataplane, prober);
             keys
         };
         let wanted: std::collections::BTreeSet<String> =

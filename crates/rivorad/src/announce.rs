@@ -1,0 +1,552 @@
+//! Announcing VIPs to the network: the BGP speaker (rivora-bgp) and the
+//! ARP/NDP responder (rivora-speaker), driven by the config and the
+//! backends' health.
+//!
+//! What is announced when:
+//!
+//! * BGP: a host route (/32, /128) for each VIP address that has at least
+//!   one VIP with `advertise` on and at least one backend in state
+//!   *healthy* on this node (with a health check: once its first probe
+//!   has decided, so a new VIP is not announced before it is known to
+//!   work). A draining backend (operator drain, or one
+//!   that left the config and is retiring) and a down backend do not
+//!   count: such a VIP takes no new flows here, so this node should not
+//!   attract them. The route's communities are the union of the
+//!   communities of those VIPs. Recomputed after every config apply,
+//!   every health verdict, every drain and on every config-poll tick.
+//! * L2: ARP and NDP are answered for every VIP address with `advertise`
+//!   on, healthy or not (static mode: the responder is always active).
+//!
+//! A change of the `bgp:` section restarts the speaker (the old one
+//! withdraws its routes and sends Cease first); a change of `l2Announce:`
+//! starts a new responder before the old one stops. Neither touches the
+//! datapath.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use rivora_abi::backend_state;
+use rivora_api::{BgpPeerInfo, BgpRouteInfo, BgpStatus, SpeakerStatus, SpeakerVipInfo};
+use rivora_bgp::{PeerConfig, Prefix, RouteAttrs, Speaker, SpeakerConfig};
+use rivora_config::Config;
+use rivora_dataplane::{BackendKey, Dataplane};
+use rivora_health::Prober;
+use rivora_speaker::{Responder, ResponderOptions};
+use tracing::{error, info, warn};
+
+use crate::source::Shared;
+
+/// What one VIP (by name) asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct VipPolicy {
+    advertise: bool,
+    communities: Vec<u32>,
+}
+
+/// The responder's settings in force: interface and announce interval.
+type L2Settings = (String, Duration);
+
+/// The speaker, the responder and what the config asks of them.
+#[derive(Default)]
+pub struct Announcer {
+    /// The `bgp:` section in force (as the speaker's config).
+    bgp_config: Option<SpeakerConfig>,
+    speaker: Option<Arc<Speaker>>,
+    /// The `l2Announce:` section in force, resolved.
+    l2_config: Option<L2Settings>,
+    responder: Option<Responder>,
+    /// Why the responder is not running, if it should be.
+    l2_error: Option<String>,
+    /// Per VIP name: advertise and communities.
+    policy: BTreeMap<String, VipPolicy>,
+    /// Which VIPs each announced prefix stands for (for the API).
+    announced: BTreeMap<Prefix, Vec<String>>,
+}
+
+/// The speaker config the `bgp:` section describes.
+pub fn speaker_config(bgp: &rivora_config::BgpConfig) -> SpeakerConfig {
+    SpeakerConfig {
+        local_as: bgp.local_as,
+        router_id: bgp.router_id,
+        peers: bgp
+            .peers
+            .iter()
+            .map(|p| {
+                let mut c = PeerConfig::new(p.address, p.remote_as);
+                c.port = p.port;
+                c.password = p.password.clone();
+                c.hold_time = p.hold_time;
+                c.next_hop_v4 = p.next_hop_v4;
+                c.next_hop_v6 = p.next_hop_v6;
+                c.local_address = p.local_address;
+                c
+            })
+            .collect(),
+    }
+}
+
+fn policy(config: &Config) -> BTreeMap<String, VipPolicy> {
+    config
+        .vips
+        .iter()
+        .map(|v| {
+            (
+                v.name.clone(),
+                VipPolicy {
+                    advertise: v.advertise,
+                    communities: v.communities.iter().map(|c| c.0).collect(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// The addresses the L2 responder answers for.
+fn l2_vips(config: &Config) -> BTreeSet<IpAddr> {
+    config
+        .vips
+        .iter()
+        .filter(|v| v.advertise)
+        .map(|v| v.address)
+        .collect()
+}
+
+/// The BGP routes the dataplane's state calls for, with the VIPs behind
+/// each.
+///
+/// Healthy means: state healthy in the dataplane and, for a backend with
+/// a health check, probes that say up. The second part keeps a new
+/// backend whose first probe is still pending from attracting traffic, and
+/// closes the window between a failed probe and its verdict reaching the
+/// dataplane.
+fn desired_routes(
+    dp: &Dataplane,
+    prober: &Prober<BackendKey>,
+    policy: &BTreeMap<String, VipPolicy>,
+) -> BTreeMap<Prefix, (RouteAttrs, Vec<String>)> {
+    let probes: BTreeMap<BackendKey, Option<bool>> = prober
+        .snapshot()
+        .into_iter()
+        .map(|(k, st)| (k, st.up))
+        .collect();
+    let healthy: BTreeSet<BackendKey> = dp
+        .backends()
+        .filter(|b| {
+            b.state == backend_state::HEALTHY
+                && probes.get(&b.key).is_none_or(|up| *up == Some(true))
+        })
+        .map(|b| b.key)
+        .collect();
+    routes_for(
+        dp.vips().map(|v| {
+            (
+                v.spec.name.as_str(),
+                v.spec.key.addr,
+                v.spec.backends.iter().map(|b| b.key).collect::<Vec<_>>(),
+            )
+        }),
+        &healthy,
+        policy,
+    )
+}
+
+/// An address is announced when one of its VIPs advertises and has a
+/// backend in `healthy`; its communities are the union of those VIPs'.
+fn routes_for<'a>(
+    vips: impl Iterator<Item = (&'a str, IpAddr, Vec<BackendKey>)>,
+    healthy: &BTreeSet<BackendKey>,
+    policy: &BTreeMap<String, VipPolicy>,
+) -> BTreeMap<Prefix, (RouteAttrs, Vec<String>)> {
+    let mut out: BTreeMap<Prefix, (RouteAttrs, Vec<String>)> = BTreeMap::new();
+    for (name, addr, backends) in vips {
+        let Some(p) = policy.get(name) else {
+            continue;
+        };
+        if !p.advertise || !backends.iter().any(|b| healthy.contains(b)) {
+            continue;
+        }
+        let e = out.entry(Prefix::host(addr)).or_default();
+        e.0.communities.extend(p.communities.iter().copied());
+        e.1.push(name.to_string());
+    }
+    for (attrs, names) in out.values_mut() {
+        attrs.communities.sort_unstable();
+        attrs.communities.dedup();
+        names.sort();
+    }
+    out
+}
+
+impl Announcer {
+    /// Recomputes the BGP routes from the dataplane's backend states and
+    /// hands them to the speaker (a no-op when nothing changed).
+    pub fn refresh(&mut self, dp: &Dataplane, prober: &Prober<BackendKey>) {
+        let Some(speaker) = &self.speaker else {
+            self.announced.clear();
+            return;
+        };
+        let want = desired_routes(dp, prober, &self.policy);
+        let routes: BTreeMap<Prefix, RouteAttrs> =
+            want.iter().map(|(p, (a, _))| (*p, a.clone())).collect();
+        let before: BTreeSet<Prefix> = self.announced.keys().copied().collect();
+        if speaker.set_routes(routes) {
+            let now: BTreeSet<Prefix> = want.keys().copied().collect();
+            for p in now.difference(&before) {
+                info!(prefix = %p, vips = ?want[p].1, "BGP: announcing (a VIP on it has a healthy backend)");
+            }
+            for p in before.difference(&now) {
+                info!(prefix = %p, "BGP: withdrawing (no VIP on it advertises with a healthy backend)");
+            }
+        }
+        self.announced = want.into_iter().map(|(p, (_, n))| (p, n)).collect();
+    }
+
+    /// `GET /v1/bgp`.
+    pub fn bgp_status(&self) -> BgpStatus {
+        let (Some(cfg), Some(speaker)) = (&self.bgp_config, &self.speaker) else {
+            return BgpStatus::default();
+        };
+        let routes = speaker.routes();
+        BgpStatus {
+            enabled: true,
+            local_as: Some(cfg.local_as),
+            router_id: Some(cfg.router_id.to_string()),
+            peers: speaker
+                .peers()
+                .into_iter()
+                .zip(&cfg.peers)
+                .map(|(p, c)| BgpPeerInfo {
+                    address: p.address.to_string(),
+                    port: c.port,
+                    remote_as: p.remote_as,
+                    state: p.state,
+                    uptime_secs: p.uptime_secs,
+                    prefixes_sent: p.prefixes_sent as u64,
+                    last_error: p.last_error,
+                })
+                .collect(),
+            routes: routes
+                .iter()
+                .map(|(p, a)| BgpRouteInfo {
+                    prefix: p.to_string(),
+                    communities: a
+                        .communities
+                        .iter()
+                        .map(|c| rivora_config::Community(*c).to_string())
+                        .collect(),
+                    vips: self.announced.get(p).cloned().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+
+    /// `GET /v1/speaker`.
+    pub fn speaker_status(&self) -> SpeakerStatus {
+        let Some((interface, interval)) = &self.l2_config else {
+            return SpeakerStatus::default();
+        };
+        let unix = |t: SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        };
+        let mut status = SpeakerStatus {
+            enabled: true,
+            interface: Some(interface.clone()),
+            mac: None,
+            active: false,
+            announce_interval_secs: interval.as_secs(),
+            vips: Vec::new(),
+            error: self.l2_error.clone(),
+        };
+        if let Some(r) = &self.responder {
+            let answered: BTreeMap<IpAddr, _> =
+                r.answered().into_iter().map(|a| (a.vip, a)).collect();
+            status.mac = Some(r.mac().to_string());
+            status.active = r.is_active();
+            status.vips = r
+                .vips()
+                .into_iter()
+                .map(|vip| match answered.get(&vip) {
+                    Some(a) => SpeakerVipInfo {
+                        address: vip.to_string(),
+                        answering: true,
+                        since_unix: Some(unix(a.since)),
+                        replies_sent: a.replies_sent,
+                        announcements_sent: a.announcements_sent,
+                        last_announce_unix: a.last_announce.map(unix),
+                    },
+                    None => SpeakerVipInfo {
+                        address: vip.to_string(),
+                        answering: false,
+                        since_unix: None,
+                        replies_sent: 0,
+                        announcements_sent: 0,
+                        last_announce_unix: None,
+                    },
+                })
+                .collect();
+        }
+        status
+    }
+
+    /// Prometheus view: per peer (`address:port`, AS, established,
+    /// prefixes sent).
+    pub fn peer_metrics(&self) -> Vec<(String, u32, bool, u64)> {
+        let (Some(cfg), Some(speaker)) = (&self.bgp_config, &self.speaker) else {
+            return Vec::new();
+        };
+        speaker
+            .peers()
+            .into_iter()
+            .zip(&cfg.peers)
+            .map(|(p, c)| {
+                (
+                    std::net::SocketAddr::new(p.address, c.port).to_string(),
+                    p.remote_as,
+                    p.state == "Established",
+                    p.prefixes_sent as u64,
+                )
+            })
+            .collect()
+    }
+}
+
+/// Makes the speaker and the responder match `config` (start, restart or
+/// stop them) and announces what the dataplane calls for. Called after
+/// every successful apply, the first one included. `default_interface` is
+/// rivorad's `--interface`. The datapath is not touched.
+pub async fn reconfigure(shared: &Arc<Mutex<Shared>>, config: &Config, default_interface: &str) {
+    let want_bgp = config.bgp.as_ref().map(speaker_config);
+    let want_l2: Option<L2Settings> = config.l2_announce.as_ref().map(|l| {
+        (
+            l.interface
+                .clone()
+                .unwrap_or_else(|| default_interface.to_string()),
+            l.announce_interval,
+        )
+    });
+    let l2_vips = l2_vips(config);
+
+    // 1. Under the lock: the new policy, and take out what must stop.
+    let (old_speaker, l2_changed) = {
+        let mut s = shared.lock().expect("state lock");
+        let a = &mut s.announcer;
+        a.policy = policy(config);
+        let old_speaker = if a.bgp_config != want_bgp {
+            a.bgp_config = None;
+            a.announced.clear();
+            a.speaker.take()
+        } else {
+            None
+        };
+        // Also retry a responder that could not start last time.
+        let l2_changed = a.l2_config != want_l2 || (want_l2.is_some() && a.responder.is_none());
+        (old_speaker, l2_changed)
+    };
+
+    // 2. The old speaker says goodbye (withdraw, Cease) before a new one
+    //    connects to the same peers.
+    if let Some(old) = old_speaker {
+        info!("BGP: the bgp section changed: stopping the speaker (routes withdrawn, Cease sent)");
+        old.shutdown().await;
+    }
+
+    // 3. The responder: a new one starts before the old one stops, so the
+    //    VIPs stay answered across the change; if it cannot start, the old
+    //    one keeps answering.
+    let mut old_responder = None;
+    if l2_changed {
+        let started = match &want_l2 {
+            None => Ok(None),
+            Some((iface, interval)) => Responder::start(
+                iface,
+                ResponderOptions {
+                    announce_interval: *interval,
+                },
+            )
+            .map(Some)
+            .map_err(|e| format!("cannot start the ARP/NDP responder on {iface}: {e}")),
+        };
+        let mut s = shared.lock().expect("state lock");
+        let a = &mut s.announcer;
+        match started {
+            Ok(new) => {
+                // Its VIPs before the old one stops: no gap in answering.
+                if let Some(r) = &new {
+                    if let Err(e) = r.set_vips(l2_vips.clone()) {
+                        warn!("L2 speaker: {e}");
+                    }
+                    r.set_active(true);
+                }
+                old_responder = std::mem::replace(&mut a.responder, new);
+                a.l2_config = want_l2.clone();
+                a.l2_error = None;
+            }
+            Err(e) => {
+                error!("{e}");
+                if a.responder.is_none() {
+                    a.l2_config = want_l2.clone();
+                }
+                a.l2_error = Some(e);
+            }
+        }
+    }
+    if let Some(r) = old_responder {
+        r.stop().await;
+    }
+
+    // 4. Under the lock: the VIP set, a new speaker, the routes.
+    let mut s = shared.lock().expect("state lock");
+    let Shared {
+        dataplane,
+        prober,
+        announcer: a,
+        ..
+    } = &mut *s;
+    if let Some(r) = &a.responder
+        && let Err(e) = r.set_vips(l2_vips)
+    {
+        warn!("L2 speaker: {e}");
+    }
+    if a.speaker.is_none()
+        && let Some(cfg) = want_bgp
+    {
+        if let Err(e) = cfg.validate() {
+            warn!("BGP: {e}");
+        }
+        info!(
+            local_as = cfg.local_as,
+            router_id = %cfg.router_id,
+            peers = cfg.peers.len(),
+            "BGP: starting the speaker"
+        );
+        a.speaker = Some(Arc::new(Speaker::start(cfg.clone())));
+        a.bgp_config = Some(cfg);
+    }
+    a.refresh(dataplane, prober);
+}
+
+/// Graceful stop: withdraw every route and send Cease to every peer, stop
+/// answering ARP/NDP.
+pub async fn shutdown(shared: &Arc<Mutex<Shared>>) {
+    let (speaker, responder) = {
+        let mut s = shared.lock().expect("state lock");
+        let a = &mut s.announcer;
+        a.bgp_config = None;
+        a.l2_config = None;
+        a.announced.clear();
+        (a.speaker.take(), a.responder.take())
+    };
+    if let Some(sp) = speaker {
+        info!("BGP: withdrawing all routes and closing the sessions (Cease)");
+        sp.shutdown().await;
+    }
+    if let Some(r) = responder {
+        r.stop().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn speaker_config_maps_every_field() {
+        let cfg = rivora_config::parse(
+            "bgp:\n  localAS: 65010\n  routerID: 192.0.2.2\n  peers:\n    - { address: 192.0.2.1, as: 65000, port: 1179, password: pw, holdTime: 30, nextHop: { ipv4: 192.0.2.3, ipv6: \"2001:db8::3\" }, localAddress: 192.0.2.2 }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let sc = speaker_config(cfg.bgp.as_ref().unwrap());
+        assert_eq!(sc.local_as, 65010);
+        assert_eq!(sc.router_id.to_string(), "192.0.2.2");
+        let p = &sc.peers[0];
+        assert_eq!(p.address.to_string(), "192.0.2.1");
+        assert_eq!((p.remote_as, p.port, p.hold_time), (65000, 1179, 30));
+        assert_eq!(p.password.as_deref(), Some("pw"));
+        assert_eq!(p.next_hop_v4.unwrap().to_string(), "192.0.2.3");
+        assert_eq!(p.next_hop_v6.unwrap().to_string(), "2001:db8::3");
+        assert_eq!(p.local_address.unwrap().to_string(), "192.0.2.2");
+        assert!(
+            sc.validate().is_ok(),
+            "what the config accepts, the speaker accepts"
+        );
+    }
+
+    #[test]
+    fn only_advertised_vips_with_a_healthy_backend_are_routed() {
+        let cfg = rivora_config::parse(
+            "vips:\n  - { name: a, address: 10.0.0.1, port: 80, communities: [\"65000:1\"] }\n  - { name: b, address: 10.0.0.1, port: 81, communities: [\"65000:2\", \"65000:1\"] }\n  - { name: c, address: \"2001:db8::1\", port: 80 }\n  - { name: d, address: 10.0.0.2, port: 80, advertise: false }\n  - { name: e, address: 10.0.0.3, port: 80 }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let pol = policy(&cfg);
+        let key = |s: &str| BackendKey {
+            addr: s.parse().unwrap(),
+            port: 80,
+        };
+        let vips = || {
+            vec![
+                ("a", "10.0.0.1".parse().unwrap(), vec![key("10.1.0.1")]),
+                ("b", "10.0.0.1".parse().unwrap(), vec![key("10.1.0.2")]),
+                (
+                    "c",
+                    "2001:db8::1".parse().unwrap(),
+                    vec![key("2001:db8:1::1")],
+                ),
+                ("d", "10.0.0.2".parse().unwrap(), vec![key("10.1.0.1")]),
+                // e's only backend is draining or down: not in `healthy`.
+                ("e", "10.0.0.3".parse().unwrap(), vec![key("10.1.0.9")]),
+                (
+                    "unknown",
+                    "10.0.0.4".parse().unwrap(),
+                    vec![key("10.1.0.1")],
+                ),
+            ]
+            .into_iter()
+        };
+        let healthy: BTreeSet<BackendKey> =
+            [key("10.1.0.1"), key("10.1.0.2"), key("2001:db8:1::1")].into();
+        let r = routes_for(vips(), &healthy, &pol);
+        let shown: Vec<String> = r
+            .iter()
+            .map(|(p, (a, n))| format!("{p} {:?} {n:?}", a.communities))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                format!(
+                    "10.0.0.1/32 [{}, {}] [\"a\", \"b\"]",
+                    65000u32 << 16 | 1,
+                    65000u32 << 16 | 2
+                ),
+                "2001:db8::1/128 [] [\"c\"]".to_string(),
+            ]
+        );
+        // a loses its backend: b still holds the address up, with its own
+        // communities only... which include 65000:1 too.
+        let healthy: BTreeSet<BackendKey> = [key("10.1.0.2")].into();
+        let r = routes_for(vips(), &healthy, &pol);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.values().next().unwrap().1, ["b"]);
+        // Nothing healthy: nothing announced.
+        assert!(routes_for(vips(), &BTreeSet::new(), &pol).is_empty());
+    }
+
+    #[test]
+    fn l2_answers_every_advertised_address_once() {
+        let cfg = rivora_config::parse(
+            "vips:\n  - { name: a, address: 10.0.0.1, port: 80 }\n  - { name: b, address: 10.0.0.1, port: 81 }\n  - { name: c, address: \"2001:db8::1\", port: 80 }\n  - { name: d, address: 10.0.0.2, port: 80, advertise: false }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let v: Vec<String> = l2_vips(&cfg).iter().map(|a| a.to_string()).collect();
+        assert_eq!(v, ["10.0.0.1", "2001:db8::1"]);
+        let p = policy(&cfg);
+        assert!(!p["d"].advertise);
+        assert!(p["a"].advertise && p["a"].communities.is_empty());
+    }
+}
