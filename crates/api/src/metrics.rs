@@ -138,8 +138,8 @@ pub struct VipMetrics {
     pub name: String,
     /// VIP address in textual form (label `address`).
     pub address: String,
-    /// VIP port (label `port`).
-    pub port: u16,
+    /// VIP port, port range (`8000-8099`) or `any` (label `port`).
+    pub port: String,
     /// L4 protocol, `tcp` or `udp` (label `protocol`).
     pub protocol: String,
     /// Forwarding mode; only on `rivora_vip_info`, see the module docs.
@@ -281,7 +281,7 @@ impl Collector for SnapshotCollector {
         let seconds = Unit::Seconds;
 
         // --- VIPs ---
-        let ports: Vec<String> = s.vips.iter().map(|v| v.port.to_string()).collect();
+        let ports: Vec<String> = s.vips.iter().map(|v| v.port.clone()).collect();
         let vip_labels: Vec<VipLabels<'_>> = s
             .vips
             .iter()

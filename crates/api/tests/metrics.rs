@@ -36,7 +36,7 @@ fn sample_snapshot() -> MetricsSnapshot {
             VipMetrics {
                 name: "web".into(),
                 address: "192.0.2.10".into(),
-                port: 80,
+                port: "80".into(),
                 protocol: "tcp".into(),
                 mode: "gue".into(),
                 packets: 1_000_001,
@@ -49,7 +49,7 @@ fn sample_snapshot() -> MetricsSnapshot {
             VipMetrics {
                 name: "dns".into(),
                 address: "2001:db8::53".into(),
-                port: 53,
+                port: "5300-5399".into(),
                 protocol: "udp".into(),
                 mode: "ipip".into(),
                 packets: 12,

@@ -70,6 +70,18 @@ pub struct VipKey {
 }
 
 impl VipKey {
+    /// The ports as operators write them: `80`, `8000-8099` or `any`; what
+    /// logs, the CLI and the metrics' `port` label show for the VIP.
+    pub fn ports_label(&self) -> String {
+        if self.is_any_port() {
+            "any".to_string()
+        } else if self.is_exact() {
+            self.port.to_string()
+        } else {
+            format!("{}-{}", self.port, self.port_last)
+        }
+    }
+
     /// An exact VIP `addr:port`.
     pub fn exact(addr: IpAddr, port: u16, proto: u8) -> Self {
         Self {
@@ -127,13 +139,7 @@ impl fmt::Display for VipKey {
             proto::UDP => "udp",
             _ => "?",
         };
-        let ports = if self.is_any_port() {
-            "any".to_string()
-        } else if self.is_exact() {
-            self.port.to_string()
-        } else {
-            format!("{}-{}", self.port, self.port_last)
-        };
+        let ports = self.ports_label();
         match self.addr {
             IpAddr::V4(a) => write!(f, "{a}:{ports}/{p}"),
             IpAddr::V6(a) => write!(f, "[{a}]:{ports}/{p}"),

@@ -29,7 +29,7 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
             VipMetrics {
                 name: v.spec.name.clone(),
                 address: v.spec.key.addr.to_string(),
-                port: v.spec.key.port,
+                port: v.spec.key.ports_label(),
                 protocol: if v.spec.key.proto == proto::UDP {
                     "udp"
                 } else {
