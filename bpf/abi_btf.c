@@ -17,6 +17,7 @@ struct rv_abi_all {
 	struct rv_flow4 flow4;
 	struct rv_flow6 flow6;
 	struct rv_affinity affinity;
+	struct rv_nexthop nexthop;
 	struct rv_nat_key4 nat_key4;
 	struct rv_nat_key6 nat_key6;
 	struct rv_nat_value4 nat_value4;

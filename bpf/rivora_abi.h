@@ -357,6 +357,20 @@ struct rv_tunnel_config {
 	__u32 flags;
 };
 
+/* nexthop_cache_map value (per CPU, by backend ID): where the last FIB
+ * lookup for an L3 DSR backend's outer packet pointed, reused while the
+ * coarse-clock tick (RV_NAT_CHECK_SHIFT units, about a second) is the same
+ * and the backend ID still names the same backend. Not pinned: soft state
+ * of the running program. */
+struct rv_nexthop {
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u32 ifindex;            /* egress interface; 0 = empty entry */
+	__u32 mtu;                /* the route's MTU for the outer packet */
+	__u32 backend_generation; /* the backend the entry was learnt for */
+	__u32 tick;               /* when it was learnt */
+};
+
 /* rivora_meta value (one entry, index 0): what wrote the pinned maps. A
  * starting rivorad reads it before adopting anything, and refuses maps of
  * another ABI version or table size instead of misreading them. */

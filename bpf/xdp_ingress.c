@@ -35,6 +35,7 @@ struct rv_be {
 	__be16 port;
 	__u8 mac[6];
 	__u32 generation;
+	__u32 id;
 };
 
 static __always_inline void rv_count_forward(__u32 service_id, __u64 bytes, int new_flow)
@@ -110,6 +111,7 @@ static __always_inline int rv_backend(__u32 id, struct rv_be *out, const int v6)
 		__builtin_memcpy(out->mac, b->mac, 6);
 		out->port = b->port;
 		out->generation = b->generation;
+		out->id = id;
 	} else {
 		struct rv_backend4 *b = bpf_map_lookup_elem(&backend_map, &id);
 		if (!b || !b->generation)
@@ -118,6 +120,7 @@ static __always_inline int rv_backend(__u32 id, struct rv_be *out, const int v6)
 		__builtin_memcpy(out->mac, b->mac, 6);
 		out->port = b->port;
 		out->generation = b->generation;
+		out->id = id;
 	}
 	return 0;
 }
@@ -342,7 +345,7 @@ static __always_inline int rv_forward_dsr(struct xdp_md *ctx, struct rv_pkt *p, 
 		return rv_dsr_l2(ctx, be->mac);
 	}
 	__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 0, v6);
-	rc = rv_encap(ctx, p, be->addr, svc->mode == RV_MODE_DSR_GRE, h, &room, &egress, v6);
+	rc = rv_encap(ctx, p, be->addr, be->id, be->generation, svc->mode == RV_MODE_DSR_GRE, h, &room, &egress, v6);
 	switch (rc) {
 	case RV_ENCAP_REDIRECT:
 		rv_count_forward(service_id, len, new_flow);

@@ -285,6 +285,20 @@ pub struct Affinity {
     pub nat_checked: u32,
 }
 
+/// `struct rv_nexthop`: the datapath's per-CPU cache of an L3 DSR
+/// backend's next hop (nexthop_cache_map). The control plane never writes
+/// it; mirrored so that tools and tests can read it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NextHop {
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+    pub ifindex: u32,
+    pub mtu: u32,
+    pub backend_generation: u32,
+    pub tick: u32,
+}
+
 /// `struct rv_nat_key4`: a backend's reply (nat_reverse_map key).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -633,6 +647,11 @@ pub fn layouts() -> Vec<StructLayout> {
             Affinity,
             "rv_affinity",
             [backend_id, backend_generation, nat_checked]
+        ),
+        layout!(
+            NextHop,
+            "rv_nexthop",
+            [dmac, smac, ifindex, mtu, backend_generation, tick]
         ),
         layout!(NatKey4, "rv_nat_key4", [src, dst, sport, dport, proto, pad]),
         layout!(NatKey6, "rv_nat_key6", [src, dst, sport, dport, proto, pad]),

@@ -1735,15 +1735,14 @@ pub fn run(opts: Opts) -> Result<Section> {
         sec.notes.push(format!(
             "L3 DSR (dsr-ipip {ipip:.0} ns, {ipip_r:.2}x; dsr-gre in its row): these rows run with \
              an ingress interface in a namespace whose FIB routes the backends to a next hop with a \
-             known MAC, so every iteration takes the mode's real path: bpf_fib_lookup with the \
-             outer packet's size (route, MTU check, neighbour), bpf_xdp_adjust_head, the outer \
-             header and its checksum, XDP_REDIRECT. The *no route* rows take the kernel fallback \
+             known MAC, so every iteration takes the mode's real path: the next hop (from the \
+             per-backend cache, see below), bpf_xdp_adjust_head, the outer header and its checksum, \
+             XDP_REDIRECT. The *no route* rows take the kernel fallback \
              instead (the FIB lookup fails at once; encapsulate and XDP_PASS, {fb:.0} ns for \
-             dsr-ipip): the difference is about what one successful bpf_fib_lookup costs, and \
-             growing the frame plus a second IP header is what the fallback rows cost beyond L2 DSR. \
-             Next step: cache the next hop per backend for a coarse tick, as the reverse NAT check \
-             does (one FIB lookup per backend per second instead of per packet; route and \
-             neighbour changes then take up to a tick to apply)."
+             dsr-ipip), and growing the frame plus a second IP header is what the fallback rows cost beyond L2 DSR. \
+             The FIB rows measure the next-hop cache: the lookup's answer is kept per backend and \
+             CPU for one coarse tick (about a second), so all but the first packet of a tick skip \
+             bpf_fib_lookup."
         ));
     }
     sec.notes.push(

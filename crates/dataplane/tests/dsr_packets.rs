@@ -519,3 +519,79 @@ fn dsr_fragments_follow_their_first() {
     let events = r.dataplane.drop_counters().unwrap();
     assert_eq!(events[abi::drop_reason::PASS_FRAG_UNMATCHED as usize], 1);
 }
+
+/// The clock behind bpf_ktime_get_coarse_ns, in the datapath's tick units
+/// (rv_nexthop.tick).
+fn coarse_tick() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64) >> abi::NAT_CHECK_SHIFT
+}
+
+/// L3 DSR routes a backend's outer packets from a per-backend next-hop
+/// cache for one coarse tick (about a second) instead of a FIB lookup per
+/// packet: a route removed within the tick still gets the cached next hop;
+/// from the next tick on the FIB is asked again (here: no route, so the
+/// kernel fallback).
+#[test]
+fn l3_dsr_caches_the_next_hop_for_a_tick() {
+    let ns = rivora_lab::Netns::new("dsrnh").unwrap();
+    ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
+    for cmd in [
+        "ip link add up0 type veth peer name up1",
+        "ip link set up0 up",
+        "ip link set up1 up",
+        "ip addr add 10.200.9.1/24 dev up0",
+        "ip neigh add 10.200.9.2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
+    ] {
+        ns.run(&cmd.split(' ').collect::<Vec<_>>()).unwrap();
+    }
+    let route = ["10.200.1.0/24", "via", "10.200.9.2", "dev", "up0"];
+    let out = ns.run(&["ip", "-o", "link", "show", "up1"]).unwrap();
+    let up1: u32 = out.split(':').next().unwrap().trim().parse().unwrap();
+    let mut r = dsr_rig("dsrnh", Mode::DsrIpip);
+    let frame = request(false, &[], true, 100);
+
+    let (within, after) = ns
+        .within(|| {
+            // Route, warm the cache, remove the route, send again: both in
+            // one tick (tried again if a tick boundary fell in between).
+            for _ in 0..5 {
+                let mut add = vec!["ip", "route", "replace"];
+                add.extend(route);
+                ns.run(&add).unwrap();
+                let t0 = coarse_tick();
+                let (v1, _) = r.datapath.run_xdp_on(&frame, up1).unwrap();
+                let mut del = vec!["ip", "route", "del"];
+                del.extend(route);
+                ns.run(&del).unwrap();
+                let (v2, out2) = r.datapath.run_xdp_on(&frame, up1).unwrap();
+                if coarse_tick() != t0 {
+                    continue;
+                }
+                assert_eq!(v1, XDP_REDIRECT, "routed by the FIB");
+                // A later tick: the cache is stale, the FIB has no route.
+                while coarse_tick() == t0 {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                let (v3, _) = r.datapath.run_xdp_on(&frame, up1).unwrap();
+                return ((v2, out2), v3);
+            }
+            panic!("no tick without a boundary in five tries");
+        })
+        .unwrap();
+    assert_eq!(within.0, XDP_REDIRECT, "the same tick: the cached next hop");
+    assert_eq!(
+        &within.1[0..6],
+        &[0x02, 0x99, 0, 0, 0, 0x02],
+        "to the cached next hop's MAC"
+    );
+    assert_eq!(
+        after, XDP_PASS,
+        "next tick: asked the FIB again, which has no route"
+    );
+}
