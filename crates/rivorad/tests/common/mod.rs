@@ -292,7 +292,10 @@ impl Lab {
     }
 
     /// Waits until the daemon reports a config generation above `after`
-    /// (a successful reload) or a failed reload newer than `since_unix`.
+    /// (a successful reload) or a failed reload newer than `since_unix`
+    /// (`u64::MAX`: a successful reload only; reload times have a
+    /// resolution of one second, so an earlier failure in the same second
+    /// would otherwise count).
     pub fn wait_reload(&self, after_generation: u64, since_unix: u64) -> rivora_api::Status {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
