@@ -3,44 +3,17 @@
 //! interface, and peering over BGP with a real BIRD 2 on the segment's
 //! router, which installs the routes so a client behind it reaches the VIPs.
 
+mod segment_lab;
+
+use segment_lab::*;
 use std::fs::File;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use rivora_lab::segment::{SEG_LB_V4, SEG_LB_V6, SEG_ROUTER_V4, Segment};
+use rivora_lab::segment::{SEG_LB_V4, SEG_LB_V6, SEG_ROUTER_V4};
 use rivora_lab::topology::{backend_v4, backend_v6};
-use rivora_lab::{IdentityServer, Netns, Rivorad, RoundReport, link};
-
-const PORT: u16 = 8080;
-const PASSWORD: &str = "rivora-e2e-md5";
-const ROUTER_AS: u32 = 65000;
-const OUR_AS: u32 = 65010;
-
-/// Polls `f` every 50 ms until it returns Ok, or panics after `limit`.
-fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + limit;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out after {limit:?} waiting for {what}; last: {last}");
-}
-
-fn find_binary(name: &str) -> Option<PathBuf> {
-    std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .chain(["/usr/sbin", "/usr/bin", "/sbin"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
+use rivora_lab::{Netns, RoundReport, link};
 
 /// `bird` / `birdc`, installing Debian's bird2 when missing (serialised by
 /// a lock file, as the rivora-bgp interop tests do).
@@ -224,176 +197,6 @@ impl Drop for Bird {
     }
 }
 
-/// The segment lab, identity servers b1..b3 on the backends, a work
-/// directory, a pin directory and (when started) rivorad in the lb
-/// namespace. Everything is removed on drop, also when a test fails.
-struct Lab {
-    // Field order is drop order: rivorad stops before the namespaces go.
-    rivorad: Option<Rivorad>,
-    servers: Vec<Option<IdentityServer>>,
-    seg: Segment,
-    work: PathBuf,
-    config: PathBuf,
-    socket: PathBuf,
-    pin_dir: PathBuf,
-    rt: tokio::runtime::Runtime,
-}
-
-impl Lab {
-    fn new(tag: &str) -> Lab {
-        // SAFETY: geteuid has no preconditions.
-        assert_eq!(
-            unsafe { libc::geteuid() },
-            0,
-            "end-to-end tests create namespaces, run rivorad and BIRD: they must run as root"
-        );
-        static N: AtomicU32 = AtomicU32::new(0);
-        let unique = format!(
-            "{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        );
-        let seg = Segment::build(tag, 3).expect("segment lab");
-        let servers = (1..=3).map(|i| Some(start_server(&seg, i))).collect();
-        // Short: BIRD's control socket path must fit a sockaddr_un.
-        let work = PathBuf::from(format!("/tmp/rve2e-{unique}"));
-        let _ = std::fs::remove_dir_all(&work);
-        std::fs::create_dir_all(&work).unwrap();
-        Lab {
-            rivorad: None,
-            servers,
-            seg,
-            config: work.join("rivorad.yaml"),
-            socket: work.join("api.sock"),
-            pin_dir: PathBuf::from(format!("/sys/fs/bpf/rivora-e2e-{unique}")),
-            work,
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn write_config(&self, text: &str) {
-        let tmp = self.config.with_extension("tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, &self.config).unwrap();
-    }
-
-    fn start(&mut self) {
-        let bin = Path::new(env!("CARGO_BIN_EXE_rivorad"));
-        let mut d = Rivorad::start(
-            &self.seg.lb,
-            &self.seg.lb_if,
-            bin,
-            &self.config,
-            &self.pin_dir,
-            &self.socket,
-            &self.work,
-            // Loopback of the lb namespace: no clash between parallel tests.
-            &[
-                "--config-poll-ms",
-                "100",
-                "--metrics-listen",
-                "127.0.0.1:9469",
-            ],
-        )
-        .expect("start rivorad");
-        d.wait_ready(&self.socket, Duration::from_secs(30))
-            .expect("rivorad ready");
-        self.rivorad = Some(d);
-    }
-
-    fn stop(&mut self) -> bool {
-        let mut d = self.rivorad.take().expect("rivorad running");
-        d.stop().expect("stop rivorad").success()
-    }
-
-    fn log(&self) -> String {
-        self.rivorad.as_ref().map(|d| d.log()).unwrap_or_default()
-    }
-
-    fn client(&self) -> rivora_api::Client {
-        rivora_api::Client::new(&self.socket)
-    }
-
-    fn bgp(&self) -> rivora_api::BgpStatus {
-        self.rt.block_on(self.client().bgp()).expect("API bgp")
-    }
-
-    fn speaker(&self) -> rivora_api::SpeakerStatus {
-        self.rt
-            .block_on(self.client().speaker())
-            .expect("API speaker")
-    }
-
-    fn generation(&self) -> u64 {
-        self.rt
-            .block_on(self.client().status())
-            .expect("API status")
-            .config_generation
-    }
-
-    /// Writes `text` and waits until rivorad applied it.
-    fn reload(&self, text: &str) {
-        let before = self.generation();
-        self.write_config(text);
-        wait_for("the reload", Duration::from_secs(10), || {
-            if self.generation() > before {
-                Ok(())
-            } else {
-                Err(self.log())
-            }
-        });
-    }
-
-    /// The Prometheus text from rivorad's metrics endpoint.
-    fn metrics(&self) -> String {
-        use std::io::{Read, Write};
-        self.seg
-            .lb
-            .within(|| {
-                let mut s = std::net::TcpStream::connect("127.0.0.1:9469").expect("metrics");
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                write!(
-                    s,
-                    "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-                )
-                .unwrap();
-                let mut out = String::new();
-                s.read_to_string(&mut out).unwrap();
-                out
-            })
-            .expect("enter lb namespace")
-    }
-
-    fn tcp(&self, from: &Netns, vip: &str, count: usize) -> RoundReport {
-        let target = SocketAddr::new(vip.parse().unwrap(), 80);
-        rivora_lab::tcp_round(from, target, count, 4, Duration::from_secs(3))
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.rivorad.take() {
-            let _ = d.stop();
-        }
-        self.servers.clear();
-        let _ = std::fs::remove_dir_all(&self.work);
-        if self.pin_dir.exists() {
-            let _ = std::fs::remove_dir_all(&self.pin_dir);
-        }
-    }
-}
-
-fn start_server(seg: &Segment, i: usize) -> IdentityServer {
-    let addrs = [
-        SocketAddr::new(backend_v4(i).into(), PORT),
-        SocketAddr::new(backend_v6(i).into(), PORT),
-    ];
-    IdentityServer::start(&seg.backends[i - 1], &format!("b{i}"), &addrs).expect("identity server")
-}
-
 /// A VIP on port 80 whose backends are `b{i}:8080` for `backends`.
 fn vip(name: &str, addr: &str, backends: &[usize], extra: &str) -> String {
     let v6 = addr.contains(':');
@@ -438,7 +241,7 @@ const L2_DARK: &str = "10.200.0.101";
 /// with `advertise: false` is not answered for.
 #[test]
 fn l2_client_reaches_vips_answered_by_arp_and_ndp() {
-    let mut lab = Lab::new("l2a");
+    let mut lab = Lab::new("l2a", "BIRD", "/tmp/rve2e");
     let config_on = |iface: &str, with_v6: bool| {
         let mut s = format!("l2Announce: {{ announceInterval: 5s{iface} }}\nvips:\n");
         s.push_str(&vip("l2v4", L2_V4, &[1, 2], ""));
@@ -450,7 +253,7 @@ fn l2_client_reaches_vips_answered_by_arp_and_ndp() {
     };
     let config = |with_v6: bool| config_on("", with_v6);
     lab.write_config(&config(true));
-    lab.start();
+    lab.start(&["--metrics-listen", "127.0.0.1:9469"]);
 
     let lb_mac = link::mac(&lab.seg.lb, &lab.seg.lb_if).expect("lb MAC");
     let addrs = lab.seg.lb.run(&["ip", "addr"]).unwrap();
@@ -604,11 +407,11 @@ fn withdrawals_received(bird: &Bird) -> u64 {
 /// withdraws everything with a Cease, and a restart re-advertises.
 #[test]
 fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
-    let mut lab = Lab::new("bgp");
+    let mut lab = Lab::new("bgp", "BIRD", "/tmp/rve2e");
     // Declared after the lab, so dropped (stopped) before its namespaces.
     let bird = Bird::start(&lab.seg.router, &lab.work);
     lab.write_config(&bgp_config(PASSWORD, true));
-    lab.start();
+    lab.start(&["--metrics-listen", "127.0.0.1:9469"]);
 
     let all = [
         format!("{WEB4}/32"),
@@ -752,7 +555,7 @@ fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
     assert!(p.contains("Administrative shutdown"), "{p}");
 
     // A restart re-establishes and re-advertises.
-    lab.start();
+    lab.start(&["--metrics-listen", "127.0.0.1:9469"]);
     let t = Instant::now();
     wait_for(
         "the routes after a restart",
@@ -784,11 +587,11 @@ fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
 /// and the log say why; the right password brings everything back.
 #[test]
 fn a_wrong_md5_password_keeps_the_session_down_and_says_why() {
-    let mut lab = Lab::new("md5");
+    let mut lab = Lab::new("md5", "BIRD", "/tmp/rve2e");
     // Declared after the lab, so dropped (stopped) before its namespaces.
     let bird = Bird::start(&lab.seg.router, &lab.work);
     lab.write_config(&bgp_config(PASSWORD, true));
-    lab.start();
+    lab.start(&["--metrics-listen", "127.0.0.1:9469"]);
     bird.wait_routes("the routes", Duration::from_secs(30), |r| r.len() == 3);
 
     // The segment client routes the VIPs to the lb statically: its traffic

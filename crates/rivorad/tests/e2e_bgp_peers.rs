@@ -13,50 +13,23 @@
 //! daemon invocations and RIB queries (`crates/bgp/tests/interop.rs`) this
 //! file copies.
 
+mod segment_lab;
+
+use segment_lab::*;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use rivora_lab::segment::{SEG_LB_V4, SEG_LB_V6, SEG_ROUTER_V4, Segment};
+use rivora_lab::Netns;
+use rivora_lab::segment::{SEG_LB_V4, SEG_LB_V6, SEG_ROUTER_V4};
 use rivora_lab::topology::{backend_v4, backend_v6};
-use rivora_lab::{IdentityServer, Netns, Rivorad};
-
-const PORT: u16 = 8080;
-const PASSWORD: &str = "rivora-e2e-md5";
-const ROUTER_AS: u32 = 65000;
-const OUR_AS: u32 = 65010;
 
 const WEB4: &str = "10.200.100.1";
 const WEB6: &str = "fd00:200:100::1";
 const SOLO4: &str = "10.200.100.3";
-
-/// Polls `f` every 50 ms until it returns Ok, or panics after `limit`.
-fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + limit;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out after {limit:?} waiting for {what}; last: {last}");
-}
-
-fn find_binary(name: &str) -> Option<PathBuf> {
-    std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/lib/frr"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
 
 /// The path of `binary`, installing Debian `package` with apt-get when it
 /// is missing (serialised by the lock file the rivora-bgp interop tests
@@ -457,138 +430,6 @@ impl Peer for Frr {
 // ---------------------------------------------------------------------------
 // The lab
 
-/// The segment lab, identity servers b1..b3 on the backends, a work
-/// directory, a pin directory and (when started) rivorad in the lb
-/// namespace. Everything is removed on drop, also when a test fails.
-struct Lab {
-    // Field order is drop order: rivorad stops before the namespaces go.
-    rivorad: Option<Rivorad>,
-    servers: Vec<Option<IdentityServer>>,
-    seg: Segment,
-    work: PathBuf,
-    config: PathBuf,
-    socket: PathBuf,
-    pin_dir: PathBuf,
-    rt: tokio::runtime::Runtime,
-}
-
-impl Lab {
-    fn new(tag: &str) -> Lab {
-        // SAFETY: geteuid has no preconditions.
-        assert_eq!(
-            unsafe { libc::geteuid() },
-            0,
-            "end-to-end tests create namespaces, run rivorad, GoBGP and FRR: they must run as root"
-        );
-        rivora_lab::ensure_bpffs().expect("bpffs");
-        static N: AtomicU32 = AtomicU32::new(0);
-        let unique = format!(
-            "{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        );
-        let seg = Segment::build(tag, 3).expect("segment lab");
-        let servers = (1..=3).map(|i| Some(start_server(&seg, i))).collect();
-        // Short: FRR's vty socket path must fit a sockaddr_un.
-        let work = PathBuf::from(format!("/tmp/rvpeer-{unique}"));
-        let _ = std::fs::remove_dir_all(&work);
-        std::fs::create_dir_all(&work).unwrap();
-        Lab {
-            rivorad: None,
-            servers,
-            seg,
-            config: work.join("rivorad.yaml"),
-            socket: work.join("api.sock"),
-            pin_dir: PathBuf::from(format!("/sys/fs/bpf/rivora-e2e-{unique}")),
-            work,
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn write_config(&self, text: &str) {
-        let tmp = self.config.with_extension("tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, &self.config).unwrap();
-    }
-
-    fn start(&mut self) {
-        let bin = Path::new(env!("CARGO_BIN_EXE_rivorad"));
-        let mut d = Rivorad::start(
-            &self.seg.lb,
-            &self.seg.lb_if,
-            bin,
-            &self.config,
-            &self.pin_dir,
-            &self.socket,
-            &self.work,
-            &["--config-poll-ms", "100"],
-        )
-        .expect("start rivorad");
-        d.wait_ready(&self.socket, Duration::from_secs(30))
-            .expect("rivorad ready");
-        self.rivorad = Some(d);
-    }
-
-    fn stop(&mut self) -> bool {
-        let mut d = self.rivorad.take().expect("rivorad running");
-        d.stop().expect("stop rivorad").success()
-    }
-
-    fn log(&self) -> String {
-        self.rivorad.as_ref().map(|d| d.log()).unwrap_or_default()
-    }
-
-    fn bgp(&self) -> rivora_api::BgpStatus {
-        self.rt
-            .block_on(rivora_api::Client::new(&self.socket).bgp())
-            .expect("API bgp")
-    }
-
-    fn generation(&self) -> u64 {
-        self.rt
-            .block_on(rivora_api::Client::new(&self.socket).status())
-            .expect("API status")
-            .config_generation
-    }
-
-    /// Writes `text` and waits until rivorad applied it.
-    fn reload(&self, text: &str) {
-        let before = self.generation();
-        self.write_config(text);
-        wait_for("the reload", Duration::from_secs(10), || {
-            if self.generation() > before {
-                Ok(())
-            } else {
-                Err(self.log())
-            }
-        });
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.rivorad.take() {
-            let _ = d.stop();
-        }
-        self.servers.clear();
-        let _ = std::fs::remove_dir_all(&self.work);
-        if self.pin_dir.exists() {
-            let _ = std::fs::remove_dir_all(&self.pin_dir);
-        }
-    }
-}
-
-fn start_server(seg: &Segment, i: usize) -> IdentityServer {
-    let addrs = [
-        SocketAddr::new(backend_v4(i).into(), PORT),
-        SocketAddr::new(backend_v6(i).into(), PORT),
-    ];
-    IdentityServer::start(&seg.backends[i - 1], &format!("b{i}"), &addrs).expect("identity server")
-}
-
 /// A VIP on port 80 whose backends are `b{i}:8080`, with a fast TCP check.
 fn vip(name: &str, addr: &str, backends: &[usize]) -> String {
     let v6 = addr.contains(':');
@@ -653,7 +494,7 @@ fn wait_rib(
 fn announce_withdraw_reload_restart_md5(lab: &mut Lab, peer: &dyn Peer) {
     let name = peer.name();
     lab.write_config(&bgp_config(PASSWORD, true));
-    lab.start();
+    lab.start(&[]);
 
     // 1. Established, the /32s and the /128 with the balancer as next hop.
     let t0 = Instant::now();
@@ -746,7 +587,7 @@ fn announce_withdraw_reload_restart_md5(lab: &mut Lab, peer: &dyn Peer) {
         },
     );
     let t = Instant::now();
-    lab.start();
+    lab.start(&[]);
     wait_rib(
         peer,
         lab,
@@ -807,7 +648,7 @@ fn announce_withdraw_reload_restart_md5(lab: &mut Lab, peer: &dyn Peer) {
 
 #[test]
 fn gobgp_learns_and_loses_vip_routes_from_rivorad() {
-    let mut lab = Lab::new("gob");
+    let mut lab = Lab::new("gob", "GoBGP", "/tmp/rvpeer");
     // Dropped before the lab (its namespaces), also on failure.
     let peer = GoBgp::start(&lab.seg.router, &lab.work);
     announce_withdraw_reload_restart_md5(&mut lab, &peer);
@@ -815,7 +656,7 @@ fn gobgp_learns_and_loses_vip_routes_from_rivorad() {
 
 #[test]
 fn frr_learns_and_loses_vip_routes_from_rivorad() {
-    let mut lab = Lab::new("frr");
+    let mut lab = Lab::new("frr", "FRR", "/tmp/rvpeer");
     // Dropped before the lab (its namespaces), also on failure.
     let peer = Frr::start(&lab.seg.router, &lab.work);
     announce_withdraw_reload_restart_md5(&mut lab, &peer);
