@@ -3,9 +3,9 @@
  * encap.h: direct server return. L2 DSR rewrites the destination MAC to the
  * backend's and sends the frame back out (XDP_TX). L3 DSR wraps the packet
  * in an outer header to the backend (IP-in-IP / IPv6-in-IPv6, or GRE with
- * a per-flow key), routes it with bpf_fib_lookup (cached per backend for a
- * coarse tick) and redirects it out of the egress interface, or hands it to
- * the kernel when the FIB cannot answer (no neighbour entry yet, ...). A packet that fits the client's
+ * a per-flow key), routes it (route.h) and redirects it out of the egress
+ * interface, or hands it to the kernel when the FIB cannot answer (no
+ * neighbour entry yet, ...). A packet that fits the client's
  * path but not the tunnel is answered with ICMP fragmentation needed /
  * packet too big (icmp.h); an IPv4 packet without DF is encapsulated and
  * left to the kernel to fragment.
@@ -16,9 +16,8 @@
 #include "maps.h"
 #include "parse.h"
 #include "csum.h"
+#include "route.h"
 
-#define RV_AF_INET 2
-#define RV_AF_INET6 10
 #define RV_IPPROTO_IPIP 4
 #define RV_IPPROTO_IPV6 41
 #define RV_IPPROTO_GRE 47
@@ -26,14 +25,6 @@
 /* GRE with the key bit set (RFC 2890): 4 bytes of flags and protocol, 4 of key. */
 #define RV_GRE_FLAG_KEY 0x2000
 #define RV_GRE_LEN 8
-
-/* Next hops of L3 DSR backends, per CPU (see struct rv_nexthop). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RV_MAX_BACKENDS);
-	__type(key, __u32);
-	__type(value, struct rv_nexthop);
-} nexthop_cache_map SEC(".maps");
 
 /* Verdicts beyond the XDP ones, for the caller's counters. */
 enum rv_encap_result {
@@ -78,100 +69,6 @@ static __always_inline __u16 rv_ip4_header_csum(struct iphdr *ip)
 	return ~rv_csum_fold(sum);
 }
 
-/* Encapsulates the IP packet at p->l3 (VLAN tags are dropped: the outer
- * packet is routed, not bridged) towards `dst`, and routes it. `inner_df`
- * says whether the inner packet may not be fragmented. *mtu receives the
- * room left for the inner packet when it does not fit. */
-static __always_inline void rv_fib_params(struct bpf_fib_lookup *fib, struct xdp_md *ctx,
-					  const struct rv_tunnel_config *tun, const __u32 *dst, __u32 tot_len,
-					  int v6)
-{
-	fib->ifindex = ctx->ingress_ifindex;
-	fib->tot_len = tot_len;
-	if (v6) {
-		fib->family = RV_AF_INET6;
-		__builtin_memcpy(fib->ipv6_src, tun->src6, 16);
-		__builtin_memcpy(fib->ipv6_dst, dst, 16);
-	} else {
-		fib->family = RV_AF_INET;
-		fib->ipv4_src = tun->src4;
-		fib->ipv4_dst = dst[0];
-	}
-}
-
-/* rv_route's question and answer: a plain struct, so that a global
- * function can take it. */
-struct rv_route_req {
-	/* In. */
-	__u32 dst[4];
-	__u32 backend_id;
-	__u32 generation;
-	__u32 tot_len;
-	__u32 v6;
-	/* Out. */
-	__u8 dmac[ETH_ALEN];
-	__u8 smac[ETH_ALEN];
-	__u32 ifindex;
-	__u32 mtu;
-};
-
-/* Routes the outer packet of r->tot_len bytes to r->dst: from the backend's
- * cached next hop while it is fresh (same tick, same backend), else with
- * bpf_fib_lookup, whose success is cached together with the route's MTU (a
- * second lookup with an oversized length reports it). Returns a
- * BPF_FIB_LKUP_RET_* code; on success r's MACs and ifindex are set, on
- * FRAG_NEEDED r->mtu.
- *
- * A global (non-inlined) function: the verifier checks the FIB lookups
- * once instead of once per packet shape and family of the caller. */
-__attribute__((noinline)) int rv_route(struct xdp_md *ctx, struct rv_route_req *r)
-{
-	struct bpf_fib_lookup fib = {};
-	__u32 zero = 0;
-	struct rv_tunnel_config *tun = bpf_map_lookup_elem(&tunnel_config_map, &zero);
-	struct rv_nexthop *nh;
-	__u32 tick = bpf_ktime_get_coarse_ns() >> RV_NAT_CHECK_SHIFT;
-	__u32 id;
-	int rc;
-
-	if (!ctx || !r || !tun)
-		return BPF_FIB_LKUP_RET_NOT_FWDED;
-	id = r->backend_id;
-	nh = bpf_map_lookup_elem(&nexthop_cache_map, &id);
-	if (nh && nh->ifindex && nh->tick == tick && nh->backend_generation == r->generation) {
-		if (r->tot_len > nh->mtu) {
-			r->mtu = nh->mtu;
-			return BPF_FIB_LKUP_RET_FRAG_NEEDED;
-		}
-		__builtin_memcpy(r->dmac, nh->dmac, ETH_ALEN);
-		__builtin_memcpy(r->smac, nh->smac, ETH_ALEN);
-		r->ifindex = nh->ifindex;
-		return BPF_FIB_LKUP_RET_SUCCESS;
-	}
-	rv_fib_params(&fib, ctx, tun, r->dst, r->tot_len, r->v6);
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		r->mtu = fib.mtu_result;
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return rc;
-	__builtin_memcpy(r->dmac, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(r->smac, fib.smac, ETH_ALEN);
-	r->ifindex = fib.ifindex;
-	if (!nh)
-		return rc;
-	/* Learn the route's MTU: a lookup for the largest packet fails the MTU
-	 * check and reports it (or passes: no MTU below 64 KiB). */
-	__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
-	nh->ifindex = fib.ifindex;
-	__builtin_memset(&fib, 0, sizeof(fib));
-	rv_fib_params(&fib, ctx, tun, r->dst, 0xffff, r->v6);
-	nh->mtu = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) == BPF_FIB_LKUP_RET_FRAG_NEEDED ? fib.mtu_result : 0xffff;
-	nh->backend_generation = r->generation;
-	nh->tick = tick;
-	return rc;
-}
-
 static __always_inline int rv_encap(struct xdp_md *ctx, struct rv_pkt *p, const __u32 *dst, __u32 backend_id,
 				    __u32 generation, __u8 gre, __u32 flow_hash, __u32 *inner_room, __u32 *egress,
 				    const int v6)
@@ -203,6 +100,10 @@ static __always_inline int rv_encap(struct xdp_md *ctx, struct rv_pkt *p, const 
 	}
 
 	/* Route the outer packet first: the MTU check needs its final size. */
+	if (v6)
+		__builtin_memcpy(route.src, tun->src6, 16);
+	else
+		route.src[0] = tun->src4;
 	__builtin_memcpy(route.dst, dst, v6 ? 16 : 4);
 	route.tot_len = outer_len + inner_len;
 	rc = rv_route(ctx, &route);

@@ -71,6 +71,10 @@ enum rv_service_flags {
 	RV_SVC_F_AFFINITY_CLIENT_IP = 1 << 2,
 	/* The service has its own SYN rate limit in svc_rl_config_map. */
 	RV_SVC_F_SYN_RATE_LIMIT = 1 << 3,
+	/* NAT only (`natForwarding: fib`): the rewritten packet is routed by
+	 * xdp_ingress itself (bpf_fib_lookup, XDP_REDIRECT) instead of being
+	 * handed to the kernel's forwarding path. */
+	RV_SVC_F_NAT_FIB = 1 << 4,
 };
 
 /* backend_health_map values. 0 means "no backend with this ID": a freed ID
@@ -112,7 +116,11 @@ enum rv_drop_reason {
 	RV_PASS_TOO_BIG_FRAGMENTED = 9,
 	/* The frame could not be resized for encapsulation. */
 	RV_DROP_ENCAP_FAILED = 10,
-	RV_DROP_REASON_COUNT = 11,
+	/* Not a drop: a rewritten packet of a `natForwarding: fib` VIP was
+	 * handed to the kernel to route (no FIB answer yet, TTL expiring, over
+	 * the route's MTU, VLAN tagged). */
+	RV_PASS_NAT_TO_KERNEL = 11,
+	RV_DROP_REASON_COUNT = 12,
 };
 
 /* vip_map key: an exact IPv4 VIP. */

@@ -4,7 +4,8 @@
  * interface: parse, match a VIP, rate-limit SYNs, pick a backend (affinity,
  * else Maglev), then forward by the VIP's mode. Full NAT: rewrite the
  * destination to the backend, record the reverse mapping for tc_nat, and
- * XDP_PASS so the kernel routes the packet on.
+ * XDP_PASS so the kernel routes the packet on (or, for `natForwarding:
+ * fib`, route it here and redirect it: route.h).
  *
  * Around that path: a later fragment follows the backend its first fragment
  * chose (frag_map); an ICMP error about a reply goes to the backend that
@@ -19,6 +20,7 @@
 #include "hash.h"
 #include "balance.h"
 #include "nat.h"
+#include "route.h"
 #include "encap.h"
 #include "icmp.h"
 
@@ -29,14 +31,6 @@ char LICENSE[] SEC("license") = "GPL";
  * (rate is at most 1,000,000 SYNs/s, enforced by the control plane). */
 #define RV_RL_MAX_ELAPSED_NS (1000ULL * RV_NANO)
 
-/* A backend as the hot path needs it, whatever its family. */
-struct rv_be {
-	__u32 addr[4];
-	__be16 port;
-	__u8 mac[6];
-	__u32 generation;
-	__u32 id;
-};
 
 static __always_inline void rv_count_forward(__u32 service_id, __u64 bytes, int new_flow)
 {
@@ -317,8 +311,10 @@ struct rv_dsr_job {
 };
 
 /* Returned by the shape handlers instead of an XDP verdict: "forward the
- * job by DSR". Not a valid XDP action. */
+ * job by DSR", "route the rewritten packet" (natForwarding: fib; job->be
+ * is set). Not valid XDP actions. */
 #define RV_ACT_DSR 100
+#define RV_ACT_ROUTE 101
 
 static __always_inline int rv_dsr_defer(struct rv_dsr_job *job, const struct rv_service *svc, const struct rv_be *be,
 					__u32 service_id, int new_flow)
@@ -429,6 +425,10 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		return XDP_DROP;
 	}
 	rv_count_forward(service_id, rv_frame_len(ctx), new_flow);
+	if (svc->flags & RV_SVC_F_NAT_FIB) {
+		job->be = be;
+		return RV_ACT_ROUTE;
+	}
 	return XDP_PASS;
 }
 
@@ -505,6 +505,12 @@ static __always_inline int rv_ingress(struct xdp_md *ctx, struct rv_pkt *p, cons
 		verdict = rv_ingress_frag(ctx, p, &job, v6);
 	else
 		verdict = rv_ingress_icmp(ctx, p, &job, v6);
+	if (verdict == RV_ACT_ROUTE) {
+		verdict = rv_forward_routed(ctx, &job.be, v6);
+		if (verdict == XDP_PASS)
+			rv_count_event(RV_PASS_NAT_TO_KERNEL);
+		return verdict;
+	}
 	if (verdict != RV_ACT_DSR || !job.svc)
 		return verdict == RV_ACT_DSR ? XDP_DROP : verdict;
 	return rv_forward_dsr(ctx, p, job.svc, &job.be, job.service_id, job.new_flow, v6);

@@ -64,6 +64,9 @@ pub mod service_flags {
     pub const AFFINITY_CLIENT_IP: u8 = 1 << 2;
     /// The service has its own SYN rate limit (svc_rl_config_map).
     pub const SYN_RATE_LIMIT: u8 = 1 << 3;
+    /// NAT VIP with `natForwarding: fib`: xdp_ingress routes the rewritten
+    /// packet itself (FIB lookup + redirect) instead of the kernel.
+    pub const NAT_FIB: u8 = 1 << 4;
 }
 
 /// `enum rv_backend_state`: values of [`BackendHealth::state`].
@@ -102,8 +105,11 @@ pub mod drop_reason {
     pub const PASS_TOO_BIG_FRAGMENTED: u32 = 9;
     /// The frame could not be resized for encapsulation.
     pub const ENCAP_FAILED: u32 = 10;
+    /// Not a drop: a rewritten packet of a `natForwarding: fib` VIP went to
+    /// the kernel to route (no FIB answer yet, TTL expiring, too big, VLAN).
+    pub const PASS_NAT_TO_KERNEL: u32 = 11;
     /// Number of reasons defined so far.
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
     /// Stable, Prometheus-friendly names, indexed by reason. The `passed_`
     /// ones count packets handed to the kernel untouched, not drops.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -118,6 +124,7 @@ pub mod drop_reason {
         "icmp_too_big_sent",
         "passed_too_big_for_fragmentation",
         "encap_failed",
+        "passed_nat_to_kernel",
     ];
 }
 
@@ -733,6 +740,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
             "RV_SVC_F_SYN_RATE_LIMIT",
             service_flags::SYN_RATE_LIMIT as i64,
         ),
+        ("RV_SVC_F_NAT_FIB", service_flags::NAT_FIB as i64),
         ("RV_BACKEND_NONE", backend_state::NONE as i64),
         ("RV_BACKEND_HEALTHY", backend_state::HEALTHY as i64),
         ("RV_BACKEND_DRAINING", backend_state::DRAINING as i64),
@@ -763,6 +771,10 @@ pub fn constants() -> Vec<(&'static str, i64)> {
             drop_reason::PASS_TOO_BIG_FRAGMENTED as i64,
         ),
         ("RV_DROP_ENCAP_FAILED", drop_reason::ENCAP_FAILED as i64),
+        (
+            "RV_PASS_NAT_TO_KERNEL",
+            drop_reason::PASS_NAT_TO_KERNEL as i64,
+        ),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
         ("RV_MAX_FRAGS", MAX_FRAGS as i64),
         ("RV_MAX_RL_BUCKETS", MAX_RL_BUCKETS as i64),

@@ -145,6 +145,11 @@ pub struct VipInfo {
     /// client to one backend); empty from an older rivorad.
     #[serde(default)]
     pub session_affinity: String,
+    /// NAT VIPs: who routes the rewritten packets on, `kernel` (XDP_PASS)
+    /// or `fib` (xdp_ingress routes and redirects them, skipping netfilter's
+    /// forward hooks); empty for the DSR modes and from an older rivorad.
+    #[serde(default)]
+    pub nat_forwarding: String,
     /// The TCP SYN rate limit per client address in force for this VIP:
     /// `100/s burst 200` (its own), `100/s burst 200 (node-wide)`, or
     /// `none`; empty from an older rivorad.

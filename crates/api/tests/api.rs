@@ -108,6 +108,7 @@ fn sample_vips() -> Vec<VipInfo> {
             maglev_size: 65537,
             worst_imbalance_pct: 0.37,
             session_affinity: "none".into(),
+            nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
             backends: vec![VipBackend {
                 address: "192.168.1.10".into(),
@@ -129,6 +130,7 @@ fn sample_vips() -> Vec<VipInfo> {
             maglev_size: 251,
             worst_imbalance_pct: 12.5,
             session_affinity: "none".into(),
+            nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
             backends: vec![],
         },

@@ -16,8 +16,8 @@ use crate::yaml::{Kind, Node, Pos, Value};
 use crate::{
     BackendConfig, BgpConfig, BgpPeer, CheckKind, Community, Config, DEFAULT_ANNOUNCE_INTERVAL,
     DEFAULT_BGP_PORT, DEFAULT_HOLD_TIME, HealthCheck, KEEP_DESTINATION_PORT, L2Announce,
-    MAX_BACKENDS, MAX_MD5_PASSWORD, MAX_SYN_RATE, MAX_VIPS, Mode, PortRange, Protocol, RateLimit,
-    SessionAffinity, Settings, VipConfig,
+    MAX_BACKENDS, MAX_MD5_PASSWORD, MAX_SYN_RATE, MAX_VIPS, Mode, NatForwarding, PortRange,
+    Protocol, RateLimit, SessionAffinity, Settings, VipConfig,
 };
 
 const TOP_KEYS: &[&str] = &["vips", "settings", "bgp", "l2Announce"];
@@ -43,6 +43,7 @@ const VIP_KEYS: &[&str] = &[
     "protocol",
     "mode",
     "sessionAffinity",
+    "natForwarding",
     "synRateLimit",
     "backends",
     "healthCheck",
@@ -958,6 +959,29 @@ impl Decoder {
             Some(n) => self.session_affinity(n, &join(path, "sessionAffinity")),
             None => Some(SessionAffinity::default()),
         };
+        let nat_forwarding = match fields.optional("natForwarding") {
+            Some(n) => {
+                let value = self.nat_forwarding(n, &join(path, "natForwarding"));
+                match (value, mode) {
+                    (Some(NatForwarding::Fib), Some(m)) if m != Mode::Nat => {
+                        self.error(
+                            &join(path, "natForwarding"),
+                            n.pos,
+                            format!(
+                                "natForwarding applies to mode nat; mode {} forwards \
+                                 without NAT: remove it or write `natForwarding: kernel`",
+                                m.as_str()
+                            ),
+                        );
+                        None
+                    }
+                    (Some(NatForwarding::Fib), Some(_)) => Some(NatForwarding::Fib),
+                    (Some(NatForwarding::Kernel), _) => Some(NatForwarding::Kernel),
+                    _ => None,
+                }
+            }
+            None => Some(NatForwarding::default()),
+        };
         let syn_rate_limit = match fields.optional("synRateLimit") {
             Some(n) => {
                 let limit = self.rate_limit(n, &join(path, "synRateLimit"));
@@ -1082,6 +1106,7 @@ impl Decoder {
             Some(mode),
             Some(health_check),
             Some(session_affinity),
+            Some(nat_forwarding),
             Some(syn_rate_limit),
             Some(advertise),
             Some(communities),
@@ -1093,6 +1118,7 @@ impl Decoder {
             mode,
             vip_check,
             session_affinity,
+            nat_forwarding,
             syn_rate_limit,
             advertise,
             communities,
@@ -1106,6 +1132,7 @@ impl Decoder {
                 backends,
                 health_check,
                 session_affinity,
+                nat_forwarding,
                 syn_rate_limit,
                 advertise,
                 communities,
@@ -1699,6 +1726,23 @@ impl Decoder {
                 node.pos,
                 format!(
                     "{text:?} is not a valid session affinity; valid values: {}",
+                    valid.join(", ")
+                ),
+            );
+        }
+        found
+    }
+
+    fn nat_forwarding(&mut self, node: &Node, path: &str) -> Option<NatForwarding> {
+        let text = self.text(node, path, "a NAT forwarding")?;
+        let found = NatForwarding::ALL.into_iter().find(|f| f.as_str() == text);
+        if found.is_none() {
+            let valid: Vec<_> = NatForwarding::ALL.iter().map(|f| f.as_str()).collect();
+            self.error(
+                path,
+                node.pos,
+                format!(
+                    "{text:?} is not a valid NAT forwarding; valid values: {}",
                     valid.join(", ")
                 ),
             );

@@ -21,6 +21,7 @@
 //!     protocol: tcp         # tcp | udp (default tcp)
 //!     mode: nat             # nat | dsr | dsr-ipip | dsr-gre (default nat)
 //!     sessionAffinity: none # none | clientIP (default none)
+//!     natForwarding: kernel # mode nat: kernel | fib (default kernel)
 //!     synRateLimit: { rate: 100, burst: 200 }  # TCP only; SYNs/s per source
 //!     advertise: true       # announce it (BGP, ARP/NDP); default true
 //!     communities: ["65010:100"]  # on its BGP route
@@ -293,6 +294,43 @@ impl fmt::Display for SessionAffinity {
     }
 }
 
+/// Who routes a NAT VIP's rewritten packet on to its backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum NatForwarding {
+    /// `kernel`: the packet is handed to the kernel (XDP_PASS), which routes
+    /// it like any forwarded packet: netfilter's forward hooks, policy
+    /// routing and the neighbour table all apply. The default.
+    #[default]
+    Kernel,
+    /// `fib`: the ingress program looks the backend's next hop up in the
+    /// kernel's FIB (cached per backend for about a second), lowers the TTL
+    /// and sends the packet out itself (XDP_REDIRECT), skipping the
+    /// kernel's forwarding path and with it netfilter's forward and
+    /// postrouting hooks for the client-to-backend direction. Packets the
+    /// FIB cannot route yet (no neighbour entry, TTL expiring, over the
+    /// MTU, VLAN tagged) still go to the kernel.
+    Fib,
+}
+
+impl NatForwarding {
+    /// Every value, in the order used when listing valid values.
+    pub const ALL: [NatForwarding; 2] = [NatForwarding::Kernel, NatForwarding::Fib];
+
+    /// The name used in the configuration file and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NatForwarding::Kernel => "kernel",
+            NatForwarding::Fib => "fib",
+        }
+    }
+}
+
+impl fmt::Display for NatForwarding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The backend port meaning "keep the client's destination port": the
 /// default for backends of port-range and `any` VIPs that give no port. The
 /// datapath reads a backend port of 0 the same way.
@@ -325,6 +363,9 @@ pub struct VipConfig {
     pub health_check: Option<HealthCheck>,
     /// Whether a client's connections all go to one backend (default none).
     pub session_affinity: SessionAffinity,
+    /// Who routes the rewritten packets of a NAT VIP (`natForwarding`,
+    /// default kernel); always [`NatForwarding::Kernel`] in the DSR modes.
+    pub nat_forwarding: NatForwarding,
     /// The VIP's own SYN rate limit (TCP VIPs only). None: the node-wide
     /// [`Settings::syn_rate_limit`] applies, if any.
     pub syn_rate_limit: Option<RateLimit>,

@@ -5,8 +5,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use rivora_config::{
-    BackendConfig, Config, ConfigError, FieldError, MAX_BACKENDS, MAX_VIPS, Mode, PortRange,
-    Protocol, RateLimit, SessionAffinity, Settings, VipConfig, load, parse,
+    BackendConfig, Config, ConfigError, FieldError, MAX_BACKENDS, MAX_VIPS, Mode, NatForwarding,
+    PortRange, Protocol, RateLimit, SessionAffinity, Settings, VipConfig, load, parse,
 };
 
 fn ip(text: &str) -> IpAddr {
@@ -86,6 +86,7 @@ fn example_file_parses() {
                 ],
                 health_check: None,
                 session_affinity: SessionAffinity::None,
+                nat_forwarding: NatForwarding::Kernel,
                 advertise: true,
                 communities: vec![],
                 syn_rate_limit: None,
@@ -99,6 +100,7 @@ fn example_file_parses() {
                 backends: vec![backend("10.200.1.21", 53, 1), backend("10.200.1.22", 53, 1)],
                 health_check: None,
                 session_affinity: SessionAffinity::None,
+                nat_forwarding: NatForwarding::Kernel,
                 advertise: true,
                 communities: vec![],
                 syn_rate_limit: None,
@@ -116,6 +118,7 @@ fn example_file_parses() {
                 ],
                 health_check: None,
                 session_affinity: SessionAffinity::None,
+                nat_forwarding: NatForwarding::Kernel,
                 advertise: true,
                 communities: vec![],
                 syn_rate_limit: None,
@@ -132,6 +135,7 @@ fn example_file_parses() {
                 backends: vec![backend("10.200.1.31", 0, 1), backend("10.200.1.32", 0, 1)],
                 health_check: None,
                 session_affinity: SessionAffinity::ClientIp,
+                nat_forwarding: NatForwarding::Kernel,
                 advertise: true,
                 communities: vec![],
                 syn_rate_limit: Some(RateLimit {
@@ -148,6 +152,7 @@ fn example_file_parses() {
                 backends: vec![backend("10.200.1.41", 5000, 1)],
                 health_check: None,
                 session_affinity: SessionAffinity::None,
+                nat_forwarding: NatForwarding::Kernel,
                 advertise: true,
                 communities: vec![],
                 syn_rate_limit: None,
@@ -332,7 +337,7 @@ vips:
             "rivora.yaml:3:14: vips[0].address: 10.0.0.1/24 has a prefix length: write a single address (10.0.0.1 without /24)",
             "rivora.yaml:4:11: vips[0].port: 0 is not a valid port (1-65535)",
             "rivora.yaml:5:15: vips[0].protocol: \"sctp\" is not a valid protocol; valid values: tcp, udp",
-            "rivora.yaml:6:5: vips[0].colour: unknown key `colour`; allowed keys: name, address, port, protocol, mode, sessionAffinity, synRateLimit, backends, healthCheck, advertise, communities",
+            "rivora.yaml:6:5: vips[0].colour: unknown key `colour`; allowed keys: name, address, port, protocol, mode, sessionAffinity, natForwarding, synRateLimit, backends, healthCheck, advertise, communities",
             "rivora.yaml:9:17: vips[0].backends[0].weight: 0 is not a valid weight (1-65535)",
             "rivora.yaml:10:14: vips[0].backends[0].mac: \"zz\" is not a valid MAC address: expected six hex octets separated by colons, like 02:00:00:00:00:01",
             "rivora.yaml:14:11: vips[1].mode: \"direct\" is not a valid mode; valid values: nat, dsr, dsr-ipip, dsr-gre",
@@ -414,7 +419,7 @@ fn unknown_vip_key() {
         "vips[0].weight",
         5,
         5,
-        "unknown key `weight`; allowed keys: name, address, port, protocol, mode, sessionAffinity, synRateLimit, backends, healthCheck, advertise, communities",
+        "unknown key `weight`; allowed keys: name, address, port, protocol, mode, sessionAffinity, natForwarding, synRateLimit, backends, healthCheck, advertise, communities",
     );
 }
 

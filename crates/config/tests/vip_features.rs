@@ -3,8 +3,8 @@
 //! checking the path, line, column and wording an operator will see.
 
 use rivora_config::{
-    Config, FieldError, KEEP_DESTINATION_PORT, MAX_SYN_RATE, PortRange, RateLimit, SessionAffinity,
-    Settings, parse,
+    Config, FieldError, KEEP_DESTINATION_PORT, MAX_SYN_RATE, NatForwarding, PortRange, RateLimit,
+    SessionAffinity, Settings, parse,
 };
 
 fn errors(text: &str) -> Vec<FieldError> {
@@ -443,6 +443,52 @@ fn session_affinity_values() {
         let e = one(&vip_port("80", &format!("    sessionAffinity: {value}\n")));
         check(&e, "vips[0].sessionAffinity", 5, 22, message);
     }
+}
+
+// ---------------------------------------------------------- NAT forwarding
+
+#[test]
+fn nat_forwarding_values() {
+    let forwarding = |extra: &str| ok(&vip_port("80", extra)).vips[0].nat_forwarding;
+    assert_eq!(forwarding(""), NatForwarding::Kernel);
+    assert_eq!(
+        forwarding("    natForwarding: kernel\n"),
+        NatForwarding::Kernel
+    );
+    assert_eq!(forwarding("    natForwarding: fib\n"), NatForwarding::Fib);
+    assert_eq!(
+        forwarding("    mode: nat\n    natForwarding: fib\n"),
+        NatForwarding::Fib
+    );
+    // Writing the default in a DSR mode is harmless.
+    assert_eq!(
+        forwarding("    mode: dsr\n    natForwarding: kernel\n"),
+        NatForwarding::Kernel
+    );
+    assert_eq!(NatForwarding::Fib.to_string(), "fib");
+
+    for (value, message) in [
+        (
+            "FIB",
+            "\"FIB\" is not a valid NAT forwarding; valid values: kernel, fib",
+        ),
+        ("xdp", "\"xdp\" is not a valid NAT forwarding"),
+        ("[fib]", "expected a NAT forwarding, found a list"),
+    ] {
+        let e = one(&vip_port("80", &format!("    natForwarding: {value}\n")));
+        check(&e, "vips[0].natForwarding", 5, 20, message);
+    }
+
+    // fib in a DSR mode: named field, position and reason (the L3 DSR
+    // modes are checked the same way; they also need a tunnel source).
+    let e = one(&vip_port("80", "    mode: dsr\n    natForwarding: fib\n"));
+    check(
+        &e,
+        "vips[0].natForwarding",
+        6,
+        20,
+        "natForwarding applies to mode nat; mode dsr forwards without NAT",
+    );
 }
 
 // --------------------------------------------------------- SYN rate limit

@@ -243,6 +243,12 @@ pub struct VipSpec {
     /// The VIP's own SYN rate limit (svc_rl_config_map, service flag
     /// `SYN_RATE_LIMIT`); None: the node-wide limit applies, if any.
     pub syn_rate_limit: Option<RateLimit>,
+    /// NAT only (`natForwarding: fib`, service flag `NAT_FIB`): the ingress
+    /// program routes the rewritten packet itself (FIB lookup, redirect)
+    /// instead of handing it to the kernel's forwarding path, which saves
+    /// the kernel's routing and netfilter work per packet but also skips
+    /// the node's forward firewall rules for these packets.
+    pub nat_fib: bool,
 }
 
 impl VipSpec {
@@ -255,6 +261,7 @@ impl VipSpec {
             backends,
             affinity_client_ip: false,
             syn_rate_limit: None,
+            nat_fib: false,
         }
     }
 

@@ -993,6 +993,7 @@ impl Dataplane {
                     backends,
                     affinity_client_ip: svc.flags & abi::service_flags::AFFINITY_CLIENT_IP != 0,
                     syn_rate_limit,
+                    nat_fib: svc.flags & abi::service_flags::NAT_FIB != 0,
                 },
                 service_id,
                 slice,
@@ -1486,6 +1487,13 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
         if let Some(l) = &spec.syn_rate_limit {
             check_rate_limit(l, &format!("VIP {}: SYN rate limit", spec.name))?;
         }
+        if spec.nat_fib && spec.mode != Mode::Nat {
+            return Err(Error::Invalid(format!(
+                "VIP {}: NAT forwarding by FIB applies to mode nat, not {}",
+                spec.name,
+                spec.mode.as_str()
+            )));
+        }
         if spec.mode != Mode::Nat {
             for b in &spec.backends {
                 // The packet keeps the VIP as its destination: the backend
@@ -1578,7 +1586,9 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
 /// Whether two specs of one VIP differ only in what the service entry's
 /// flags and the rate-limit map carry (no slice rebuild needed).
 fn same_options(a: &VipSpec, b: &VipSpec) -> bool {
-    a.affinity_client_ip == b.affinity_client_ip && a.syn_rate_limit == b.syn_rate_limit
+    a.affinity_client_ip == b.affinity_client_ip
+        && a.syn_rate_limit == b.syn_rate_limit
+        && a.nat_fib == b.nat_fib
 }
 
 /// The service flags of a programmed VIP.
@@ -1592,6 +1602,9 @@ fn service_flags(spec: &VipSpec) -> u8 {
     }
     if spec.syn_rate_limit.is_some() {
         flags |= abi::service_flags::SYN_RATE_LIMIT;
+    }
+    if spec.nat_fib {
+        flags |= abi::service_flags::NAT_FIB;
     }
     flags
 }
@@ -2112,6 +2125,13 @@ mod tests {
         assert!(validate(&[limited.clone()]).is_err());
         limited.syn_rate_limit = Some(RateLimit { rate: 1, burst: 1 });
         assert!(validate(&[limited]).is_ok());
+        // FIB forwarding of the rewritten packet: NAT only.
+        let mut fib = spec("f", VipKey::exact(addr(), 80, 6), 80);
+        fib.nat_fib = true;
+        assert!(validate(std::slice::from_ref(&fib)).is_ok());
+        fib.mode = Mode::Dsr;
+        let err = validate(&[fib]).unwrap_err().to_string();
+        assert!(err.contains("applies to mode nat, not dsr"), "{err}");
     }
 
     #[test]

@@ -140,7 +140,11 @@ pub fn vips(vips: &[VipInfo]) -> String {
         t.add_row(vec![
             v.name.clone(),
             frontend(&v.address, v.port, v.port_last, &v.protocol),
-            v.mode.clone(),
+            if v.nat_forwarding == "fib" {
+                format!("{} (fib)", v.mode)
+            } else {
+                v.mode.clone()
+            },
             or_none(&v.session_affinity),
             or_none(&v.syn_rate_limit),
             v.service_id.to_string(),
@@ -858,6 +862,7 @@ mod tests {
                 maglev_size: 65537,
                 worst_imbalance_pct: 0.372,
                 session_affinity: "clientIP".into(),
+                nat_forwarding: "kernel".into(),
                 syn_rate_limit: "100/s burst 200".into(),
                 backends: vec![
                     VipBackend {
@@ -888,6 +893,7 @@ mod tests {
                 maglev_size: 251,
                 worst_imbalance_pct: 12.5,
                 session_affinity: "none".into(),
+                nat_forwarding: "kernel".into(),
                 syn_rate_limit: "none".into(),
                 backends: vec![VipBackend {
                     address: "2001:db8::1:10".into(),
@@ -911,6 +917,7 @@ mod tests {
                 backends: vec![],
                 // As an older rivorad answers: no affinity or limit fields.
                 session_affinity: String::new(),
+                nat_forwarding: String::new(),
                 syn_rate_limit: String::new(),
             },
         ]

@@ -147,6 +147,7 @@ impl ApiSource for Fake {
             maglev_size: 251,
             worst_imbalance_pct: 1.0,
             session_affinity: "none".into(),
+            nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
             backends: vec![VipBackend {
                 address: "192.168.1.10".into(),

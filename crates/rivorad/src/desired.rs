@@ -1,7 +1,9 @@
 //! Turns the validated YAML model into the dataplane's desired state. The
 //! Kubernetes path will produce the same `VipSpec`s from its own objects.
 
-use rivora_config::{Config, Mode as CfgMode, RateLimit as CfgRateLimit, SessionAffinity};
+use rivora_config::{
+    Config, Mode as CfgMode, NatForwarding, RateLimit as CfgRateLimit, SessionAffinity,
+};
 use rivora_dataplane::model::RateLimit;
 use rivora_dataplane::{BackendKey, BackendSpec, Mode, VipKey, VipSpec};
 
@@ -48,6 +50,7 @@ pub fn from_config(config: &Config) -> Vec<VipSpec> {
                 .collect(),
             affinity_client_ip: v.session_affinity == SessionAffinity::ClientIp,
             syn_rate_limit: v.syn_rate_limit.map(rate_limit),
+            nat_fib: v.nat_forwarding == NatForwarding::Fib,
         })
         .collect()
 }

@@ -10,7 +10,7 @@ use rivora_api::{
     ApiSource, BackendInfo, DropCount, Stats, Status, TableUsage, VipBackend, VipInfo, VipStats,
 };
 use rivora_dataplane::model::RateLimit;
-use rivora_dataplane::{BackendKey, Dataplane, proto};
+use rivora_dataplane::{BackendKey, Dataplane, Mode, proto};
 
 /// Everything behind the lock.
 pub struct Shared {
@@ -85,6 +85,12 @@ impl ApiSource for StateSource {
                     "clientIP"
                 } else {
                     "none"
+                }
+                .to_string(),
+                nat_forwarding: match (v.spec.mode, v.spec.nat_fib) {
+                    (Mode::Nat, true) => "fib",
+                    (Mode::Nat, false) => "kernel",
+                    _ => "",
                 }
                 .to_string(),
                 syn_rate_limit: syn_rate_limit(v.spec.key.proto, v.spec.syn_rate_limit, node_limit),

@@ -336,3 +336,97 @@ fn client_csum_errors(lab: &Lab) -> u64 {
     }
     total
 }
+
+/// `natForwarding: fib`: xdp_ingress routes the rewritten packets itself
+/// (FIB lookup, XDP_REDIRECT to the backends' bridge), so they never enter
+/// the balancer's IP stack, while a `kernel` VIP's packets all do (counted
+/// by nftables in the balancer's prerouting hook, independently of
+/// rivorad). Connections work both ways in both families; the few packets
+/// the FIB cannot route yet (before the backends' neighbour entries exist)
+/// go to the kernel and are counted as `passed_nat_to_kernel`.
+#[test]
+fn fib_forwarding_bypasses_the_kernel_stack() {
+    let mut lab = Lab::new("natfib");
+    let w = [(1, 1), (2, 1), (3, 1)];
+    let fib =
+        |yaml: String| yaml.replace("    mode: nat\n", "    mode: nat\n    natForwarding: fib\n");
+    lab.write_config(&[
+        fib(vip_yaml("web4", VIP4, 80, "tcp", &backends_yaml(false, &w))),
+        fib(vip_yaml("web6", VIP6, 80, "tcp", &backends_yaml(true, &w))),
+        vip_yaml("kern4", VIP4, 81, "tcp", &backends_yaml(false, &w)),
+    ]);
+    lab.start(&[]);
+    let modes: Vec<(String, String)> = lab
+        .vips()
+        .into_iter()
+        .map(|v| (v.name, v.nat_forwarding))
+        .collect();
+    assert!(modes.contains(&("web4".into(), "fib".into())), "{modes:?}");
+    assert!(
+        modes.contains(&("kern4".into(), "kernel".into())),
+        "{modes:?}"
+    );
+
+    // Requests of each VIP entering the balancer's IP stack, told apart by
+    // the client's source ports of each round.
+    let lb = rivora_lab::dsr::Counters::new(&lab.topo.lb).unwrap();
+    for (name, rule) in [
+        ("fib4", "ip daddr 10.200.1.0/24 tcp sport 22000-22999"),
+        ("fib6", "ip6 daddr fd00:200:1::/64 tcp sport 22000-22999"),
+        ("kern4", "ip daddr 10.200.1.0/24 tcp sport 23000-23999"),
+    ] {
+        lb.add(name, rivora_lab::dsr::Hook::Prerouting, rule)
+            .unwrap();
+    }
+    let expected = [("b1", 1.0 / 3.0), ("b2", 1.0 / 3.0), ("b3", 1.0 / 3.0)];
+    for (name, r) in [
+        ("web4", lab.tcp(VIP4, 80, 22000, 300)),
+        ("web6", lab.tcp(VIP6, 80, 22000, 300)),
+        ("kern4", lab.tcp(VIP4, 81, 23000, 300)),
+    ] {
+        eprintln!("{name}:\n{r}");
+        assert_round(&r, &expected, 0.10);
+    }
+    let stats = lab.stats();
+    let forwarded = |name: &str| {
+        stats
+            .vips
+            .iter()
+            .find(|v| v.name == name)
+            .map(|v| v.packets)
+            .expect("VIP in stats")
+    };
+    let passed = stats
+        .drops
+        .iter()
+        .find(|d| d.reason == "passed_nat_to_kernel")
+        .map(|d| d.packets)
+        .expect("passed_nat_to_kernel counter");
+    let (fib4, fib6, kern4) = (
+        lb.packets("fib4").unwrap(),
+        lb.packets("fib6").unwrap(),
+        lb.packets("kern4").unwrap(),
+    );
+    eprintln!(
+        "entered the stack: fib4 {fib4} of {}, fib6 {fib6} of {}, kern4 {kern4} of {}; \
+         passed_nat_to_kernel {passed}",
+        forwarded("web4"),
+        forwarded("web6"),
+        forwarded("kern4")
+    );
+    // 300 connections are at least 900 client packets per VIP.
+    assert!(forwarded("web4") >= 900 && forwarded("web6") >= 900);
+    assert!(
+        kern4 >= forwarded("kern4"),
+        "a kernel VIP's packets all cross the stack"
+    );
+    assert_eq!(
+        fib4 + fib6,
+        passed,
+        "a fib VIP's packets cross the stack only when counted as passed_nat_to_kernel"
+    );
+    assert!(
+        passed <= 12,
+        "only packets sent before a backend's neighbour entry existed: {passed}"
+    );
+}
