@@ -10,16 +10,17 @@
 //! Why real daemons: they are what Rivora peers with in production, and
 //! each has its own strictness; a speaker that only talks to itself proves
 //! little. Needs root (fails loudly without); installs the daemons with
-//! apt-get when they are missing.
+//! apt-get when they are missing. The daemons are started and queried by
+//! `rivora_lab::bgp_peers`, as rivorad's end-to-end BGP tests do.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use rivora_bgp::{PeerConfig, Prefix, SpeakerConfig};
+use rivora_lab::bgp_peers::{Bird, Frr, GoBgp};
 use support::*;
 
 const OUR_AS: u32 = 65010;
@@ -72,82 +73,20 @@ fn assert_md5_mismatch_stays_down(host: &SpeakerHost) {
 // ---------------------------------------------------------------------------
 // BIRD 2
 
-struct Bird {
-    daemon: Daemon,
-    sock: String,
-    birdc: std::path::PathBuf,
+/// Starts BIRD with `config` in the peer namespace, its files in the
+/// lab's temp dir; panics (with its log) if it does not come up.
+fn start_bird(lab: &Lab, config: &str) -> Bird {
+    Bird::start(&lab.peer, lab.dir.path(), config).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-impl Bird {
-    fn start(lab: &Lab, config: &str) -> Bird {
-        let bird = ensure_tool("bird", "bird2");
-        let birdc = ensure_tool("birdc", "bird2");
-        let conf = lab.dir.join("bird.conf");
-        std::fs::write(&conf, config).unwrap();
-        let sock = lab.dir.join("bird.ctl").display().to_string();
-        let mut cmd = Command::new(bird);
-        cmd.arg("-f")
-            .arg("-c")
-            .arg(&conf)
-            .arg("-s")
-            .arg(&sock)
-            .arg("-P")
-            .arg(lab.dir.join("bird.pid"));
-        let daemon = Daemon::spawn(&lab.peer, "bird", cmd, lab.dir.join("bird.log"));
-        let mut b = Bird {
-            daemon,
-            sock,
-            birdc,
-        };
-        wait_for("birdc to answer", Duration::from_secs(10), || {
-            b.daemon.assert_running();
-            b.cli(&["show", "status"])
-        });
-        b
-    }
-
-    /// `birdc -s SOCK ARGS...`; the control socket is a path, so this works
-    /// from the root namespace.
-    fn cli(&self, args: &[&str]) -> Result<String, String> {
-        run(Command::new(&self.birdc)
-            .arg("-s")
-            .arg(&self.sock)
-            .args(args))
-    }
-
-    fn protocol_established(&self, proto: &str) -> Result<String, String> {
-        let out = self.cli(&["show", "protocols", proto])?;
-        if out.contains("Established") {
-            Ok(out)
-        } else {
-            Err(out)
-        }
-    }
-
-    /// `show route all protocol PROTO` as prefix -> route block.
-    fn routes(&self, proto: &str) -> BTreeMap<Prefix, String> {
-        let out = self
-            .cli(&["show", "route", "all", "protocol", proto])
-            .unwrap();
-        parse_bird_routes(&out)
-    }
-}
-
-fn parse_bird_routes(out: &str) -> BTreeMap<Prefix, String> {
-    let mut m: BTreeMap<Prefix, String> = BTreeMap::new();
-    let mut cur: Option<Prefix> = None;
-    for line in out.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if !line.starts_with(char::is_whitespace) && first.contains('/') {
-            cur = first.parse().ok();
-        }
-        if let Some(p) = cur {
-            let e = m.entry(p).or_default();
-            e.push_str(line);
-            e.push('\n');
-        }
-    }
-    m
+/// `Bird::routes` keyed by prefix (a line whose first word does not parse
+/// as one starts no block); panics if `birdc` fails.
+fn bird_routes(bird: &Bird, proto: &str) -> BTreeMap<Prefix, String> {
+    bird.routes(proto)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .filter_map(|(p, block)| Some((p.parse().ok()?, block)))
+        .collect()
 }
 
 fn bird_config(password: Option<&str>) -> String {
@@ -200,7 +139,7 @@ fn check_bird_route(block: &str, via: &str) {
 #[test]
 fn bird_ebgp_over_ipv4_and_ipv6() {
     let lab = Lab::new("bird");
-    let bird = Bird::start(&lab, &bird_config(None));
+    let bird = start_bird(&lab, &bird_config(None));
     // Our side has two addresses per family: pin the session sources.
     let mut v4 = peer(PEER_V4, PEER_AS);
     v4.local_address = Some(ip(US_V4));
@@ -232,7 +171,7 @@ fn bird_ebgp_over_ipv4_and_ipv6() {
     ];
     let routes = |proto: &str| {
         wait_for("BIRD to have the routes", Duration::from_secs(10), || {
-            let r = bird.routes(proto);
+            let r = bird_routes(&bird, proto);
             if r.len() == 4 {
                 Ok(r)
             } else {
@@ -267,7 +206,7 @@ fn bird_ebgp_over_ipv4_and_ipv6() {
             "BIRD to drop the withdrawn routes",
             Duration::from_secs(10),
             || {
-                let r = bird.routes(proto);
+                let r = bird_routes(&bird, proto);
                 let keys: Vec<String> = r.keys().map(|p| p.to_string()).collect();
                 if keys == ["203.0.113.10/32", "2001:db8:100::10/128"] {
                     Ok(())
@@ -294,7 +233,7 @@ fn bird_ebgp_over_ipv4_and_ipv6() {
                 Err(o) => Ok(o),
             },
         );
-        assert!(bird.routes(proto).is_empty());
+        assert!(bird_routes(&bird, proto).is_empty());
         eprintln!("after our shutdown: {}", out.lines().last().unwrap_or(""));
     }
     let all = bird
@@ -317,7 +256,7 @@ fn bird_ebgp_over_ipv4_and_ipv6() {
 #[test]
 fn bird_tcp_md5() {
     let lab = Lab::new("bmd5");
-    let bird = Bird::start(&lab, &bird_config(Some(PASSWORD)));
+    let bird = start_bird(&lab, &bird_config(Some(PASSWORD)));
     // The right password.
     let mut p = peer(PEER_V4, PEER_AS);
     p.local_address = Some(ip(US_V4));
@@ -334,7 +273,7 @@ fn bird_tcp_md5() {
         out.lines().last().unwrap_or("")
     );
     wait_for("routes", Duration::from_secs(10), || {
-        let n = bird.routes("rivora_v4").len();
+        let n = bird_routes(&bird, "rivora_v4").len();
         if n == 4 { Ok(()) } else { Err(n.to_string()) }
     });
     host.shutdown();
@@ -345,85 +284,27 @@ fn bird_tcp_md5() {
     host.set_routes(test_routes());
     assert_md5_mismatch_stays_down(&host);
     assert!(bird.protocol_established("rivora_v4").is_err());
-    assert!(bird.routes("rivora_v4").is_empty());
+    assert!(bird_routes(&bird, "rivora_v4").is_empty());
     drop(host);
 }
 
 // ---------------------------------------------------------------------------
 // GoBGP
 
-/// gRPC port of gobgpd; per namespace, so parallel tests do not clash.
-const GOBGP_API_PORT: u16 = 50051;
-
-struct GoBgp<'a> {
-    daemon: Daemon,
-    ns: &'a rivora_lab::Netns,
-    gobgp: std::path::PathBuf,
+/// Starts gobgpd with `config` in the peer namespace, its files in the
+/// lab's temp dir; panics (with its log) if it does not come up.
+fn start_gobgp(lab: &Lab, config: &str) -> GoBgp {
+    GoBgp::start(&lab.peer, lab.dir.path(), config).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-impl<'a> GoBgp<'a> {
-    fn start(lab: &'a Lab, config: &str) -> GoBgp<'a> {
-        let gobgpd = ensure_tool("gobgpd", "gobgpd");
-        let gobgp = ensure_tool("gobgp", "gobgpd");
-        let conf = lab.dir.join("gobgpd.toml");
-        std::fs::write(&conf, config).unwrap();
-        let mut cmd = Command::new(gobgpd);
-        cmd.arg("-f")
-            .arg(&conf)
-            .args(["-t", "toml", "-p", "--log-level=info", "--pprof-disable"])
-            .arg(format!("--api-hosts=127.0.0.1:{GOBGP_API_PORT}"));
-        let daemon = Daemon::spawn(&lab.peer, "gobgpd", cmd, lab.dir.join("gobgpd.log"));
-        let mut g = GoBgp {
-            daemon,
-            ns: &lab.peer,
-            gobgp,
-        };
-        wait_for("gobgp to answer", Duration::from_secs(10), || {
-            g.daemon.assert_running();
-            g.cli(&["global"])
-        });
-        g
-    }
-
-    /// `gobgp -p PORT ARGS...`, inside the namespace (the API is on its
-    /// loopback).
-    fn cli(&self, args: &[&str]) -> Result<String, String> {
-        let port = GOBGP_API_PORT.to_string();
-        let mut argv = vec![self.gobgp.to_str().unwrap(), "-p", &port];
-        argv.extend_from_slice(args);
-        self.ns.run(&argv).map_err(|e| format!("{e:#}"))
-    }
-
-    fn established(&self, neighbor: &str) -> Result<String, String> {
-        let out = self.cli(&["neighbor", neighbor])?;
-        if out.contains("BGP state = established") || out.contains("BGP state = ESTABLISHED") {
-            Ok(out)
-        } else {
-            Err(out)
-        }
-    }
-
-    /// `gobgp global rib -a FAMILY -j` as prefix -> (next hop, attrs JSON).
-    fn rib(&self, family: &str) -> BTreeMap<Prefix, (String, serde_json::Value)> {
-        let out = self.cli(&["global", "rib", "-a", family, "-j"]).unwrap();
-        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
-        let mut m = BTreeMap::new();
-        if let Some(obj) = v.as_object() {
-            for (prefix, paths) in obj {
-                let path = &paths[0];
-                let attrs = path["attrs"].clone();
-                let nh = attrs
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|a| a["type"] == 3 || a["type"] == 14)
-                    .map(|a| a["nexthop"].as_str().unwrap_or("").to_string())
-                    .unwrap_or_default();
-                m.insert(prefix.parse().unwrap(), (nh, attrs));
-            }
-        }
-        m
-    }
+/// `GoBgp::rib` keyed by prefix, as (next hop, attributes JSON); panics
+/// if `gobgp` fails or prints something that is not JSON.
+fn gobgp_rib(g: &GoBgp, family: &str) -> BTreeMap<Prefix, (String, serde_json::Value)> {
+    g.rib(family)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|(p, path)| (p.parse().unwrap(), (path.next_hop, path.attrs)))
+        .collect()
 }
 
 fn gobgp_config(password: &str) -> String {
@@ -468,7 +349,7 @@ fn attr(attrs: &serde_json::Value, t: u64) -> Option<&serde_json::Value> {
 #[test]
 fn gobgp_ibgp_with_md5() {
     let lab = Lab::new("gobg");
-    let g = GoBgp::start(&lab, &gobgp_config(PASSWORD));
+    let g = start_gobgp(&lab, &gobgp_config(PASSWORD));
     let cfg = speaker_config(PEER_AS, vec![ibgp_peer(PASSWORD)]);
     let host = SpeakerHost::start(&lab.us, cfg.clone());
     host.set_routes(test_routes());
@@ -479,7 +360,7 @@ fn gobgp_ibgp_with_md5() {
     eprintln!("gobgp neighbor {US_V4}:\n{out}");
     let rib = |family: &str, n: usize| {
         wait_for("GoBGP to have the routes", Duration::from_secs(10), || {
-            let r = g.rib(family);
+            let r = gobgp_rib(&g, family);
             if r.len() == n {
                 Ok(r)
             } else {
@@ -536,7 +417,7 @@ fn gobgp_ibgp_with_md5() {
             Err(o) => Ok(o),
         },
     );
-    assert!(g.rib("ipv4").is_empty() && g.rib("ipv6").is_empty());
+    assert!(gobgp_rib(&g, "ipv4").is_empty() && gobgp_rib(&g, "ipv6").is_empty());
     let host = SpeakerHost::start(&lab.us, cfg);
     host.set_routes(test_routes());
     host.wait_established(Duration::from_secs(20));
@@ -559,74 +440,30 @@ fn gobgp_ibgp_with_md5() {
 // ---------------------------------------------------------------------------
 // FRR
 
-struct Frr {
-    daemon: Daemon,
-    vty_dir: std::path::PathBuf,
-    vtysh: std::path::PathBuf,
+/// Starts FRR's bgpd with `config` in the peer namespace, its files in the
+/// lab's temp dir; panics (with its log) if it does not come up.
+fn start_frr(lab: &Lab, config: &str) -> Frr {
+    Frr::start(&lab.peer, lab.dir.path(), config).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-impl Frr {
-    /// Runs FRR's bgpd alone (`-Z`: no zebra, nothing installed in a
-    /// kernel; `-S`: no privilege switching, we are root in a throwaway
-    /// namespace), with its vty socket, pid file and config in the temp dir.
-    fn start(lab: &Lab, config: &str) -> Frr {
-        let vtysh = ensure_tool("vtysh", "frr");
-        let bgpd = ensure_tool("bgpd", "frr");
-        let conf = lab.dir.join("bgpd.conf");
-        std::fs::write(&conf, config).unwrap();
-        let vty_dir = lab.dir.join("frr");
-        std::fs::create_dir_all(&vty_dir).unwrap();
-        let mut cmd = Command::new(bgpd);
-        cmd.args(["-Z", "-S", "-P", "0", "--log", "stdout"])
-            .arg("-f")
-            .arg(&conf)
-            .arg("-i")
-            .arg(lab.dir.join("bgpd.pid"))
-            .arg("--vty_socket")
-            .arg(&vty_dir);
-        let daemon = Daemon::spawn(&lab.peer, "bgpd", cmd, lab.dir.join("bgpd.log"));
-        let mut f = Frr {
-            daemon,
-            vty_dir,
-            vtysh,
-        };
-        wait_for("vtysh to answer", Duration::from_secs(15), || {
-            f.daemon.assert_running();
-            f.cli("show bgp summary")
-        });
-        f
-    }
+/// `Frr::json`, panicking if `vtysh` fails or its answer is not JSON.
+fn frr_json(frr: &Frr, command: &str) -> serde_json::Value {
+    frr.json(command).unwrap_or_else(|e| panic!("{e}"))
+}
 
-    /// `vtysh --vty_socket DIR -d bgpd -c CMD` (a Unix socket path, so from
-    /// the root namespace).
-    fn cli(&self, command: &str) -> Result<String, String> {
-        run(Command::new(&self.vtysh)
-            .arg("--vty_socket")
-            .arg(&self.vty_dir)
-            .args(["-d", "bgpd", "-c", command]))
-    }
+/// The neighbor's `bgpState` (`?` if FRR does not say).
+fn frr_state(frr: &Frr, neighbor: &str) -> String {
+    let n = frr.neighbor(neighbor).unwrap_or_else(|e| panic!("{e}"));
+    n["bgpState"].as_str().unwrap_or("?").to_string()
+}
 
-    fn json(&self, command: &str) -> serde_json::Value {
-        let out = self.cli(command).unwrap();
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{command}: {e}: {out}"))
-    }
-
-    fn state(&self, neighbor: &str) -> String {
-        let v = self.json(&format!("show bgp neighbors {neighbor} json"));
-        v[neighbor]["bgpState"].as_str().unwrap_or("?").to_string()
-    }
-
-    /// `show bgp FAMILY unicast json`: prefix -> first path.
-    fn routes(&self, family: &str) -> BTreeMap<Prefix, serde_json::Value> {
-        let v = self.json(&format!("show bgp {family} unicast json"));
-        let mut m = BTreeMap::new();
-        if let Some(obj) = v["routes"].as_object() {
-            for (p, paths) in obj {
-                m.insert(p.parse().unwrap(), paths[0].clone());
-            }
-        }
-        m
-    }
+/// `Frr::routes` keyed by prefix: prefix -> first path.
+fn frr_routes(frr: &Frr, family: &str) -> BTreeMap<Prefix, serde_json::Value> {
+    frr.routes(family)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|(p, path)| (p.parse().unwrap(), path))
+        .collect()
 }
 
 fn frr_config(password: &str) -> String {
@@ -668,19 +505,19 @@ fn ebgp_peer(password: &str) -> PeerConfig {
 #[test]
 fn frr_ebgp_with_md5() {
     let lab = Lab::new("frr");
-    let frr = Frr::start(&lab, &frr_config(PASSWORD));
+    let frr = start_frr(&lab, &frr_config(PASSWORD));
     let cfg = speaker_config(OUR_AS, vec![ebgp_peer(PASSWORD)]);
     let host = SpeakerHost::start(&lab.us, cfg.clone());
     host.set_routes(test_routes());
     host.wait_established(Duration::from_secs(15));
     wait_for("FRR Established", Duration::from_secs(10), || {
-        let s = frr.state(US_V4);
+        let s = frr_state(&frr, US_V4);
         if s == "Established" { Ok(()) } else { Err(s) }
     });
     eprintln!("{}", frr.cli("show bgp summary").unwrap());
     let routes = |family: &str, n: usize| {
         wait_for("FRR to have the routes", Duration::from_secs(10), || {
-            let r = frr.routes(family);
+            let r = frr_routes(&frr, family);
             if r.len() == n {
                 Ok(r)
             } else {
@@ -694,7 +531,7 @@ fn frr_ebgp_with_md5() {
             assert_eq!(path["nexthops"][0]["ip"], via, "{p}: {path}");
             assert_eq!(path["path"], OUR_AS.to_string(), "{p}: {path}");
             assert_eq!(path["valid"], true, "{p}: {path}");
-            let detail = frr.json(&format!("show bgp {family} unicast {p} json"));
+            let detail = frr_json(&frr, &format!("show bgp {family} unicast {p} json"));
             let comm = &detail["paths"][0]["community"]["string"];
             if p.to_string().contains("10/") {
                 assert_eq!(comm, "65010:100 65010:200", "{p}: {detail}");
@@ -721,12 +558,12 @@ fn frr_ebgp_with_md5() {
         "FRR to notice the shutdown",
         Duration::from_secs(10),
         || {
-            let s = frr.state(US_V4);
+            let s = frr_state(&frr, US_V4);
             if s != "Established" { Ok(()) } else { Err(s) }
         },
     );
-    assert!(frr.routes("ipv4").is_empty() && frr.routes("ipv6").is_empty());
-    let n = frr.json(&format!("show bgp neighbors {US_V4} json"));
+    assert!(frr_routes(&frr, "ipv4").is_empty() && frr_routes(&frr, "ipv6").is_empty());
+    let n = frr_json(&frr, &format!("show bgp neighbors {US_V4} json"));
     eprintln!(
         "FRR after our shutdown: lastNotificationReason={} lastShutdownDescription={}",
         n[US_V4]["lastNotificationReason"], n[US_V4]["lastShutdownDescription"]
@@ -744,7 +581,7 @@ fn frr_ebgp_with_md5() {
     );
     host.set_routes(test_routes());
     assert_md5_mismatch_stays_down(&host);
-    assert_ne!(frr.state(US_V4), "Established");
+    assert_ne!(frr_state(&frr, US_V4), "Established");
     drop(host);
     drop(frr);
 }

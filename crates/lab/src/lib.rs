@@ -20,10 +20,13 @@
 //! * [`traffic`]: [`IdentityServer`], [`tcp_round`], [`udp_round`].
 //! * [`streams`]: long-running [`LongLivedTcp`], [`ConnectionChurn`] and
 //!   [`UdpSequence`] traffic for restart and outage tests.
+//! * [`bgp_peers`]: real BGP daemons (BIRD 2, GoBGP, FRR's bgpd) as peers
+//!   in a namespace, started from a config and queried through their CLIs.
 //! * [`demo`]: the README demo against a real `rivorad`.
 
 #![warn(missing_docs)]
 
+pub mod bgp_peers;
 pub mod demo;
 pub mod dsr;
 pub mod link;
@@ -36,7 +39,7 @@ pub mod topology;
 pub mod traffic;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
@@ -67,13 +70,8 @@ pub fn ensure_bpffs() -> Result<()> {
     if sys::fs_magic(BPFFS).ok() == Some(BPF_FS_MAGIC) {
         return Ok(());
     }
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(BPFFS_LOCK)
-        .with_context(|| format!("opening {BPFFS_LOCK}"))?;
-    sys::flock_exclusive(&lock).context("locking bpffs mount")?;
+    let _lock = sys::lock_file(BPFFS_LOCK)
+        .with_context(|| format!("locking {BPFFS_LOCK} (bpffs mount)"))?;
     if sys::fs_magic(BPFFS).ok() == Some(BPF_FS_MAGIC) {
         return Ok(());
     }
@@ -100,6 +98,34 @@ pub fn require_root() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Calls `f` every `every` until it returns `Ok`, giving up after `limit`.
+///
+/// Why: namespace tests wait on things that settle asynchronously (a BGP
+/// session, a route in a daemon's RIB, a reload); one loop with one timeout
+/// message ("timed out after LIMIT waiting for WHAT; last: ERR", the last
+/// `Err` being what the check last saw) serves them all, and each test
+/// suite keeps its own polling interval. The `Err` is that message, for
+/// the caller to panic with or pass on.
+pub fn poll_until<T>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> std::result::Result<T, String>,
+) -> std::result::Result<T, String> {
+    let deadline = Instant::now() + limit;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) => last = e,
+        }
+        std::thread::sleep(every);
+    }
+    Err(format!(
+        "timed out after {limit:?} waiting for {what}; last: {last}"
+    ))
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);

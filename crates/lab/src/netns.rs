@@ -239,14 +239,16 @@ impl Netns {
 
     /// Makes `cmd` enter this namespace in the child right before exec.
     fn attach(&self, cmd: &mut Command) {
-        let fd = Arc::clone(&self.fd);
-        // SAFETY: the closure runs between fork and exec and only issues the
-        // async-signal-safe setns(2) syscall on an fd kept alive by the Arc
-        // (the Arc lives as long as the Command, so the fd number cannot be
-        // reused for something else).
-        unsafe {
-            cmd.pre_exec(move || sys::setns_net(fd.as_raw_fd()));
-        }
+        attach_fd(cmd, self.handle());
+    }
+
+    /// A shared handle on the namespace, for [`attach_fd`].
+    ///
+    /// Crate-private: for lab helpers that run commands in the namespace
+    /// later without borrowing the `Netns` (a peer daemon's CLI, while the
+    /// test holds the lab that owns the namespace mutably).
+    pub(crate) fn handle(&self) -> Arc<OwnedFd> {
+        Arc::clone(&self.fd)
     }
 
     /// (device, inode) of the namespace: how /proc/PID/ns/net identifies it.
@@ -374,6 +376,18 @@ fn sanitize_tag(tag: &str) -> String {
         .map(|c| c.to_ascii_lowercase())
         .take(MAX_TAG_LEN)
         .collect()
+}
+
+/// Makes `cmd` enter the namespace `fd` refers to in the child right before
+/// exec, as [`Netns::run`] and [`Netns::spawn`] do.
+pub(crate) fn attach_fd(cmd: &mut Command, fd: Arc<OwnedFd>) {
+    // SAFETY: the closure runs between fork and exec and only issues the
+    // async-signal-safe setns(2) syscall on an fd kept alive by the Arc
+    // (the Arc lives as long as the Command, so the fd number cannot be
+    // reused for something else).
+    unsafe {
+        cmd.pre_exec(move || sys::setns_net(fd.as_raw_fd()));
+    }
 }
 
 fn format_name(tag: &str, pid: u32, n: u32) -> String {

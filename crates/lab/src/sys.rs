@@ -109,13 +109,22 @@ pub(crate) fn mount(source: &str, target: &str, fstype: &str) -> io::Result<()> 
     }
 }
 
-/// Takes an exclusive `flock` on `file`, released when the file is closed.
-pub(crate) fn flock_exclusive(file: &File) -> io::Result<()> {
+/// Opens (creating it if need be) the lock file at `path` and takes an
+/// exclusive `flock` on it, released when the returned file is closed.
+///
+/// Used to serialise work across parallel test processes (the bpffs
+/// mount, apt-get installs of peer daemons).
+pub(crate) fn lock_file(path: &str) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
     loop {
         // SAFETY: plain syscall on an fd we own.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
         if rc == 0 {
-            return Ok(());
+            return Ok(file);
         }
         let err = io::Error::last_os_error();
         if err.raw_os_error() != Some(libc::EINTR) {

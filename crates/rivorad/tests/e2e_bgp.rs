@@ -6,69 +6,24 @@
 mod segment_lab;
 
 use segment_lab::*;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rivora_lab::segment::{SEG_LB_V4, SEG_LB_V6, SEG_ROUTER_V4};
-use rivora_lab::topology::{backend_v4, backend_v6};
-use rivora_lab::{Netns, RoundReport, link};
-
-/// `bird` / `birdc`, installing Debian's bird2 when missing (serialised by
-/// a lock file, as the rivora-bgp interop tests do).
-fn bird_binaries() -> (PathBuf, PathBuf) {
-    if let (Some(b), Some(c)) = (find_binary("bird"), find_binary("birdc")) {
-        return (b, c);
-    }
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open("/run/rivora-bgp-apt.lock")
-        .expect("lock file");
-    // SAFETY: flock on an fd we own.
-    assert_eq!(
-        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
-        0
-    );
-    if find_binary("bird").is_none() {
-        let out = Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends", "bird2"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .expect("apt-get");
-        assert!(
-            out.status.success(),
-            "apt-get install bird2: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    (
-        find_binary("bird").expect("bird installed"),
-        find_binary("birdc").expect("birdc installed"),
-    )
-}
+use rivora_lab::topology::backend_v4;
+use rivora_lab::{Netns, RoundReport, bgp_peers, link};
 
 /// BIRD 2 in the router namespace: one passive eBGP session with the lb
 /// (TCP-MD5), IPv4 and IPv6 over it, learned routes exported to the
-/// router's kernel so the remote client's packets follow them.
-struct Bird {
-    child: Child,
-    birdc: PathBuf,
-    sock: PathBuf,
-    log: PathBuf,
-}
+/// router's kernel so the remote client's packets follow them. Started and
+/// queried by `rivora_lab::bgp_peers`, as the GoBGP and FRR tests and the
+/// rivora-bgp interop tests are.
+struct Bird(bgp_peers::Bird);
 
 impl Bird {
     fn start(ns: &Netns, dir: &Path) -> Bird {
-        let (bird, birdc) = bird_binaries();
-        let conf = dir.join("bird.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                r#"router id {SEG_ROUTER_V4};
+        let config = format!(
+            r#"router id {SEG_ROUTER_V4};
 log stderr all;
 protocol device {{ scan time 1; }}
 protocol kernel k4 {{ ipv4 {{ import none; export all; }}; }}
@@ -84,87 +39,23 @@ protocol bgp rivora {{
     ipv6 {{ import all; export none; }};
 }}
 "#
-            ),
-        )
-        .unwrap();
-        let sock = dir.join("bird.ctl");
-        let log = dir.join("bird.log");
-        let f = File::create(&log).unwrap();
-        let mut cmd = Command::new(bird);
-        cmd.arg("-f")
-            .arg("-c")
-            .arg(&conf)
-            .arg("-s")
-            .arg(&sock)
-            .arg("-P")
-            .arg(dir.join("bird.pid"))
-            .stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
-        let child = ns.spawn(&mut cmd).expect("start bird");
-        let mut b = Bird {
-            child,
-            birdc,
-            sock,
-            log,
-        };
-        wait_for("birdc to answer", Duration::from_secs(10), || {
-            if let Ok(Some(st)) = b.child.try_wait() {
-                panic!("bird exited ({st}): {}", b.log_text());
-            }
-            b.cli(&["show", "status"])
-        });
-        b
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn cli(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new(&self.birdc)
-            .arg("-s")
-            .arg(&self.sock)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
+        );
+        Bird(bgp_peers::Bird::start(ns, dir, &config).unwrap_or_else(|e| panic!("{e:#}")))
     }
 
     fn protocol(&self) -> String {
-        self.cli(&["show", "protocols", "all", "rivora"])
+        self.0
+            .cli(&["show", "protocols", "all", "rivora"])
             .unwrap_or_default()
     }
 
     fn established(&self) -> bool {
-        self.cli(&["show", "protocols", "rivora"])
-            .is_ok_and(|o| o.contains("Established"))
+        self.0.protocol_established("rivora").is_ok()
     }
 
     /// `show route all protocol rivora` as prefix -> its block of lines.
     fn routes(&self) -> std::collections::BTreeMap<String, String> {
-        let out = self
-            .cli(&["show", "route", "all", "protocol", "rivora"])
-            .unwrap_or_default();
-        let mut m = std::collections::BTreeMap::<String, String>::new();
-        let mut cur: Option<String> = None;
-        for line in out.lines() {
-            let first = line.split_whitespace().next().unwrap_or("");
-            if !line.starts_with(char::is_whitespace) && first.contains('/') {
-                cur = Some(first.to_string());
-            }
-            if let Some(p) = &cur {
-                let e = m.entry(p.clone()).or_default();
-                e.push_str(line);
-                e.push('\n');
-            }
-        }
-        m
+        self.0.routes("rivora").unwrap_or_default()
     }
 
     fn wait_routes(&self, what: &str, limit: Duration, pred: impl Fn(&[String]) -> bool) {
@@ -177,40 +68,6 @@ protocol bgp rivora {{
             }
         });
     }
-}
-
-impl Drop for Bird {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: not reaped yet, so the PID is still our child's.
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// A VIP on port 80 whose backends are `b{i}:8080` for `backends`.
-fn vip(name: &str, addr: &str, backends: &[usize], extra: &str) -> String {
-    let v6 = addr.contains(':');
-    let mut s =
-        format!("  - name: {name}\n    address: \"{addr}\"\n    port: 80\n{extra}    backends:\n");
-    for &i in backends {
-        let a = if v6 {
-            backend_v6(i).to_string()
-        } else {
-            backend_v4(i).to_string()
-        };
-        s.push_str(&format!("      - {{ address: \"{a}\", port: {PORT} }}\n"));
-    }
-    s
 }
 
 fn assert_all_ok(r: &RoundReport, what: &str, log: &str) {
@@ -616,13 +473,7 @@ fn a_wrong_md5_password_keeps_the_session_down_and_says_why() {
             Err(bird.protocol())
         }
     });
-    let peer = wait_for("the MD5 hint in the API", Duration::from_secs(20), || {
-        let b = lab.bgp();
-        match b.peers.first() {
-            Some(p) if p.last_error.as_deref().is_some_and(|e| e.contains("MD5")) => Ok(p.clone()),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    let peer = lab.wait_md5_hint();
     eprintln!(
         "wrong password: state {}, last error: {}",
         peer.state,

@@ -9,135 +9,22 @@
 //! password keeps the session down.
 //!
 //! Needs root (fails loudly without); installs Debian's `gobgpd` and `frr`
-//! with apt-get when missing, as the rivora-bgp interop tests do, whose
-//! daemon invocations and RIB queries (`crates/bgp/tests/interop.rs`) this
-//! file copies.
+//! with apt-get when missing. The daemons are started and queried by
+//! `rivora_lab::bgp_peers`, as the rivora-bgp interop tests
+//! (`crates/bgp/tests/interop.rs`) do; this file has only their configs.
 
 mod segment_lab;
 
 use segment_lab::*;
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rivora_lab::Netns;
+use rivora_lab::bgp_peers::{Frr, GoBgp};
 use rivora_lab::segment::{SEG_LB_V4, SEG_LB_V6, SEG_ROUTER_V4};
-use rivora_lab::topology::{backend_v4, backend_v6};
 
 const WEB4: &str = "10.200.100.1";
 const WEB6: &str = "fd00:200:100::1";
 const SOLO4: &str = "10.200.100.3";
-
-/// The path of `binary`, installing Debian `package` with apt-get when it
-/// is missing (serialised by the lock file the rivora-bgp interop tests
-/// use; `apt-get update` only if the first attempt fails).
-fn ensure_tool(binary: &str, package: &str) -> PathBuf {
-    if let Some(p) = find_binary(binary) {
-        return p;
-    }
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open("/run/rivora-bgp-apt.lock")
-        .expect("opening /run/rivora-bgp-apt.lock");
-    // SAFETY: flock on an fd we own.
-    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-    if let Some(p) = find_binary(binary) {
-        return p;
-    }
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends", package])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("running apt-get to install {package}: {e}"))
-    };
-    eprintln!("installing Debian package {package} for {binary} (apt-get install)");
-    let mut out = install();
-    if !out.status.success() {
-        let _ = Command::new("apt-get")
-            .args(["update", "-q"])
-            .stdin(Stdio::null())
-            .output();
-        out = install();
-    }
-    assert!(
-        out.status.success(),
-        "apt-get install {package} (needed for {binary}) failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    find_binary(binary)
-        .unwrap_or_else(|| panic!("Debian package {package} installed but {binary} not found"))
-}
-
-/// Runs a command and returns its stdout, or the error text.
-fn run(cmd: &mut Command) -> Result<String, String> {
-    match cmd.stdin(Stdio::null()).output() {
-        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
-        Ok(o) => Err(format!(
-            "{cmd:?} failed ({}): {}{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )),
-        Err(e) => Err(format!("{cmd:?}: {e}")),
-    }
-}
-
-/// A peer daemon started in a namespace; SIGTERM and reaped on drop (by
-/// PID, which is ours until we reap it).
-struct Daemon {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn spawn(ns: &Netns, name: &'static str, mut cmd: Command, log: PathBuf) -> Daemon {
-        let f = File::create(&log).unwrap();
-        cmd.stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
-        let child = ns
-            .spawn(&mut cmd)
-            .unwrap_or_else(|e| panic!("starting {name}: {e:#}"));
-        Daemon { name, child, log }
-    }
-
-    fn assert_running(&mut self) {
-        if let Ok(Some(st)) = self.child.try_wait() {
-            panic!("{} exited ({st}); its log:\n{}", self.name, self.log_text());
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: the child is not reaped yet, so the PID is still ours.
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
 
 /// What the tests need from a peer daemon.
 trait Peer {
@@ -150,32 +37,18 @@ trait Peer {
     fn routes(&self) -> Result<BTreeMap<String, String>, String>;
     /// The daemon's own RIB listing, for the test output.
     fn show(&self) -> String;
-    fn log_text(&self) -> String;
+    /// The daemon's log, for a failure's message.
+    fn daemon_log(&self) -> String;
 }
 
 // ---------------------------------------------------------------------------
 // GoBGP
 
-/// gRPC port of gobgpd, on the router namespace's loopback.
-const GOBGP_API_PORT: u16 = 50051;
-
-struct GoBgp {
-    daemon: Daemon,
-    ns_name: String,
-    gobgp: PathBuf,
-}
-
-impl GoBgp {
-    /// gobgpd in the router namespace: one passive eBGP session with the
-    /// lb (TCP-MD5), IPv4 and IPv6 unicast over it.
-    fn start(ns: &Netns, dir: &Path) -> GoBgp {
-        let gobgpd = ensure_tool("gobgpd", "gobgpd");
-        let gobgp = ensure_tool("gobgp", "gobgpd");
-        let conf = dir.join("gobgpd.toml");
-        std::fs::write(
-            &conf,
-            format!(
-                r#"[global.config]
+/// gobgpd's config for the router namespace: one passive eBGP session
+/// with the lb (TCP-MD5), IPv4 and IPv6 unicast over it.
+fn gobgp_config() -> String {
+    format!(
+        r#"[global.config]
   as = {ROUTER_AS}
   router-id = "{SEG_ROUTER_V4}"
   port = 179
@@ -196,36 +69,7 @@ impl GoBgp {
     [neighbors.afi-safis.config]
       afi-safi-name = "ipv6-unicast"
 "#
-            ),
-        )
-        .unwrap();
-        let mut cmd = Command::new(gobgpd);
-        cmd.arg("-f")
-            .arg(&conf)
-            .args(["-t", "toml", "-p", "--log-level=info", "--pprof-disable"])
-            .arg(format!("--api-hosts=127.0.0.1:{GOBGP_API_PORT}"));
-        let daemon = Daemon::spawn(ns, "gobgpd", cmd, dir.join("gobgpd.log"));
-        let mut g = GoBgp {
-            daemon,
-            ns_name: ns.name().to_string(),
-            gobgp,
-        };
-        wait_for("gobgp to answer", Duration::from_secs(10), || {
-            g.daemon.assert_running();
-            g.cli(&["global"])
-        });
-        g
-    }
-
-    /// `gobgp -p PORT ARGS...` inside the router namespace (the API is on
-    /// its loopback).
-    fn cli(&self, args: &[&str]) -> Result<String, String> {
-        run(Command::new("ip")
-            .args(["netns", "exec", &self.ns_name])
-            .arg(&self.gobgp)
-            .args(["-p", &GOBGP_API_PORT.to_string()])
-            .args(args))
-    }
+    )
 }
 
 impl Peer for GoBgp {
@@ -234,37 +78,15 @@ impl Peer for GoBgp {
     }
 
     fn established(&self) -> Result<String, String> {
-        let out = self.cli(&["neighbor", &SEG_LB_V4.to_string()])?;
-        if out.contains("BGP state = established") || out.contains("BGP state = ESTABLISHED") {
-            Ok(out)
-        } else {
-            Err(out)
-        }
+        GoBgp::established(self, &SEG_LB_V4.to_string())
     }
 
-    /// `gobgp global rib -a FAMILY -j`; the next hop is the NEXT_HOP
-    /// attribute (IPv4) or MP_REACH_NLRI's (IPv6).
+    /// `gobgp global rib` of both families: prefix -> next hop.
     fn routes(&self) -> Result<BTreeMap<String, String>, String> {
         let mut m = BTreeMap::new();
         for family in ["ipv4", "ipv6"] {
-            let out = self.cli(&["global", "rib", "-a", family, "-j"])?;
-            let v: serde_json::Value = if out.trim().is_empty() {
-                serde_json::Value::Null
-            } else {
-                serde_json::from_str(out.trim()).map_err(|e| format!("{e}: {out}"))?
-            };
-            if let Some(obj) = v.as_object() {
-                for (prefix, paths) in obj {
-                    let nh = paths[0]["attrs"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .find(|a| a["type"] == 3 || a["type"] == 14)
-                        .and_then(|a| a["nexthop"].as_str())
-                        .unwrap_or("")
-                        .to_string();
-                    m.insert(prefix.clone(), nh);
-                }
+            for (prefix, path) in self.rib(family)? {
+                m.insert(prefix, path.next_hop);
             }
         }
         Ok(m)
@@ -282,33 +104,19 @@ impl Peer for GoBgp {
         s
     }
 
-    fn log_text(&self) -> String {
-        self.daemon.log_text()
+    fn daemon_log(&self) -> String {
+        self.log_text()
     }
 }
 
 // ---------------------------------------------------------------------------
 // FRR
 
-struct Frr {
-    daemon: Daemon,
-    vty_dir: PathBuf,
-    vtysh: PathBuf,
-}
-
-impl Frr {
-    /// FRR's bgpd alone in the router namespace (`-Z`: no zebra, nothing
-    /// installed in a kernel; `-S`: no privilege switching; `-P 0`: no vty
-    /// TCP port), its vty socket, pid file and config in `dir`; one passive
-    /// eBGP session with the lb (TCP-MD5), IPv4 and IPv6 unicast over it.
-    fn start(ns: &Netns, dir: &Path) -> Frr {
-        let vtysh = ensure_tool("vtysh", "frr");
-        let bgpd = ensure_tool("bgpd", "frr");
-        let conf = dir.join("bgpd.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                r#"frr defaults traditional
+/// FRR bgpd's config for the router namespace: one passive eBGP session
+/// with the lb (TCP-MD5), IPv4 and IPv6 unicast over it.
+fn frr_config() -> String {
+    format!(
+        r#"frr defaults traditional
 hostname rivora-router
 log stdout informational
 !
@@ -330,50 +138,7 @@ router bgp {ROUTER_AS}
 exit
 !
 "#
-            ),
-        )
-        .unwrap();
-        let vty_dir = dir.join("frr");
-        std::fs::create_dir_all(&vty_dir).unwrap();
-        let mut cmd = Command::new(bgpd);
-        cmd.args(["-Z", "-S", "-P", "0", "--log", "stdout"])
-            .arg("-f")
-            .arg(&conf)
-            .arg("-i")
-            .arg(dir.join("bgpd.pid"))
-            .arg("--vty_socket")
-            .arg(&vty_dir);
-        let daemon = Daemon::spawn(ns, "bgpd", cmd, dir.join("bgpd.log"));
-        let mut f = Frr {
-            daemon,
-            vty_dir,
-            vtysh,
-        };
-        wait_for("vtysh to answer", Duration::from_secs(15), || {
-            f.daemon.assert_running();
-            f.cli("show bgp summary")
-        });
-        f
-    }
-
-    /// `vtysh --vty_socket DIR -d bgpd -c CMD` (a Unix socket path, so
-    /// from the root namespace).
-    fn cli(&self, command: &str) -> Result<String, String> {
-        run(Command::new(&self.vtysh)
-            .arg("--vty_socket")
-            .arg(&self.vty_dir)
-            .args(["-d", "bgpd", "-c", command]))
-    }
-
-    fn json(&self, command: &str) -> Result<serde_json::Value, String> {
-        let out = self.cli(command)?;
-        serde_json::from_str(&out).map_err(|e| format!("{command}: {e}: {out}"))
-    }
-
-    fn neighbor(&self) -> Result<serde_json::Value, String> {
-        let n = SEG_LB_V4.to_string();
-        Ok(self.json(&format!("show bgp neighbors {n} json"))?[&n].clone())
-    }
+    )
 }
 
 impl Peer for Frr {
@@ -382,7 +147,7 @@ impl Peer for Frr {
     }
 
     fn established(&self) -> Result<String, String> {
-        let n = self.neighbor()?;
+        let n = self.neighbor(&SEG_LB_V4.to_string())?;
         let state = n["bgpState"].as_str().unwrap_or("?").to_string();
         if state == "Established" {
             Ok(state)
@@ -391,20 +156,14 @@ impl Peer for Frr {
         }
     }
 
-    /// `show bgp FAMILY unicast json`: prefix -> first path's first next
-    /// hop (the global one for IPv6).
+    /// `show bgp FAMILY unicast` of both families: prefix -> first path's
+    /// first next hop (the global one for IPv6).
     fn routes(&self) -> Result<BTreeMap<String, String>, String> {
         let mut m = BTreeMap::new();
         for family in ["ipv4", "ipv6"] {
-            let v = self.json(&format!("show bgp {family} unicast json"))?;
-            if let Some(obj) = v["routes"].as_object() {
-                for (p, paths) in obj {
-                    let nh = paths[0]["nexthops"][0]["ip"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string();
-                    m.insert(p.clone(), nh);
-                }
+            for (p, path) in Frr::routes(self, family)? {
+                let nh = path["nexthops"][0]["ip"].as_str().unwrap_or("").to_string();
+                m.insert(p, nh);
             }
         }
         Ok(m)
@@ -422,8 +181,8 @@ impl Peer for Frr {
         s
     }
 
-    fn log_text(&self) -> String {
-        self.daemon.log_text()
+    fn daemon_log(&self) -> String {
+        self.log_text()
     }
 }
 
@@ -432,19 +191,12 @@ impl Peer for Frr {
 
 /// A VIP on port 80 whose backends are `b{i}:8080`, with a fast TCP check.
 fn vip(name: &str, addr: &str, backends: &[usize]) -> String {
-    let v6 = addr.contains(':');
-    let mut s = format!(
-        "  - name: {name}\n    address: \"{addr}\"\n    port: 80\n    healthCheck: {{ type: tcp, interval: 200ms, timeout: 100ms, fall: 2, rise: 1 }}\n    backends:\n"
-    );
-    for &i in backends {
-        let a = if v6 {
-            backend_v6(i).to_string()
-        } else {
-            backend_v4(i).to_string()
-        };
-        s.push_str(&format!("      - {{ address: \"{a}\", port: {PORT} }}\n"));
-    }
-    s
+    segment_lab::vip(
+        name,
+        addr,
+        backends,
+        "    healthCheck: { type: tcp, interval: 200ms, timeout: 100ms, fall: 2, rise: 1 }\n",
+    )
 }
 
 fn bgp_config(password: &str, with_web6: bool) -> String {
@@ -483,7 +235,7 @@ fn wait_rib(
             peer.established(),
             lab.rivorad.as_ref().map(|_| lab.bgp()),
             lab.log(),
-            peer.log_text()
+            peer.daemon_log()
         )),
         Err(e) => Err(e),
     })
@@ -616,13 +368,7 @@ fn announce_withdraw_reload_restart_md5(lab: &mut Lab, peer: &dyn Peer) {
             (s, r) => Err(format!("{s:?} {r:?}")),
         },
     );
-    let p = wait_for("the MD5 hint in the API", Duration::from_secs(20), || {
-        let b = lab.bgp();
-        match b.peers.first() {
-            Some(p) if p.last_error.as_deref().is_some_and(|e| e.contains("MD5")) => Ok(p.clone()),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    let p = lab.wait_md5_hint();
     eprintln!(
         "{name}, wrong password: rivorad state {}, last error: {}",
         p.state,
@@ -650,7 +396,8 @@ fn announce_withdraw_reload_restart_md5(lab: &mut Lab, peer: &dyn Peer) {
 fn gobgp_learns_and_loses_vip_routes_from_rivorad() {
     let mut lab = Lab::new("gob", "GoBGP", "/tmp/rvpeer");
     // Dropped before the lab (its namespaces), also on failure.
-    let peer = GoBgp::start(&lab.seg.router, &lab.work);
+    let peer = GoBgp::start(&lab.seg.router, &lab.work, &gobgp_config())
+        .unwrap_or_else(|e| panic!("{e:#}"));
     announce_withdraw_reload_restart_md5(&mut lab, &peer);
 }
 
@@ -658,6 +405,7 @@ fn gobgp_learns_and_loses_vip_routes_from_rivorad() {
 fn frr_learns_and_loses_vip_routes_from_rivorad() {
     let mut lab = Lab::new("frr", "FRR", "/tmp/rvpeer");
     // Dropped before the lab (its namespaces), also on failure.
-    let peer = Frr::start(&lab.seg.router, &lab.work);
+    let peer =
+        Frr::start(&lab.seg.router, &lab.work, &frr_config()).unwrap_or_else(|e| panic!("{e:#}"));
     announce_withdraw_reload_restart_md5(&mut lab, &peer);
 }

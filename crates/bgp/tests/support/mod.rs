@@ -1,6 +1,7 @@
-//! Shared harness of the interop tests: installing the peer daemons, the
-//! two-namespace lab, the speaker on its own runtime inside a namespace, and
-//! the peer processes.
+//! Shared harness of the interop tests: the two-namespace lab, and the
+//! speaker on its own runtime inside a namespace. The peer daemons
+//! themselves (installing, starting, querying, stopping them) are
+//! `rivora_lab::bgp_peers`, shared with rivorad's end-to-end BGP tests.
 //!
 //! Why a harness: each interop test is "peer daemon in namespace A, our
 //! speaker in namespace B, assert on what the daemon learned"; only the
@@ -9,18 +10,15 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rivora_bgp::{PeerStatus, Prefix, RouteAttrs, Speaker, SpeakerConfig};
-use rivora_lab::{Netns, link};
+use rivora_lab::{Netns, link, poll_until};
 
 /// The peer daemon's side of the veth.
 pub const PEER_V4: &str = "192.0.2.1";
@@ -44,58 +42,6 @@ pub fn require_root() {
         "the BGP interop tests need root (network namespaces, veths, routing daemons); \
          run them as root, as scripts/test does"
     );
-}
-
-fn find_binary(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/lib/frr"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-/// Returns the path of `binary`, installing Debian `package` with apt-get
-/// when it is missing (serialised across parallel tests and processes by a
-/// lock file; `apt-get update` only if the first attempt fails).
-pub fn ensure_tool(binary: &str, package: &str) -> PathBuf {
-    if let Some(p) = find_binary(binary) {
-        return p;
-    }
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open("/run/rivora-bgp-apt.lock")
-        .expect("opening /run/rivora-bgp-apt.lock");
-    // SAFETY: flock on an fd we own.
-    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-    if let Some(p) = find_binary(binary) {
-        return p;
-    }
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends", package])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .expect("running apt-get (is this Debian?)")
-    };
-    eprintln!("installing {package} for {binary} (apt-get install)");
-    let mut out = install();
-    if !out.status.success() {
-        let _ = Command::new("apt-get")
-            .args(["update", "-q"])
-            .stdin(Stdio::null())
-            .output();
-        out = install();
-    }
-    assert!(
-        out.status.success(),
-        "apt-get install {package} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    find_binary(binary).unwrap_or_else(|| panic!("{package} installed but {binary} not found"))
 }
 
 /// A directory under /tmp removed on drop (config files, sockets, logs).
@@ -177,95 +123,10 @@ impl Lab {
     }
 }
 
-/// A process we started in a namespace; SIGTERM and reaped on drop (by
-/// PID, which is ours until we reap it).
-pub struct Daemon {
-    pub name: String,
-    child: Child,
-    pub log: PathBuf,
-}
-
-impl Daemon {
-    /// Starts `cmd` in `ns` with stdout and stderr going to `log`.
-    pub fn spawn(ns: &Netns, name: &str, mut cmd: Command, log: PathBuf) -> Daemon {
-        let f = File::create(&log).unwrap();
-        cmd.stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
-        let child = ns
-            .spawn(&mut cmd)
-            .unwrap_or_else(|e| panic!("starting {name}: {e:#}"));
-        Daemon {
-            name: name.to_string(),
-            child,
-            log,
-        }
-    }
-
-    /// Panics (with the log) if the daemon has exited.
-    pub fn assert_running(&mut self) {
-        if let Ok(Some(st)) = self.child.try_wait() {
-            panic!(
-                "{} exited ({st}); its log:\n{}",
-                self.name,
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-
-    /// The daemon's log so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: the child is not reaped yet, so the PID is still ours.
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs a command (in the root namespace) and returns stdout, or the error
-/// text when it fails.
-pub fn run(cmd: &mut Command) -> Result<String, String> {
-    match cmd.stdin(Stdio::null()).output() {
-        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
-        Ok(o) => Err(format!(
-            "{:?} failed ({}): {}{}",
-            cmd,
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )),
-        Err(e) => Err(format!("{cmd:?}: {e}")),
-    }
-}
-
-/// Polls `f` every 100 ms until it returns Some, or panics after `limit`
-/// with `what` and the last value `describe` produced.
-pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + limit;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("timed out after {limit:?} waiting for {what}; last: {last}");
+/// Polls `f` every 100 ms until it returns Ok, or panics after `limit`
+/// with `what` and the last error `f` returned.
+pub fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Result<T, String>) -> T {
+    poll_until(what, limit, Duration::from_millis(100), f).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Log lines written by the speaker's tracing, shared with the test.

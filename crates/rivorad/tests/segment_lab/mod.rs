@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rivora_lab::segment::Segment;
 use rivora_lab::topology::{backend_v4, backend_v6};
@@ -17,28 +17,11 @@ pub const PASSWORD: &str = "rivora-e2e-md5";
 pub const ROUTER_AS: u32 = 65000;
 pub const OUR_AS: u32 = 65010;
 
-/// Polls `f` every 50 ms until it returns Ok, or panics after `limit`.
-pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + limit;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match f() {
-            Ok(v) => return v,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out after {limit:?} waiting for {what}; last: {last}");
-}
-
-/// The first `name` on PATH or in the usual system directories.
-pub fn find_binary(name: &str) -> Option<PathBuf> {
-    std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/lib/frr"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
+/// Polls `f` every 50 ms until it returns Ok, or panics after `limit`
+/// with `what` and the last error `f` returned.
+pub fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Result<T, String>) -> T {
+    rivora_lab::poll_until(what, limit, Duration::from_millis(50), f)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The segment lab, identity servers b1..b3 on the backends, a work
@@ -150,6 +133,21 @@ impl Lab {
             .config_generation
     }
 
+    /// Waits (up to 20 s) until rivorad's API reports, as the first BGP
+    /// peer's last error, the hint that a TCP-MD5 password is wrong, and
+    /// returns that peer: what a wrong password looks like to an operator.
+    pub fn wait_md5_hint(&self) -> rivora_api::BgpPeerInfo {
+        wait_for("the MD5 hint in the API", Duration::from_secs(20), || {
+            let b = self.bgp();
+            match b.peers.first() {
+                Some(p) if p.last_error.as_deref().is_some_and(|e| e.contains("MD5")) => {
+                    Ok(p.clone())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        })
+    }
+
     /// Writes `text` and waits until rivorad applied it.
     pub fn reload(&self, text: &str) {
         let before = self.generation();
@@ -210,4 +208,21 @@ pub fn start_server(seg: &Segment, i: usize) -> IdentityServer {
         SocketAddr::new(backend_v6(i).into(), PORT),
     ];
     IdentityServer::start(&seg.backends[i - 1], &format!("b{i}"), &addrs).expect("identity server")
+}
+
+/// A VIP of rivorad's YAML on port 80 whose backends are `b{i}:8080` for
+/// `backends`; `extra` (whole, indented lines) goes before `backends:`.
+pub fn vip(name: &str, addr: &str, backends: &[usize], extra: &str) -> String {
+    let v6 = addr.contains(':');
+    let mut s =
+        format!("  - name: {name}\n    address: \"{addr}\"\n    port: 80\n{extra}    backends:\n");
+    for &i in backends {
+        let a = if v6 {
+            backend_v6(i).to_string()
+        } else {
+            backend_v4(i).to_string()
+        };
+        s.push_str(&format!("      - {{ address: \"{a}\", port: {PORT} }}\n"));
+    }
+    s
 }
