@@ -1467,7 +1467,10 @@ pub fn run(opts: Opts) -> Result<Section> {
     // XDP_PASS) is measured too, as information.
     let fib = fib_lab();
     let cpu = crate::machine::cpu_count().saturating_sub(1);
+    // The same FIB path serves NAT VIPs with `natForwarding: fib` (mode
+    // nat below, with the VIP's nat_fib set).
     for (mode, addr, via_fib) in [
+        (Mode::Nat, "10.200.101.4", true),
         (Mode::Dsr, "10.200.101.1", false),
         (Mode::DsrIpip, "10.200.101.2", true),
         (Mode::DsrGre, "10.200.101.3", true),
@@ -1475,6 +1478,10 @@ pub fn run(opts: Opts) -> Result<Section> {
         (Mode::DsrGre, "10.200.101.3", false),
     ] {
         let label = match (mode, via_fib) {
+            (Mode::Nat, _) => {
+                "NAT IPv4 TCP, established flow, natForwarding fib (FIB lookup + redirect)"
+                    .to_string()
+            }
             (Mode::Dsr, _) => "DSR (L2) IPv4 TCP, established flow".to_string(),
             (_, true) => format!(
                 "{} IPv4 TCP, established flow (FIB lookup + redirect)",
@@ -1486,14 +1493,16 @@ pub fn run(opts: Opts) -> Result<Section> {
             ),
         };
         let mut desired = rig.desired.clone();
-        desired.push(vip(
+        let mut spec = vip(
             mode.as_str(),
             addr,
             80,
             proto::TCP,
             mode,
-            backends(&BACKENDS4, 80),
-        ));
+            backends(&BACKENDS4, if mode == Mode::Nat { 8080 } else { 80 }),
+        );
+        spec.nat_fib = mode == Mode::Nat;
+        desired.push(spec);
         if let Err(e) = rig.dp.apply(&desired) {
             sec.rows
                 .push(Row::info(label, "-").not_run().evidence(format!(
@@ -1530,7 +1539,9 @@ pub fn run(opts: Opts) -> Result<Section> {
                 },
                 repeat: opts.repeat,
                 want_retval: v,
-                out: if mode == Mode::Dsr {
+                out: if mode == Mode::Nat {
+                    OutCheck::DstIn(addrs(&BACKENDS4))
+                } else if mode == Mode::Dsr {
                     OutCheck::DsrL2(
                         addr.parse().unwrap(),
                         backends(&BACKENDS4, 80).iter().map(|b| b.mac).collect(),
@@ -1546,6 +1557,8 @@ pub fn run(opts: Opts) -> Result<Section> {
                 // target (the FIB row is the mode's path).
                 limit: if mode != Mode::Dsr && !via_fib {
                     0.0
+                } else if mode == Mode::Nat {
+                    2.0
                 } else {
                     3.0
                 },

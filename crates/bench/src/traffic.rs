@@ -4,10 +4,11 @@
 //! back to back on it, in rounds: (a) the generator's ceiling (XDP_DROP on
 //! the balancer's ingress), (b) plain kernel routing to the backends, (c)
 //! nftables DNAT doing the balancer's job, (d) Rivora NAT (the real rivorad,
-//! generic XDP as its auto mode picks on veth), (e) Rivora NAT with native
-//! XDP. UDP packets come from trafgen (netsniff-ng) pinned to CPU 0; the
-//! backends count and drop them in XDP. Then TCP requests/s and connections/s
-//! from a small client of our own for (b), (c) and (d).
+//! generic XDP as its auto mode picks on veth), (d') Rivora NAT with
+//! `natForwarding: fib`, (e) Rivora NAT with native XDP, (f)-(h) the DSR
+//! modes. UDP packets come from trafgen (netsniff-ng) pinned to CPU 0; the
+//! backends count and drop them in XDP. Then TCP requests/s and
+//! connections/s from a small client of our own for (b), (c), (d) and (d').
 //!
 //! On veth the whole path runs in the sender's context (veth hands packets
 //! to the peer's backlog on the same CPU, which is processed when the sender
@@ -56,6 +57,7 @@ enum Phase {
     RoutingXdpPass,
     Nft,
     Rivora,
+    RivoraFib,
     RivoraNative,
     DsrL2,
     DsrIpip,
@@ -74,6 +76,9 @@ impl Phase {
             }
             Phase::Nft => "(c) nftables DNAT (conntrack) to the backends",
             Phase::Rivora => "(d) Rivora NAT (rivorad, generic XDP: auto mode on veth)",
+            Phase::RivoraFib => {
+                "(d') Rivora NAT, natForwarding: fib (FIB lookup + redirect to br0, generic XDP)"
+            }
             Phase::RivoraNative => "(e) Rivora NAT, --xdp-mode native (veth driver XDP)",
             Phase::DsrL2 => {
                 "(f) Rivora dsr (L2): XDP_TX back onto the client segment (generic XDP)"
@@ -290,6 +295,11 @@ fn nft_rules() -> String {
     )
 }
 
+/// The NAT VIPs of [`rivorad_yaml`] with `natForwarding: fib`.
+fn rivorad_fib_yaml() -> String {
+    rivorad_yaml().replace("    mode: nat\n", "    mode: nat\n    natForwarding: fib\n")
+}
+
 fn rivorad_yaml() -> String {
     let backends = |port: u16| {
         (1..=3)
@@ -349,6 +359,7 @@ impl Bench {
             }
         }
         std::fs::write(work.join("rivorad.yaml"), rivorad_yaml())?;
+        std::fs::write(work.join("rivorad-fib.yaml"), rivorad_fib_yaml())?;
         let macs = topo
             .backends
             .iter()
@@ -567,6 +578,12 @@ impl Bench {
             }
             Phase::Rivora | Phase::RivoraNative => {
                 let mut d = self.start_rivorad(p == Phase::RivoraNative)?;
+                let r = self.udp_window(to_vip);
+                d.stop()?;
+                r
+            }
+            Phase::RivoraFib => {
+                let mut d = self.start_rivorad_with(false, "rivorad-fib.yaml")?;
                 let r = self.udp_window(to_vip);
                 d.stop()?;
                 r
@@ -794,6 +811,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
         Phase::RoutingXdpPass,
         Phase::Nft,
         Phase::Rivora,
+        Phase::RivoraFib,
         Phase::RivoraNative,
         Phase::DsrL2,
         Phase::DsrIpip,
@@ -859,7 +877,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
          Generator: trafgen (netsniff-ng) in the client namespace, pinned to CPU 0, 60-byte UDP frames \
          from 3 x {FLOWS_PER_TEMPLATE} source ports ({} flows) to port {UDP_PORT}; the backends count \
          and drop what reaches them with an XDP program ({} mode) on their veth. The phases run back to \
-         back on the same lab in {rounds} round(s) of (a)-(h), each a {:.1} s warm-up then a {:.1} s \
+         back on the same lab in {rounds} round(s) of (a)-(h) and (d'), each a {:.1} s warm-up then a {:.1} s \
          window; the figure is the median over rounds. \"CPU/pkt\" is the CPU time of trafgen and of the \
          ksoftirqd threads during the window (/proc/*/schedstat), per delivered packet: on veth the whole \
          path runs in the sender's context or in ksoftirqd; \
@@ -900,7 +918,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
         if let Some((rp, _)) = routing {
             row = row.ratio(fmt_ratio(ratio(pps, rp)));
         }
-        if *p == Phase::Rivora
+        if matches!(p, Phase::Rivora | Phase::RivoraFib)
             && let Some((rp, _)) = routing
         {
             let vs_nft = nft.map(|n| pps > n.0).unwrap_or(false);
@@ -927,6 +945,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
             ),
             (Phase::Nft, "(c) nftables DNAT"),
             (Phase::Rivora, "(d) Rivora NAT"),
+            (Phase::RivoraFib, "(d') Rivora NAT, natForwarding fib"),
             (Phase::RivoraNative, "(e) Rivora NAT native"),
             (Phase::DsrL2, "(f) Rivora dsr"),
             (Phase::DsrIpip, "(g) Rivora dsr-ipip"),
@@ -1026,11 +1045,13 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
     let vip = vec![SocketAddr::new(IpAddr::V4(VIP_V4), TCP_PORT)];
     let modes = [("requests/s", false), ("connections/s", true)];
     // per[mode][which]: rates over rounds; errs likewise.
-    let mut per: [[Vec<f64>; 3]; 2] = Default::default();
-    let mut errs = [[0u64; 3]; 2];
-    let mut retrans = [[0u64; 3]; 2];
+    // Setups, in this order: routing, nft, rivora, rivora-fib.
+    const SETUPS: usize = 4;
+    let mut per: [[Vec<f64>; SETUPS]; 2] = Default::default();
+    let mut errs = [[0u64; SETUPS]; 2];
+    let mut retrans = [[0u64; SETUPS]; 2];
     let mut run_no = 0usize;
-    for i in 0..tcp_rounds * 6 {
+    for i in 0..tcp_rounds * 2 * SETUPS {
         b.topo.client.run(&[
             "ip",
             "addr",
@@ -1043,9 +1064,9 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
     for round in 0..tcp_rounds {
         // Each round starts with another setup, so drift over the run
         // does not always favour the same one.
-        for j in 0..3 {
-            let k = (j + round) % 3;
-            let which = &["routing", "nft", "rivora"][k];
+        for j in 0..SETUPS {
+            let k = (j + round) % SETUPS;
+            let which = &["routing", "nft", "rivora", "rivora-fib"][k];
             let targets = if *which == "routing" {
                 direct.clone()
             } else {
@@ -1058,6 +1079,8 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
                     .run(&["nft", "-f", &b.work.join("nft.rules").to_string_lossy()])?;
             } else if *which == "rivora" {
                 d = Some(b.start_rivorad(false)?);
+            } else if *which == "rivora-fib" {
+                d = Some(b.start_rivorad_with(false, "rivorad-fib.yaml")?);
             }
             let mut r = Ok(());
             for (m, (mode, churn)) in modes.iter().enumerate() {
@@ -1107,6 +1130,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
             "(b) plain routing",
             "(c) nftables DNAT",
             "(d) Rivora NAT (generic XDP)",
+            "(d') Rivora NAT, natForwarding fib (generic XDP)",
         ]
         .iter()
         .enumerate()
@@ -1132,7 +1156,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
-            if k == 2 {
+            if k >= 2 {
                 let nftm = median(&per[1]);
                 row = row.target(">= 95% of (b) and > (c)", m >= 0.95 * base && m > nftm);
             }
@@ -1217,6 +1241,23 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
                 "is not cheaper than nftables' conntrack NAT: the profile above shows why (its \
                  hash lookups miss the caches), on top of the generic-XDP hook (b')"
             }
+        ));
+    }
+    if let (Some((_, c0)), Some((r, cr)), Some((f, cf))) =
+        (ceiling, routing, med(idx(Phase::RivoraFib)))
+    {
+        sec.notes.push(format!(
+            "(d') is the same NAT with `natForwarding: fib`: xdp_ingress looks the backend's next hop \
+             up (bpf_fib_lookup, cached per backend for about a second), lowers the TTL and redirects \
+             the rewritten packet to br0 itself, so the packet skips the kernel's routing and netfilter \
+             path that (b), (c) and (d) all pay. It forwards {} pps, {} of plain routing, at {:.0} ns \
+             of balancer CPU per packet against routing's {:.0} ns. The price: the client-to-backend \
+             direction no longer passes the balancer's forward firewall rules (docs/configuration.md), \
+             which is why it is not the default (the spec's NAT hands packets to the kernel).",
+            fmt_count(f),
+            fmt_ratio(ratio(f, r)),
+            cf - c0,
+            cr - c0
         ));
     }
     let dsr: Vec<(f64, f64)> = [Phase::DsrL2, Phase::DsrIpip, Phase::DsrGre]
