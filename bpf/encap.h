@@ -106,7 +106,19 @@ static __always_inline int rv_encap(struct xdp_md *ctx, struct rv_pkt *p, const 
 		route.src[0] = tun->src4;
 	__builtin_memcpy(route.dst, dst, v6 ? 16 : 4);
 	route.tot_len = outer_len + inner_len;
-	rc = rv_route(ctx, &route);
+	/* The cached next hop inline; rv_route (a call) only when it is stale. */
+	const struct rv_nexthop *nh = rv_nexthop_fresh(backend_id, generation, rv_route_tick());
+	if (nh && route.tot_len > nh->mtu) {
+		route.mtu = nh->mtu;
+		rc = BPF_FIB_LKUP_RET_FRAG_NEEDED;
+	} else if (nh) {
+		__builtin_memcpy(route.dmac, nh->dmac, ETH_ALEN);
+		__builtin_memcpy(route.smac, nh->smac, ETH_ALEN);
+		route.ifindex = nh->ifindex;
+		rc = BPF_FIB_LKUP_RET_SUCCESS;
+	} else {
+		rc = rv_route(ctx, &route);
+	}
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && inner_df) {
 		*inner_room = route.mtu > outer_len ? route.mtu - outer_len : 0;
 		return RV_ENCAP_TOO_BIG;

@@ -85,6 +85,27 @@ struct {
 	__type(value, struct rv_route_scratch);
 } route_scratch_map SEC(".maps");
 
+/* The coarse clock in next-hop cache units (rv_nexthop.tick, about a
+ * second; the same units as rv_affinity.nat_checked). */
+static __always_inline __u32 rv_route_tick(void)
+{
+	return bpf_ktime_get_coarse_ns() >> RV_NAT_CHECK_SHIFT;
+}
+
+/* The next hop of backend `id` if it was learnt in this tick for this
+ * generation of the ID: the hot path's whole routing cost, inlined (an
+ * array lookup the verifier turns into pointer arithmetic) because every
+ * call and return is expensive on CPUs that need return-stack mitigations.
+ * Null when stale or empty: the caller then takes rv_route. */
+static __always_inline const struct rv_nexthop *rv_nexthop_fresh(__u32 id, __u32 generation, __u32 tick)
+{
+	struct rv_nexthop *nh = bpf_map_lookup_elem(&nexthop_cache_map, &id);
+
+	if (nh && nh->ifindex && nh->tick == tick && nh->backend_generation == generation)
+		return nh;
+	return 0;
+}
+
 /* Routes a packet of r->tot_len bytes to r->dst: from the backend's cached
  * next hop while it is fresh (same tick, same backend), else with
  * bpf_fib_lookup, whose success is cached together with the route's MTU (a
@@ -101,7 +122,7 @@ __attribute__((noinline)) int rv_route(struct xdp_md *ctx, struct rv_route_req *
 	struct rv_route_scratch *scratch = bpf_map_lookup_elem(&route_scratch_map, &zero);
 	struct bpf_fib_lookup *fib;
 	struct rv_nexthop *nh;
-	__u32 tick = bpf_ktime_get_coarse_ns() >> RV_NAT_CHECK_SHIFT;
+	__u32 tick = rv_route_tick();
 	__u32 id;
 	int rc;
 
@@ -143,6 +164,40 @@ __attribute__((noinline)) int rv_route(struct xdp_md *ctx, struct rv_route_req *
 	nh->backend_generation = r->generation;
 	nh->tick = tick;
 	return rc;
+}
+
+/* rv_forward_routed's fast path, inlined: the backend's next hop is in
+ * the cache (`tick` is the caller's rv_route_tick()). Returns -1 when it is
+ * not, or when the packet needs anything but the plain path (tagged,
+ * expiring TTL, over the MTU): rv_forward_routed then decides. */
+static __always_inline int rv_forward_cached(struct xdp_md *ctx, const struct rv_be *be, __u32 tick, const int v6)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	const struct rv_nexthop *nh = rv_nexthop_fresh(be->id, be->generation, tick);
+
+	if (!nh || (void *)(eth + 1) > data_end)
+		return -1;
+	if (v6) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if (eth->h_proto != bpf_htons(ETH_P_IPV6) || (void *)(ip6 + 1) > data_end || ip6->hop_limit <= 1 ||
+		    bpf_ntohs(ip6->payload_len) + sizeof(*ip6) > nh->mtu)
+			return -1;
+		ip6->hop_limit--;
+	} else {
+		struct iphdr *ip = (void *)(eth + 1);
+		if (eth->h_proto != bpf_htons(ETH_P_IP) || (void *)(ip + 1) > data_end || ip->ttl <= 1 ||
+		    bpf_ntohs(ip->tot_len) > nh->mtu)
+			return -1;
+		/* RFC 1141: TTL is the high byte of its 16-bit word. */
+		__u32 check = ip->check + bpf_htons(0x0100);
+		ip->check = (__u16)(check + (check >= 0xffff));
+		ip->ttl--;
+	}
+	__builtin_memcpy(eth->h_dest, nh->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, nh->smac, ETH_ALEN);
+	return bpf_redirect(nh->ifindex, 0);
 }
 
 /* Forwards a NAT packet already rewritten to its backend `be` the way a

@@ -225,7 +225,7 @@ static __always_inline int rv_affinity_backend(const __u32 *src, const __u32 *ds
 /* The coarse clock in rv_affinity.nat_checked units. */
 static __always_inline __u32 rv_nat_tick(void)
 {
-	return bpf_ktime_get_coarse_ns() >> RV_NAT_CHECK_SHIFT;
+	return rv_route_tick();
 }
 
 static __always_inline void rv_affinity_record(const struct rv_pkt *p, __u32 backend_id, __u32 generation,
@@ -308,6 +308,7 @@ struct rv_dsr_job {
 	const struct rv_service *svc;
 	__u32 service_id;
 	int new_flow;
+	__u32 tick; /* RV_ACT_ROUTE: the packet's rv_route_tick() */
 };
 
 /* Returned by the shape handlers instead of an XDP verdict: "forward the
@@ -411,10 +412,10 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	 * tick, not on every packet: that lookup was a third hash-table walk on
 	 * the hottest path. The entry can only be evicted while it is idle, and
 	 * the first packet after an idle second always rechecks it. */
+	__u32 tick = rv_nat_tick();
 	if (new_flow) {
 		rv_nat_record(p, &be, be_port, service_id, 1, v6);
 	} else if (aff) {
-		__u32 tick = rv_nat_tick();
 		if (aff->nat_checked != tick) {
 			rv_nat_record(p, &be, be_port, service_id, 0, v6);
 			aff->nat_checked = tick;
@@ -427,6 +428,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	rv_count_forward(service_id, rv_frame_len(ctx), new_flow);
 	if (svc->flags & RV_SVC_F_NAT_FIB) {
 		job->be = be;
+		job->tick = tick;
 		return RV_ACT_ROUTE;
 	}
 	return XDP_PASS;
@@ -506,6 +508,9 @@ static __always_inline int rv_ingress(struct xdp_md *ctx, struct rv_pkt *p, cons
 	else
 		verdict = rv_ingress_icmp(ctx, p, &job, v6);
 	if (verdict == RV_ACT_ROUTE) {
+		verdict = rv_forward_cached(ctx, &job.be, job.tick, v6);
+		if (verdict >= 0)
+			return verdict;
 		verdict = rv_forward_routed(ctx, &job.be, v6);
 		if (verdict == XDP_PASS)
 			rv_count_event(RV_PASS_NAT_TO_KERNEL);

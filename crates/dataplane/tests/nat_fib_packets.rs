@@ -96,6 +96,21 @@ fn with_ttl(mut frame: Vec<u8>, value: u8) -> Vec<u8> {
     frame
 }
 
+/// The next-hop cache is per CPU and test_run runs on the calling CPU:
+/// the test thread stays on one.
+fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pinning the test thread to CPU 0"
+        );
+    }
+}
+
 #[test]
 fn fib_forwarding_routes_the_rewritten_packet() {
     let (ns, up1) = fib_ns("natfib");
@@ -106,17 +121,26 @@ fn fib_forwarding_routes_the_rewritten_packet() {
     ];
     let results = ns
         .within(|| {
+            pin_to_cpu0();
             cases
                 .iter()
                 .map(|(client, vip, _)| {
                     let frame = FrameSpec::new(client, 40000, vip, 80, proto::TCP).build();
-                    let out = r.datapath.run_xdp_on(&frame, up1).unwrap();
-                    (frame, out)
+                    // The first packet asks the FIB (and fills the next-hop
+                    // cache), the second takes the inlined cached path.
+                    let first = r.datapath.run_xdp_on(&frame, up1).unwrap();
+                    let second = r.datapath.run_xdp_on(&frame, up1).unwrap();
+                    (frame, first, second)
                 })
                 .collect::<Vec<_>>()
         })
         .unwrap();
-    for ((client, vip, backend), (frame, (verdict, out))) in cases.iter().zip(results) {
+    for ((client, vip, backend), (frame, (verdict, out), second)) in cases.iter().zip(results) {
+        assert_eq!(
+            second,
+            (verdict, out.clone()),
+            "{vip}: the cached path forwards exactly like the FIB path"
+        );
         assert_eq!(verdict, XDP_REDIRECT, "{vip}: routed by xdp_ingress itself");
         assert_eq!(out.len(), frame.len(), "{vip}: same size");
         let p = parse_checked(&out);
@@ -161,18 +185,25 @@ fn fib_forwarding_leaves_to_the_kernel_what_it_cannot_route() {
             1,
         ),
     );
-    let (in_ns, outside) = ns
+    let warm6 = FrameSpec::new("fd00:200::2", 40004, "fd00:200:100::1", 80, proto::TCP).build();
+    // Outside the namespace the FIB has no route to the backends (asked
+    // before the next hop is cached: the cache is per backend, not per
+    // namespace).
+    let outside = r.datapath.run_xdp(&plain).unwrap();
+    let in_ns = ns
         .within(|| {
+            // Next hops cached first: the exceptions must leave the cached
+            // path too, not only the FIB one.
+            pin_to_cpu0();
+            for warm in [&plain, &warm6] {
+                let (v, _) = r.datapath.run_xdp_on(warm, up1).unwrap();
+                assert_eq!(v, XDP_REDIRECT, "warm-up routed");
+            }
             let in_ns: Vec<_> = [&expiring4, &expiring6, &tagged, &kernel_vip]
                 .into_iter()
                 .map(|f| r.datapath.run_xdp_on(f, up1).unwrap())
                 .collect();
             in_ns
-        })
-        .map(|in_ns| {
-            // Outside the namespace the FIB has no route to the backends.
-            let outside = r.datapath.run_xdp(&plain).unwrap();
-            (in_ns, outside)
         })
         .unwrap();
     for ((verdict, out), (what, original)) in in_ns.iter().zip([
