@@ -60,6 +60,7 @@ enum Phase {
     RivoraFib,
     RivoraNative,
     DsrL2,
+    DsrL2Native,
     DsrIpip,
     DsrGre,
 }
@@ -82,6 +83,9 @@ impl Phase {
             Phase::RivoraNative => "(e) Rivora NAT, --xdp-mode native (veth driver XDP)",
             Phase::DsrL2 => {
                 "(f) Rivora dsr (L2): XDP_TX back onto the client segment (generic XDP)"
+            }
+            Phase::DsrL2Native => {
+                "(f') Rivora dsr (L2), --xdp-mode native: XDP_TX without an skb for the way back"
             }
             Phase::DsrIpip => "(g) Rivora dsr-ipip: encapsulated, FIB lookup + redirect to br0",
             Phase::DsrGre => "(h) Rivora dsr-gre: encapsulated, FIB lookup + redirect to br0",
@@ -588,14 +592,14 @@ impl Bench {
                 d.stop()?;
                 r
             }
-            Phase::DsrL2 => {
+            Phase::DsrL2 | Phase::DsrL2Native => {
                 // The frames go back out of the interface they came in on,
                 // onto the client's segment: they are counted where they
                 // land, at the client's veth (the sink there also gives
                 // XDP_TX into that veth the receiver it needs).
                 let (id, _) = self.sink.attach(SINK, &self.topo.client, "eth0", false)?;
                 let r = self
-                    .start_rivorad_with(false, "rivorad-dsr.yaml")
+                    .start_rivorad_with(p == Phase::DsrL2Native, "rivorad-dsr.yaml")
                     .and_then(|mut d| {
                         let r = self.udp_window(to_vip);
                         d.stop()?;
@@ -814,6 +818,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
         Phase::RivoraFib,
         Phase::RivoraNative,
         Phase::DsrL2,
+        Phase::DsrL2Native,
         Phase::DsrIpip,
         Phase::DsrGre,
     ];
@@ -877,7 +882,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
          Generator: trafgen (netsniff-ng) in the client namespace, pinned to CPU 0, 60-byte UDP frames \
          from 3 x {FLOWS_PER_TEMPLATE} source ports ({} flows) to port {UDP_PORT}; the backends count \
          and drop what reaches them with an XDP program ({} mode) on their veth. The phases run back to \
-         back on the same lab in {rounds} round(s) of (a)-(h) and (d'), each a {:.1} s warm-up then a {:.1} s \
+         back on the same lab in {rounds} round(s) of (a)-(h), (d') and (f'), each a {:.1} s warm-up then a {:.1} s \
          window; the figure is the median over rounds. \"CPU/pkt\" is the CPU time of trafgen and of the \
          ksoftirqd threads during the window (/proc/*/schedstat), per delivered packet: on veth the whole \
          path runs in the sender's context or in ksoftirqd; \
@@ -925,8 +930,10 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
             let met = pps >= 0.95 * rp && vs_nft;
             row = row.target(">= 95% of (b) and > (c)", met);
         }
-        if matches!(p, Phase::DsrL2 | Phase::DsrIpip | Phase::DsrGre)
-            && let Some((cp, _)) = ceiling
+        if matches!(
+            p,
+            Phase::DsrL2 | Phase::DsrL2Native | Phase::DsrIpip | Phase::DsrGre
+        ) && let Some((cp, _)) = ceiling
         {
             row = row.target(
                 format!(">= 80% of (a) (here {})", fmt_ratio(ratio(pps, cp))),
@@ -948,6 +955,7 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
             (Phase::RivoraFib, "(d') Rivora NAT, natForwarding fib"),
             (Phase::RivoraNative, "(e) Rivora NAT native"),
             (Phase::DsrL2, "(f) Rivora dsr"),
+            (Phase::DsrL2Native, "(f') Rivora dsr native"),
             (Phase::DsrIpip, "(g) Rivora dsr-ipip"),
             (Phase::DsrGre, "(h) Rivora dsr-gre"),
         ] {
@@ -1260,10 +1268,15 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
             cr - c0
         ));
     }
-    let dsr: Vec<(f64, f64)> = [Phase::DsrL2, Phase::DsrIpip, Phase::DsrGre]
-        .iter()
-        .filter_map(|p| med(idx(*p)))
-        .collect();
+    let dsr: Vec<(f64, f64)> = [
+        Phase::DsrL2,
+        Phase::DsrL2Native,
+        Phase::DsrIpip,
+        Phase::DsrGre,
+    ]
+    .iter()
+    .filter_map(|p| med(idx(*p)))
+    .collect();
     if let (Some((a, c0)), Some((r, cr)), false) = (ceiling, routing, dsr.is_empty()) {
         let lo = dsr.iter().map(|d| d.0).fold(f64::MAX, f64::min);
         let hi = dsr.iter().map(|d| d.0).fold(0.0, f64::max);
