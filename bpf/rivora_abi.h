@@ -36,11 +36,8 @@ enum rv_abi_consts {
 	/* How many consecutive Maglev slots the hot path inspects before it
 	 * gives up on finding a usable backend (bounded for the verifier). */
 	RV_MAGLEV_PROBE_WINDOW = 16,
-	/* rv_nexthop.tick counts in units of 2^30 ns of the coarse clock
-	 * (1.07 s). */
-	RV_NAT_CHECK_SHIFT = 30,
-	/* rv_affinity.nat_checked counts in units of 2^7 jiffies: 0.51 s at
-	 * HZ=250, 0.13 s at HZ=1000, 1.28 s at HZ=100. */
+	/* rv_affinity.nat_checked and rv_nexthop.tick count in units of 2^7
+	 * jiffies: 0.51 s at HZ=250, 0.13 s at HZ=1000, 1.28 s at HZ=100. */
 	RV_NAT_CHECK_JIFFIES_SHIFT = 7,
 	/* Size of drop_stats_map: room for enum rv_drop_reason to grow. */
 	RV_DROP_REASON_SLOTS = 16,
@@ -365,8 +362,8 @@ struct rv_tunnel_config {
 
 /* nexthop_cache_map value (per CPU, by backend ID): where the last FIB
  * lookup for an L3 DSR backend's outer packet pointed, reused while the
- * coarse-clock tick (RV_NAT_CHECK_SHIFT units, about a second) is the same
- * and the backend ID still names the same backend. Not pinned: soft state
+ * tick (RV_NAT_CHECK_JIFFIES_SHIFT units, at most about a second) is the
+ * same and the backend ID still names the same backend. Not pinned: soft state
  * of the running program. */
 struct rv_nexthop {
 	__u8 dmac[6];

@@ -23,14 +23,12 @@ pub const MAX_FLOWS: u32 = 65536;
 pub const MAGLEV_TABLE_DEFAULT: u32 = 65537;
 /// Slots the hot path probes past unusable backends before dropping.
 pub const MAGLEV_PROBE_WINDOW: u32 = 16;
-/// Units of the L3 DSR next-hop cache's tick (`rv_nexthop.tick`, not
-/// mirrored: the cache is not pinned): the kernel's coarse clock shifted
-/// right by this much (2^30 ns, about a second).
-pub const NAT_CHECK_SHIFT: u32 = 30;
-/// Units of [`Affinity::nat_checked`]: jiffies shifted right by this much
-/// (2^7 jiffies: 0.51 s at HZ=250, 0.13 s at HZ=1000, 1.28 s at HZ=100), so
-/// the hot path rechecks a flow's reverse NAT entry a few times a second at
-/// most instead of per packet. Jiffies because the verifier inlines
+/// Units of [`Affinity::nat_checked`] (and of the L3 DSR next-hop cache's
+/// tick, `rv_nexthop.tick`, not mirrored: that cache is not pinned):
+/// jiffies shifted right by this much (2^7 jiffies: 0.51 s at HZ=250, 0.13 s
+/// at HZ=1000, 1.28 s at HZ=100), so the hot path rechecks a flow's reverse
+/// NAT entry, and an L3 DSR backend's route, a few times a second at most
+/// instead of per packet. Jiffies because the verifier inlines
 /// bpf_jiffies64 into a load, where bpf_ktime_get_coarse_ns is a helper call.
 pub const NAT_CHECK_JIFFIES_SHIFT: u32 = 7;
 /// Length of `drop_stats_map`.
@@ -724,7 +722,6 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_MAX_FLOWS", MAX_FLOWS as i64),
         ("RV_MAGLEV_TABLE_DEFAULT", MAGLEV_TABLE_DEFAULT as i64),
         ("RV_MAGLEV_PROBE_WINDOW", MAGLEV_PROBE_WINDOW as i64),
-        ("RV_NAT_CHECK_SHIFT", NAT_CHECK_SHIFT as i64),
         ("RV_NAT_CHECK_JIFFIES_SHIFT", NAT_CHECK_JIFFIES_SHIFT as i64),
         ("RV_DROP_REASON_SLOTS", DROP_REASON_SLOTS as i64),
         ("RV_MODE_NAT", mode::NAT as i64),

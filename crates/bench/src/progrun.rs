@@ -1742,8 +1742,8 @@ pub fn run(opts: Opts) -> Result<Section> {
              instead (the FIB lookup fails at once; encapsulate and XDP_PASS, {fb:.0} ns for \
              dsr-ipip), and growing the frame plus a second IP header is what the fallback rows cost beyond L2 DSR. \
              The FIB rows measure the next-hop cache: the lookup's answer is kept per backend and \
-             CPU for one coarse tick (about a second), so all but the first packet of a tick skip \
-             bpf_fib_lookup."
+             CPU for one tick (128 jiffies, at most about a second; read with an inlined load), so \
+             all but the first packet of a tick skip bpf_fib_lookup."
         ));
     }
     sec.notes.push(
