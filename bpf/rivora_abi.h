@@ -36,8 +36,9 @@ enum rv_abi_consts {
 	/* How many consecutive Maglev slots the hot path inspects before it
 	 * gives up on finding a usable backend (bounded for the verifier). */
 	RV_MAGLEV_PROBE_WINDOW = 16,
-	/* rv_affinity.nat_checked counts in units of 2^30 ns (1.07 s). */
-	RV_NAT_CHECK_SHIFT = 30,
+	/* rv_affinity.nat_checked and rv_nexthop.tick count in units of 2^7
+	 * jiffies: 0.51 s at HZ=250, 0.13 s at HZ=1000, 1.28 s at HZ=100. */
+	RV_NAT_CHECK_JIFFIES_SHIFT = 7,
 	/* Size of drop_stats_map: room for enum rv_drop_reason to grow. */
 	RV_DROP_REASON_SLOTS = 16,
 	/* Fragment tracking tables (first fragment -> its backend). */
@@ -235,10 +236,12 @@ struct rv_flow6 {
 struct rv_affinity {
 	__u32 backend_id;
 	__u32 backend_generation;
-	/* For NAT flows: the coarse clock tick (ns >> RV_NAT_CHECK_SHIFT, about
-	 * a second) in which nat_reverse_map was last seen holding this flow's
-	 * entry. The established path looks the entry up only when the tick
-	 * has moved on, not on every packet (see xdp_ingress.c). */
+	/* For NAT flows: the tick (jiffies >> RV_NAT_CHECK_JIFFIES_SHIFT, at
+	 * most about a second) in which nat_reverse_map was last seen holding
+	 * this flow's entry. The established path looks the entry up only when
+	 * the tick has moved on, not on every packet (see xdp_ingress.c). Only
+	 * ever compared for equality: a value in other units (written by an
+	 * older program, which used the coarse clock) costs one early recheck. */
 	__u32 nat_checked;
 };
 
@@ -367,8 +370,8 @@ struct rv_tunnel_config {
 
 /* nexthop_cache_map value (per CPU, by backend ID): where the last FIB
  * lookup for an L3 DSR backend's outer packet pointed, reused while the
- * coarse-clock tick (RV_NAT_CHECK_SHIFT units, about a second) is the same
- * and the backend ID still names the same backend. Not pinned: soft state
+ * tick (RV_NAT_CHECK_JIFFIES_SHIFT units, at most about a second) is the
+ * same and the backend ID still names the same backend. Not pinned: soft state
  * of the running program. */
 struct rv_nexthop {
 	__u8 dmac[6];

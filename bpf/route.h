@@ -2,8 +2,8 @@
 /*
  * route.h: sending a packet on from XDP without the kernel's forwarding
  * path. The next hop of a backend comes from bpf_fib_lookup, kept per
- * backend and CPU for one coarse tick (about a second), so the FIB is asked
- * about once per second per backend instead of once per packet. Used by L3
+ * backend and CPU for one tick (at most about a second), so the FIB is
+ * asked about once per tick per backend instead of once per packet. Used by L3
  * DSR (encap.h: the outer packet) and by NAT VIPs with `natForwarding: fib`
  * (the rewritten packet itself). Whenever the FIB cannot answer (no
  * neighbour entry yet, forwarding disabled, a local destination, a packet
@@ -85,11 +85,14 @@ struct {
 	__type(value, struct rv_route_scratch);
 } route_scratch_map SEC(".maps");
 
-/* The coarse clock in next-hop cache units (rv_nexthop.tick, about a
- * second; the same units as rv_affinity.nat_checked). */
+/* The clock in next-hop cache units (rv_nexthop.tick; the same units as
+ * rv_affinity.nat_checked): jiffies >> RV_NAT_CHECK_JIFFIES_SHIFT, at most
+ * about a second. Jiffies because the verifier inlines bpf_jiffies64 into
+ * one load, where bpf_ktime_get_coarse_ns is a helper call (15-25 ns per
+ * packet here). */
 static __always_inline __u32 rv_route_tick(void)
 {
-	return bpf_ktime_get_coarse_ns() >> RV_NAT_CHECK_SHIFT;
+	return bpf_jiffies64() >> RV_NAT_CHECK_JIFFIES_SHIFT;
 }
 
 /* The next hop of backend `id` if it was learnt in this tick for this

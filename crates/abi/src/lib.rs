@@ -23,10 +23,14 @@ pub const MAX_FLOWS: u32 = 65536;
 pub const MAGLEV_TABLE_DEFAULT: u32 = 65537;
 /// Slots the hot path probes past unusable backends before dropping.
 pub const MAGLEV_PROBE_WINDOW: u32 = 16;
-/// Units of [`Affinity::nat_checked`]: the kernel's coarse clock shifted
-/// right by this much (2^30 ns, about a second), so the hot path rechecks a
-/// flow's reverse NAT entry about once a second instead of per packet.
-pub const NAT_CHECK_SHIFT: u32 = 30;
+/// Units of [`Affinity::nat_checked`] (and of the L3 DSR next-hop cache's
+/// tick, `rv_nexthop.tick`, not mirrored: that cache is not pinned):
+/// jiffies shifted right by this much (2^7 jiffies: 0.51 s at HZ=250, 0.13 s
+/// at HZ=1000, 1.28 s at HZ=100), so the hot path rechecks a flow's reverse
+/// NAT entry, and an L3 DSR backend's route, a few times a second at most
+/// instead of per packet. Jiffies because the verifier inlines
+/// bpf_jiffies64 into a load, where bpf_ktime_get_coarse_ns is a helper call.
+pub const NAT_CHECK_JIFFIES_SHIFT: u32 = 7;
 /// Length of `drop_stats_map`.
 pub const DROP_REASON_SLOTS: u32 = 16;
 /// Capacity of each fragment table.
@@ -288,7 +292,8 @@ pub struct Flow6 {
 pub struct Affinity {
     pub backend_id: u32,
     pub backend_generation: u32,
-    /// Coarse-clock tick of the last reverse-NAT check (NAT flows).
+    /// Tick (jiffies >> [`NAT_CHECK_JIFFIES_SHIFT`]) of the last reverse-NAT
+    /// check (NAT flows).
     pub nat_checked: u32,
 }
 
@@ -724,7 +729,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_MAX_FLOWS", MAX_FLOWS as i64),
         ("RV_MAGLEV_TABLE_DEFAULT", MAGLEV_TABLE_DEFAULT as i64),
         ("RV_MAGLEV_PROBE_WINDOW", MAGLEV_PROBE_WINDOW as i64),
-        ("RV_NAT_CHECK_SHIFT", NAT_CHECK_SHIFT as i64),
+        ("RV_NAT_CHECK_JIFFIES_SHIFT", NAT_CHECK_JIFFIES_SHIFT as i64),
         ("RV_DROP_REASON_SLOTS", DROP_REASON_SLOTS as i64),
         ("RV_MODE_NAT", mode::NAT as i64),
         ("RV_MODE_DSR", mode::DSR as i64),

@@ -1661,9 +1661,10 @@ pub fn run(opts: Opts) -> Result<Section> {
             "Established flow ({est_r:.2}x the floor; target 2x): a packet that matches no VIP costs \
              {pass:.1} ns (parse, one vip_map lookup, and on a miss one vip_range_map LPM lookup); an \
              established flow adds {:.1} ns: the service, backend and health array lookups, the affinity \
-             lookup, one coarse-clock read, the rewrite and the counters. The reverse NAT entry is no \
-             longer looked up on every packet: the affinity entry records the coarse-clock tick (about \
-             a second) of its last check, and only the first packet of a new tick looks it up (and \
+             lookup, one jiffies read (inlined by the verifier into a load; the coarse-clock helper it \
+             replaced cost 15-20 ns), the rewrite and the counters. The reverse NAT entry is no \
+             longer looked up on every packet: the affinity entry records the tick (128 jiffies, at most \
+             about a second) of its last check, and only the first packet of a new tick looks it up (and \
              re-creates it if the LRU evicted it). The probes price a hash lookup at {hash_lookup:.0} ns \
              and an LRU lookup at {lru_lookup:.0} ns. Against the floor: {verdict}.",
             est - pass,
@@ -1754,8 +1755,8 @@ pub fn run(opts: Opts) -> Result<Section> {
              instead (the FIB lookup fails at once; encapsulate and XDP_PASS, {fb:.0} ns for \
              dsr-ipip), and growing the frame plus a second IP header is what the fallback rows cost beyond L2 DSR. \
              The FIB rows measure the next-hop cache: the lookup's answer is kept per backend and \
-             CPU for one coarse tick (about a second), so all but the first packet of a tick skip \
-             bpf_fib_lookup."
+             CPU for one tick (128 jiffies, at most about a second; read with an inlined load), so \
+             all but the first packet of a tick skip bpf_fib_lookup."
         ));
     }
     sec.notes.push(

@@ -303,7 +303,7 @@ pub enum NatForwarding {
     #[default]
     Kernel,
     /// `fib`: the ingress program looks the backend's next hop up in the
-    /// kernel's FIB (cached per backend for about a second), lowers the TTL
+    /// kernel's FIB (cached per backend for at most about a second), lowers the TTL
     /// and sends the packet out itself (XDP_REDIRECT), skipping the
     /// kernel's forwarding path and with it netfilter's forward and
     /// postrouting hooks for the client-to-backend direction. Packets the
