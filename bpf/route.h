@@ -169,6 +169,44 @@ __attribute__((noinline)) int rv_route(struct xdp_md *ctx, struct rv_route_req *
 	return rc;
 }
 
+/* A router's TTL decrement: the IPv4 header checksum follows (RFC 1141:
+ * the TTL is the high byte of its 16-bit word). */
+static __always_inline void rv_ip4_ttl_down(struct iphdr *ip)
+{
+	__u32 check = ip->check + bpf_htons(0x0100);
+
+	ip->check = (__u16)(check + (check >= 0xffff));
+	ip->ttl--;
+}
+
+/* Sends an untagged IP frame (already checked: TTL above 1, fits the
+ * route) to the next hop as a router does: TTL / hop limit down by one, the
+ * next hop's MACs, out of `ifindex`. */
+static __always_inline int rv_route_send(struct xdp_md *ctx, const __u8 *dmac, const __u8 *smac, __u32 ifindex,
+					 const int v6)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (v6) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > data_end)
+			return XDP_PASS;
+		ip6->hop_limit--;
+	} else {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > data_end)
+			return XDP_PASS;
+		rv_ip4_ttl_down(ip);
+	}
+	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
+	return bpf_redirect(ifindex, 0);
+}
+
 /* rv_forward_routed's fast path, inlined: the backend's next hop is in
  * the cache (`tick` is the caller's rv_route_tick()). Returns -1 when it is
  * not, or when the packet needs anything but the plain path (tagged,
@@ -187,20 +225,13 @@ static __always_inline int rv_forward_cached(struct xdp_md *ctx, const struct rv
 		if (eth->h_proto != bpf_htons(ETH_P_IPV6) || (void *)(ip6 + 1) > data_end || ip6->hop_limit <= 1 ||
 		    bpf_ntohs(ip6->payload_len) + sizeof(*ip6) > nh->mtu)
 			return -1;
-		ip6->hop_limit--;
 	} else {
 		struct iphdr *ip = (void *)(eth + 1);
 		if (eth->h_proto != bpf_htons(ETH_P_IP) || (void *)(ip + 1) > data_end || ip->ttl <= 1 ||
 		    bpf_ntohs(ip->tot_len) > nh->mtu)
 			return -1;
-		/* RFC 1141: TTL is the high byte of its 16-bit word. */
-		__u32 check = ip->check + bpf_htons(0x0100);
-		ip->check = (__u16)(check + (check >= 0xffff));
-		ip->ttl--;
 	}
-	__builtin_memcpy(eth->h_dest, nh->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, nh->smac, ETH_ALEN);
-	return bpf_redirect(nh->ifindex, 0);
+	return rv_route_send(ctx, nh->dmac, nh->smac, nh->ifindex, v6);
 }
 
 /* Forwards a NAT packet already rewritten to its backend `be` the way a
@@ -250,30 +281,9 @@ __attribute__((noinline)) int rv_forward_routed(struct xdp_md *ctx, const struct
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return XDP_PASS;
 
-	/* rv_route may have moved nothing, but the verifier forgets the
-	 * bounds across a call: check again. */
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	eth = data;
-	if ((void *)(eth + 1) > data_end)
-		return XDP_PASS;
-	if (v6) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-		if ((void *)(ip6 + 1) > data_end)
-			return XDP_PASS;
-		ip6->hop_limit--;
-	} else {
-		struct iphdr *ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) > data_end)
-			return XDP_PASS;
-		/* RFC 1141: TTL is the high byte of its 16-bit word. */
-		__u32 check = ip->check + bpf_htons(0x0100);
-		ip->check = (__u16)(check + (check >= 0xffff));
-		ip->ttl--;
-	}
-	__builtin_memcpy(eth->h_dest, route->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, route->smac, ETH_ALEN);
-	return bpf_redirect(route->ifindex, 0);
+	/* Bounds are checked again inside: the verifier forgets them across
+	 * the call. */
+	return rv_route_send(ctx, route->dmac, route->smac, route->ifindex, v6);
 }
 
 #endif /* RIVORA_ROUTE_H */

@@ -546,18 +546,7 @@ fn l3_dsr_caches_the_next_hop_for_a_tick() {
 
     let (within, after) = ns
         .within(|| {
-            // The cache is per CPU and test_run runs on the calling CPU:
-            // stay on one.
-            // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
-            unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
-                assert_eq!(
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-                    0,
-                    "pinning the test thread to CPU 0"
-                );
-            }
+            pin_to_cpu0();
             // Route, warm the cache, remove the route, send again: both in
             // one tick. The tick is in jiffies, which user space cannot
             // read, so a boundary between the two (a few ms apart in a tick

@@ -96,21 +96,6 @@ fn with_ttl(mut frame: Vec<u8>, value: u8) -> Vec<u8> {
     frame
 }
 
-/// The next-hop cache is per CPU and test_run runs on the calling CPU:
-/// the test thread stays on one.
-fn pin_to_cpu0() {
-    // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0,
-            "pinning the test thread to CPU 0"
-        );
-    }
-}
-
 #[test]
 fn fib_forwarding_routes_the_rewritten_packet() {
     let (ns, up1) = fib_ns("natfib");

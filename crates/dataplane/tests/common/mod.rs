@@ -341,3 +341,19 @@ pub fn parse_checked(frame: &[u8]) -> Parsed {
         udp_checksum,
     }
 }
+
+/// Keeps the calling thread on CPU 0. The L3 next-hop cache is per CPU and
+/// BPF_PROG_TEST_RUN runs on the calling CPU: a test that expects a cache
+/// hit must not migrate between its packets.
+pub fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t with one bit set, for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pinning the test thread to CPU 0"
+        );
+    }
+}
