@@ -1006,6 +1006,17 @@ mod tests {
     }
 
     #[test]
+    fn vips_tables_show_fib_forwarding_in_the_mode() {
+        let mut list = sample_vips();
+        list[0].mode = "nat".into();
+        list[0].nat_forwarding = "fib".into();
+        list[1].mode = "nat".into();
+        let out = vips(&list);
+        assert_eq!(rows(&out, "web")[0][2], "nat (fib)");
+        assert_eq!(rows(&out, "dns6")[0][2], "nat", "kernel: the plain mode");
+    }
+
+    #[test]
     fn vips_tables() {
         let out = vips(&sample_vips());
         println!("{out}");
