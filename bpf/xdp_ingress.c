@@ -346,7 +346,11 @@ static __always_inline int rv_forward_dsr(struct xdp_md *ctx, struct rv_pkt *p, 
 		rv_count_forward(service_id, len, new_flow);
 		return rv_dsr_l2(ctx, be->mac);
 	}
-	__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 0, v6);
+	/* Per-flow entropy for the GRE key or the outer IPv6 flow label; an
+	 * IPv4 IP-in-IP header has no field for it. */
+	__u32 h = 0;
+	if (v6 || svc->mode == RV_MODE_DSR_GRE)
+		h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 0, v6);
 	rc = rv_encap(ctx, p, be->addr, be->id, be->generation, svc->mode == RV_MODE_DSR_GRE, h, &room, &egress, v6);
 	switch (rc) {
 	case RV_ENCAP_REDIRECT:
