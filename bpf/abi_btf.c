@@ -10,6 +10,8 @@ struct rv_abi_all {
 	struct rv_vip_key4 vip_key4;
 	struct rv_vip_key6 vip_key6;
 	struct rv_vip_value vip_value;
+	struct rv_vip_slot vip_slot;
+	struct rv_vip_index_ctl vip_index_ctl;
 	struct rv_service service;
 	struct rv_backend4 backend4;
 	struct rv_backend6 backend6;
@@ -51,6 +53,8 @@ struct rv_abi_all {
 	enum rv_service_flags service_flags;
 	enum rv_backend_state backend_state;
 	enum rv_drop_reason drop_reason;
+	enum rv_vip_slot_flags vip_slot_flags;
+	enum rv_vip_index_flags vip_index_flags;
 };
 
 struct rv_abi_all rv_abi_all __attribute__((used));

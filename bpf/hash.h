@@ -36,4 +36,39 @@ static __always_inline __u32 rv_hash_final(__u32 h)
 	return h;
 }
 
+/*
+ * The home slot hash of vip_index_map. Unlike the flow hash this one is
+ * ABI: the control plane places VIPs with the same function
+ * (rivora_abi::vip_index_hash), and a change bumps RV_ABI_VERSION. The
+ * address is taken as the 32-bit words the program loads from the packet
+ * (network byte order in memory), the port as its network-order value.
+ * One multiply per word, then a full-avalanche finaliser (lowbias32), so
+ * the low bits that pick the slot depend on every input bit.
+ */
+#define RV_VIP_INDEX_SEED 0x2f0b3c5du
+
+static __always_inline __u32 rv_vip_index_word(__u32 h, __u32 w)
+{
+	h = (h ^ w) * 0x9e3779b1u;
+	return h ^ (h >> 16);
+}
+
+static __always_inline __u32 rv_vip_index_hash(const __u32 *addr, __be16 port, __u8 proto, const int v6)
+{
+	__u32 h = RV_VIP_INDEX_SEED ^ ((__u32)port << 16) ^ ((__u32)proto << 8) ^ (v6 ? 1u : 0u);
+
+	h = rv_vip_index_word(h, addr[0]);
+	if (v6) {
+		h = rv_vip_index_word(h, addr[1]);
+		h = rv_vip_index_word(h, addr[2]);
+		h = rv_vip_index_word(h, addr[3]);
+	}
+	h ^= h >> 16;
+	h *= 0x7feb352du;
+	h ^= h >> 15;
+	h *= 0x846ca68bu;
+	h ^= h >> 16;
+	return h;
+}
+
 #endif /* RIVORA_HASH_H */

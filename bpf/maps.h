@@ -28,6 +28,29 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } vip_map6 SEC(".maps");
 
+/* A copy of the exact VIPs of vip_map/vip_map6 that xdp_ingress reads
+ * instead of them: array lookups are inlined by the verifier into pointer
+ * arithmetic, a hash map lookup is a helper call, which under this
+ * kernel's retpolines and return-stack mitigation cost about a third of an
+ * established NAT packet. Two halves: the control plane rebuilds the one
+ * not in use and switches with one update of vip_index_ctl_map. vip_map
+ * and vip_map6 stay the source of truth. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * RV_VIP_INDEX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rv_vip_slot);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vip_index_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_vip_index_ctl);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vip_index_ctl_map SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, RV_MAX_VIPS);

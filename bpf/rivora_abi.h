@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 5,
+	RV_ABI_VERSION = 6,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -52,6 +52,30 @@ enum rv_abi_consts {
 	RV_MAX_IPV6_EXT_BYTES = 248,
 	/* service_id used for the node-wide rate-limit bucket of a source. */
 	RV_RL_NODE_SERVICE = 0xffffffff,
+	/* Slots of each half of vip_index_map (a power of two, 4x
+	 * RV_MAX_VIPS); the map holds two halves. */
+	RV_VIP_INDEX_SLOTS = 16384,
+	/* Slots a lookup probes from a key's home slot, at most. */
+	RV_VIP_INDEX_PROBES = 8,
+};
+
+/* rv_vip_slot.flags bits. */
+enum rv_vip_slot_flags {
+	RV_VIP_SLOT_USED = 1 << 0,
+	RV_VIP_SLOT_IPV6 = 1 << 1,
+};
+
+/* rv_vip_index_ctl.flags bits. */
+enum rv_vip_index_flags {
+	/* Every exact VIP of vip_map/vip_map6 is in the active half within
+	 * RV_VIP_INDEX_PROBES slots of its home: a miss in the index is a miss
+	 * in vip_map. Unset (an all-zero entry: a fresh load, an older writer,
+	 * a placement that failed): the index is not used at all. */
+	RV_VIP_INDEX_COMPLETE = 1 << 0,
+	/* A port-range VIP of that family exists: an exact miss must still
+	 * consult vip_range_map(6). */
+	RV_VIP_INDEX_RANGES4 = 1 << 1,
+	RV_VIP_INDEX_RANGES6 = 1 << 2,
 };
 
 /* Forwarding mode of a service (rv_service.mode). */
@@ -164,6 +188,28 @@ struct rv_vip_range_key6 {
 /* vip_map / vip_map6 value. */
 struct rv_vip_value {
 	__u32 service_id;
+};
+
+/* vip_index_map value: a copy of one exact VIP of vip_map/vip_map6 in an
+ * open-addressing table the hot path reads without a helper call (array
+ * lookups are inlined by the verifier; a hash map lookup is a call, costly
+ * under retpolines and Safe RET). Index: half * RV_VIP_INDEX_SLOTS +
+ * ((rv_vip_index_hash(key) + i) & (RV_VIP_INDEX_SLOTS - 1)), i <
+ * RV_VIP_INDEX_PROBES; a slot without RV_VIP_SLOT_USED ends the probe.
+ * The hash is part of this ABI (bpf/hash.h, crates/abi vip_index_hash). */
+struct rv_vip_slot {
+	__u8 addr[16]; /* IPv4: the first 4 bytes, the rest zero */
+	__be16 port;
+	__u8 proto;
+	__u8 flags; /* RV_VIP_SLOT_* */
+	__u32 service_id;
+};
+
+/* vip_index_ctl_map value (one entry): which half of vip_index_map is in
+ * use and what it promises. Rewritten in one map update to switch halves. */
+struct rv_vip_index_ctl {
+	__u32 half;  /* 0 or 1 */
+	__u32 flags; /* RV_VIP_INDEX_* */
 };
 
 /* service_config_map value, indexed by service ID. The control plane

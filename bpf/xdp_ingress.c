@@ -63,26 +63,89 @@ static __always_inline const struct rv_service *rv_service_of(__u32 service_id)
 	return svc;
 }
 
-/* The service of (proto, addr, port): an exact VIP, else a port-range or
- * whole-address VIP (longest prefix). Returns -1 when there is none. */
-static __always_inline int rv_find_vip(__u8 proto, const __u32 *addr, __be16 port, __u32 *service_id, const int v6)
+/* Looks (proto, addr, port) up in the active half of vip_index_map, the
+ * inlined copy of vip_map/vip_map6 (maps.h says why it exists). Returns the
+ * slot on a hit, null on a miss: the probe reached an unused slot or the
+ * end of the window, where the control plane never places a key. The
+ * comparison is branch-free and every exit leaves through one point, so the
+ * verifier sees few distinct paths into the rest of the program. */
+static __always_inline const struct rv_vip_slot *rv_vip_index_find(__u32 half, __u8 proto, const __u32 *addr,
+								   __be16 port, const int v6)
 {
-	struct rv_vip_value *v;
+	struct {
+		__be16 port;
+		__u8 proto;
+		__u8 flags;
+	} want = { .port = port, .proto = proto, .flags = RV_VIP_SLOT_USED | (v6 ? RV_VIP_SLOT_IPV6 : 0) };
+	const struct rv_vip_slot *found = 0;
+	__u32 tag, h, base = (half & 1) * RV_VIP_INDEX_SLOTS;
 
-	if (v6) {
+	__builtin_memcpy(&tag, &want, 4);
+	h = rv_vip_index_hash(addr, port, proto, v6);
+#pragma unroll
+	for (int i = 0; i < RV_VIP_INDEX_PROBES; i++) {
+		__u32 idx = base + ((h + i) & (RV_VIP_INDEX_SLOTS - 1));
+		const struct rv_vip_slot *s = bpf_map_lookup_elem(&vip_index_map, &idx);
+		const __u32 *w;
+		__u32 diff;
+
+		if (!s || !(s->flags & RV_VIP_SLOT_USED))
+			break;
+		w = (const __u32 *)s->addr;
+		diff = (*(const __u32 *)&s->port ^ tag) | (w[0] ^ addr[0]);
+		if (v6)
+			diff |= (w[1] ^ addr[1]) | (w[2] ^ addr[2]) | (w[3] ^ addr[3]);
+		if (!diff) {
+			found = s;
+			break;
+		}
+	}
+	return found;
+}
+
+/* The service of (proto, addr, port): an exact VIP, else a port-range or
+ * whole-address VIP (longest prefix). Returns -1 when there is none.
+ *
+ * Exact VIPs are looked up in vip_index_map while vip_index_ctl_map says
+ * it is complete (no helper call: the verifier inlines array lookups),
+ * otherwise in vip_map/vip_map6 as before. The tries are consulted only
+ * if the family has a range VIP (or the index is not in use). `indexed` 0:
+ * vip_map only, for paths too rare to be worth the verifier's time on a
+ * second inlined copy of the probe loop (ICMP errors). */
+static __always_inline int rv_find_vip(__u8 proto, const __u32 *addr, __be16 port, __u32 *service_id, const int v6,
+				       const int indexed)
+{
+	const struct rv_vip_index_ctl *ctl = 0;
+	struct rv_vip_value *v = 0;
+	__u32 zero = 0;
+
+	if (indexed)
+		ctl = bpf_map_lookup_elem(&vip_index_ctl_map, &zero);
+	if (ctl && (ctl->flags & RV_VIP_INDEX_COMPLETE)) {
+		__u32 flags = ctl->flags;
+		const struct rv_vip_slot *s = rv_vip_index_find(ctl->half, proto, addr, port, v6);
+
+		if (s) {
+			*service_id = s->service_id;
+			return 0;
+		}
+		if (!(flags & (v6 ? RV_VIP_INDEX_RANGES6 : RV_VIP_INDEX_RANGES4)))
+			return -1;
+	} else if (v6) {
 		struct rv_vip_key6 k = { .port = port, .proto = proto };
 		__builtin_memcpy(k.addr, addr, 16);
 		v = bpf_map_lookup_elem(&vip_map6, &k);
-		if (!v) {
+	} else {
+		struct rv_vip_key4 k = { .addr = addr[0], .port = port, .proto = proto };
+		v = bpf_map_lookup_elem(&vip_map, &k);
+	}
+	if (!v) {
+		if (v6) {
 			struct rv_vip_range_key6 r = { .prefixlen = 8 + 128 + 16, .proto = proto };
 			__builtin_memcpy(r.addr, addr, 16);
 			__builtin_memcpy(r.port, &port, 2);
 			v = bpf_map_lookup_elem(&vip_range_map6, &r);
-		}
-	} else {
-		struct rv_vip_key4 k = { .addr = addr[0], .port = port, .proto = proto };
-		v = bpf_map_lookup_elem(&vip_map, &k);
-		if (!v) {
+		} else {
 			struct rv_vip_range_key4 r = { .prefixlen = 8 + 32 + 16, .proto = proto };
 			__builtin_memcpy(r.addr, addr, 4);
 			__builtin_memcpy(r.port, &port, 2);
@@ -383,7 +446,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	__u32 service_id, backend_id = 0;
 	int new_flow = 0;
 
-	if (rv_find_vip(p->proto, p->dst, p->dport, &service_id, v6))
+	if (rv_find_vip(p->proto, p->dst, p->dport, &service_id, v6, 1))
 		return XDP_PASS;
 	svc = rv_service_of(service_id);
 	if (!svc)
@@ -488,7 +551,7 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 	struct rv_be be = {};
 	__u32 service_id, backend_id;
 
-	if (rv_find_vip(p->in_proto, p->in_src, p->in_sport, &service_id, v6))
+	if (rv_find_vip(p->in_proto, p->in_src, p->in_sport, &service_id, v6, 0))
 		return XDP_PASS;
 	if (rv_affinity_backend(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto, &backend_id, &be, 0, v6)) {
 		rv_count_event(RV_PASS_ICMP_UNMATCHED);

@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -45,6 +45,56 @@ pub const MAX_IPV6_EXT_HEADERS: u32 = 4;
 pub const MAX_IPV6_EXT_BYTES: u32 = 248;
 /// `service_id` of the node-wide rate-limit bucket of a source.
 pub const RL_NODE_SERVICE: u32 = 0xffff_ffff;
+/// Slots of each half of `vip_index_map` (a power of two); the map holds
+/// two halves.
+pub const VIP_INDEX_SLOTS: u32 = 16384;
+/// Slots a lookup in `vip_index_map` probes from a key's home slot.
+pub const VIP_INDEX_PROBES: u32 = 8;
+
+/// `enum rv_vip_slot_flags`: bits of [`VipSlot::flags`].
+pub mod vip_slot_flags {
+    /// The slot holds a VIP; an unused slot ends a probe.
+    pub const USED: u8 = 1 << 0;
+    /// The VIP is IPv6 (all 16 address bytes count).
+    pub const IPV6: u8 = 1 << 1;
+}
+
+/// `enum rv_vip_index_flags`: bits of [`VipIndexCtl::flags`].
+pub mod vip_index_flags {
+    /// Every exact VIP is in the active half within the probe window: a
+    /// miss in the index is a miss in vip_map. Unset: the index is unused.
+    pub const COMPLETE: u32 = 1 << 0;
+    /// An IPv4 port-range VIP exists: exact misses consult vip_range_map.
+    pub const RANGES4: u32 = 1 << 1;
+    /// An IPv6 port-range VIP exists: exact misses consult vip_range_map6.
+    pub const RANGES6: u32 = 1 << 2;
+}
+
+/// Home slot hash of `vip_index_map` (`rv_vip_index_hash` in
+/// `bpf/hash.h`): the two must agree bit for bit, it is part of the ABI.
+/// `addr` is the 16 address bytes (IPv4 in the first 4), `port` the
+/// network-order value as stored in [`VipKey4::port`]. The program reads
+/// the address as native-endian 32-bit words, and so does this.
+pub fn vip_index_hash(addr: &[u8; 16], port: u16, proto: u8, v6: bool) -> u32 {
+    fn word(h: u32, w: u32) -> u32 {
+        let h = (h ^ w).wrapping_mul(0x9e37_79b1);
+        h ^ (h >> 16)
+    }
+    let w = |i: usize| u32::from_ne_bytes(addr[4 * i..4 * i + 4].try_into().unwrap());
+    let mut h = 0x2f0b_3c5d ^ (u32::from(port) << 16) ^ (u32::from(proto) << 8) ^ u32::from(v6);
+    h = word(h, w(0));
+    if v6 {
+        h = word(h, w(1));
+        h = word(h, w(2));
+        h = word(h, w(3));
+    }
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x7feb_352d);
+    h ^= h >> 15;
+    h = h.wrapping_mul(0x846c_a68b);
+    h ^= h >> 16;
+    h
+}
 
 /// `enum rv_mode`: how a service forwards.
 pub mod mode {
@@ -211,6 +261,71 @@ impl VipKey6 {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VipValue {
     pub service_id: u32,
+}
+
+/// `struct rv_vip_slot`: one exact VIP in `vip_index_map`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipSlot {
+    /// Address bytes; IPv4 in the first 4, the rest zero.
+    pub addr: [u8; 16],
+    /// Network order.
+    pub port: u16,
+    pub proto: u8,
+    /// [`vip_slot_flags`].
+    pub flags: u8,
+    pub service_id: u32,
+}
+
+impl VipSlot {
+    /// The slot of an IPv4 VIP.
+    pub fn v4(key: &VipKey4, service_id: u32) -> Self {
+        let mut addr = [0; 16];
+        addr[..4].copy_from_slice(&key.addr.to_ne_bytes());
+        Self {
+            addr,
+            port: key.port,
+            proto: key.proto,
+            flags: vip_slot_flags::USED,
+            service_id,
+        }
+    }
+
+    /// The slot of an IPv6 VIP.
+    pub fn v6(key: &VipKey6, service_id: u32) -> Self {
+        Self {
+            addr: key.addr,
+            port: key.port,
+            proto: key.proto,
+            flags: vip_slot_flags::USED | vip_slot_flags::IPV6,
+            service_id,
+        }
+    }
+
+    /// Whether the slot holds a VIP.
+    pub fn used(&self) -> bool {
+        self.flags & vip_slot_flags::USED != 0
+    }
+
+    /// [`vip_index_hash`] of the slot's key.
+    pub fn hash(&self) -> u32 {
+        vip_index_hash(
+            &self.addr,
+            self.port,
+            self.proto,
+            self.flags & vip_slot_flags::IPV6 != 0,
+        )
+    }
+}
+
+/// `struct rv_vip_index_ctl`: the half of `vip_index_map` in use and what
+/// it promises ([`vip_index_flags`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VipIndexCtl {
+    /// 0 or 1.
+    pub half: u32,
+    pub flags: u32,
 }
 
 /// `struct rv_service`: per-service config, rewritten whole to flip slices.
@@ -577,6 +692,8 @@ pod!(
     VipKey4,
     VipKey6,
     VipValue,
+    VipSlot,
+    VipIndexCtl,
     Service,
     Backend4,
     Backend6,
@@ -638,6 +755,12 @@ pub fn layouts() -> Vec<StructLayout> {
         layout!(VipKey4, "rv_vip_key4", [addr, port, proto, pad]),
         layout!(VipKey6, "rv_vip_key6", [addr, port, proto, pad]),
         layout!(VipValue, "rv_vip_value", [service_id]),
+        layout!(
+            VipSlot,
+            "rv_vip_slot",
+            [addr, port, proto, flags, service_id]
+        ),
+        layout!(VipIndexCtl, "rv_vip_index_ctl", [half, flags]),
         layout!(
             Service,
             "rv_service",
@@ -787,6 +910,13 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_MAX_IPV6_EXT_HEADERS", MAX_IPV6_EXT_HEADERS as i64),
         ("RV_MAX_IPV6_EXT_BYTES", MAX_IPV6_EXT_BYTES as i64),
         ("RV_RL_NODE_SERVICE", -1),
+        ("RV_VIP_INDEX_SLOTS", VIP_INDEX_SLOTS as i64),
+        ("RV_VIP_INDEX_PROBES", VIP_INDEX_PROBES as i64),
+        ("RV_VIP_SLOT_USED", vip_slot_flags::USED as i64),
+        ("RV_VIP_SLOT_IPV6", vip_slot_flags::IPV6 as i64),
+        ("RV_VIP_INDEX_COMPLETE", vip_index_flags::COMPLETE as i64),
+        ("RV_VIP_INDEX_RANGES4", vip_index_flags::RANGES4 as i64),
+        ("RV_VIP_INDEX_RANGES6", vip_index_flags::RANGES6 as i64),
         ("RV_BACKEND_F_DRAINED", backend_flags::DRAINED as i64),
         ("RV_BACKEND_F_PROBE_DOWN", backend_flags::PROBE_DOWN as i64),
         ("RV_XDP_MODE_UNKNOWN", xdp_mode::UNKNOWN as i64),
@@ -800,4 +930,50 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_DECAP_GRE6", decap::GRE6 as i64),
         ("RV_DECAP_KIND_COUNT", decap::KIND_COUNT as i64),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Vectors computed by the C function itself (bpf/hash.h compiled for
+    /// the host, little-endian): the hash is ABI, so these never change
+    /// without an RV_ABI_VERSION bump.
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn vip_index_hash_known_vectors() {
+        let v4 = |a: &str, port: u16, proto: u8| {
+            let k = VipKey4::new(a.parse().unwrap(), port, proto);
+            let s = VipSlot::v4(&k, 0);
+            assert_eq!(s.hash(), vip_index_hash(&s.addr, k.port, proto, false));
+            s.hash()
+        };
+        let v6 = |a: &str, port: u16, proto: u8| {
+            VipSlot::v6(&VipKey6::new(a.parse().unwrap(), port, proto), 0).hash()
+        };
+        assert_eq!(v4("10.0.0.1", 80, 6), 0x6ef4_56d4);
+        assert_eq!(v4("10.0.0.2", 80, 6), 0xfa6a_cc4a);
+        assert_eq!(v4("10.0.0.1", 443, 17), 0x05bf_635a);
+        assert_eq!(v4("0.0.0.0", 0, 0), 0x2923_faa4);
+        assert_eq!(v4("192.168.255.254", 65535, 6), 0xe628_b12b);
+        assert_eq!(v6("2001:db8::1", 80, 6), 0x0473_ba5c);
+        assert_eq!(v6("fd00:200:100::1", 53, 17), 0xf775_b397);
+        assert_eq!(v6("::", 0, 0), 0x948b_d269);
+    }
+
+    #[test]
+    fn vip_index_hash_spreads_a_subnet_over_the_slots() {
+        // 4,096 consecutive addresses on one port: the low bits that pick
+        // the slot must vary (the last octet sits in the word's top byte).
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..4096u32 {
+            let a = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+            let s = VipSlot::v4(&VipKey4::new(a, 443, 6), 0);
+            seen.insert(s.hash() & (VIP_INDEX_SLOTS - 1));
+        }
+        // A uniform hash gives about 16384 * (1 - e^-0.25) = 3,624 distinct.
+        assert!(seen.len() > 3400, "{}", seen.len());
+        const { assert!(VIP_INDEX_SLOTS.is_power_of_two()) };
+        const { assert!(VIP_INDEX_SLOTS >= 4 * MAX_VIPS) };
+    }
 }

@@ -1647,19 +1647,17 @@ pub fn run(opts: Opts) -> Result<Section> {
             "within the target".to_string()
         } else {
             format!(
-                "still {:.0} ns above 2x the floor: what remains beyond the floor's work is a \
-                 second hash-table walk (vip_map, then the affinity table), three array lookups and \
-                 the checksum rewrite. Skipping the vip_map walk for flows already in the affinity \
-                 table (an epoch stamped into the affinity entry says when a VIP change requires the \
-                 lookup again) was built and measured: no faster in part 1, while traffic that is not \
-                 for a VIP paid an extra lookup, so it is not in. A VIP match that is not a hash walk \
-                 (the VIP set is small and changes rarely) is the next candidate",
+                "still {:.0} ns above 2x the floor: what remains beyond the floor's work is the \
+                 affinity table's hash walk, the VIP index probe and three array lookups (all inlined), \
+                 and the checksum rewrite",
                 est - 2.0 * floor_ref.net_ns
             )
         };
         sec.notes.push(format!(
             "Established flow ({est_r:.2}x the floor; target 2x): a packet that matches no VIP costs \
-             {pass:.1} ns (parse, one vip_map lookup, and on a miss one vip_range_map LPM lookup); an \
+             {pass:.1} ns (parse, and the VIP match: a probe of vip_index_map, the open-addressing copy of \
+             vip_map read with array lookups the verifier inlines, so no helper call; the port-range \
+             trie only if a range VIP of the family exists); an \
              established flow adds {:.1} ns: the service, backend and health array lookups, the affinity \
              lookup, one jiffies read (inlined by the verifier into a load; the coarse-clock helper it \
              replaced cost 15-20 ns), the rewrite and the counters. The reverse NAT entry is no \

@@ -206,6 +206,20 @@ pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
             size_of::<abi::RlBucket>(),
             abi::MAX_RL_BUCKETS,
         ),
+        s(
+            "vip_index_map",
+            MapType::Array,
+            4,
+            size_of::<abi::VipSlot>(),
+            2 * abi::VIP_INDEX_SLOTS,
+        ),
+        s(
+            "vip_index_ctl_map",
+            MapType::Array,
+            4,
+            size_of::<abi::VipIndexCtl>(),
+            1,
+        ),
     ]
 }
 

@@ -12,6 +12,7 @@ pub mod loader;
 pub mod maps;
 pub mod model;
 pub mod objects;
+pub mod vip_index;
 pub mod writer;
 
 pub use bpffs::ensure_bpffs;
@@ -23,7 +24,9 @@ pub use maps::Maps;
 pub use model::{
     BackendKey, BackendSpec, KEEP_DESTINATION_PORT, Mode, RateLimit, VipKey, VipSpec, proto,
 };
-pub use writer::{AdoptReport, ApplyReport, BackendState, Dataplane, VipCounters, VipState};
+pub use writer::{
+    AdoptReport, ApplyReport, BackendState, Dataplane, VipCounters, VipIndexStatus, VipState,
+};
 
 /// Everything that can go wrong loading or programming the datapath. Each
 /// message names the object, map or limit involved.

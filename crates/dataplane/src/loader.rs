@@ -74,6 +74,8 @@ pub const MAP_NAMES: &[&str] = &[
     "svc_rl_config_map",
     "rl_buckets_map",
     "rl_buckets_map6",
+    "vip_index_map",
+    "vip_index_ctl_map",
 ];
 
 /// Pin name prefixes of the persistent links (`--persist-datapath`).

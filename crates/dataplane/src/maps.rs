@@ -51,6 +51,11 @@ pub struct Maps {
     pub rl_config: Array<MapData, abi::RlConfig>,
     /// Per-service SYN rate limits, by service ID.
     pub svc_rl_config: Array<MapData, abi::RlConfig>,
+    /// The exact VIPs again, as the open-addressing table the program reads
+    /// (two halves of [`abi::VIP_INDEX_SLOTS`]).
+    pub vip_index: Array<MapData, abi::VipSlot>,
+    /// Which half of `vip_index` is in use, and whether it is complete.
+    pub vip_index_ctl: Array<MapData, abi::VipIndexCtl>,
 }
 
 /// The part of `struct rv_vip_range_key4` after `prefixlen`: aya's
@@ -193,6 +198,8 @@ impl Maps {
             vip_range_map6: typed!(ebpf, "vip_range_map6"),
             rl_config: typed!(ebpf, "rl_config_map"),
             svc_rl_config: typed!(ebpf, "svc_rl_config_map"),
+            vip_index: typed!(ebpf, "vip_index_map"),
+            vip_index_ctl: typed!(ebpf, "vip_index_ctl_map"),
         })
     }
 }

@@ -10,9 +10,14 @@
 //!    rewritten in one update (the flip, which also carries the affinity and
 //!    rate-limit flags), then a new VIP's vip_map entry (exact VIPs) or its
 //!    vip_range_map prefixes (port ranges) are inserted;
-//! 3. removed VIPs lose their vip_map entry or range prefixes before their
+//! 3. the VIP index (vip_index_map, the inlined copy of vip_map that the
+//!    program reads: see [`crate::vip_index`]) is rebuilt for the new set in
+//!    the half not in use and switched to in one vip_index_ctl_map update,
+//!    so it points at added VIPs only once they are complete and stops
+//!    pointing at removed ones before anything of them is cleared;
+//! 4. removed VIPs lose their vip_map entry or range prefixes before their
 //!    service entry, and that before their rate limit;
-//! 4. only then are old slices, service IDs and backend IDs released.
+//! 5. only then are old slices, service IDs and backend IDs released.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -27,6 +32,7 @@ use crate::Error;
 use crate::alloc::{IdAllocator, Slice, SliceAllocator};
 use crate::maps::{self, Maps};
 use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, VipKey, VipSpec};
+use crate::vip_index;
 
 /// A programmed VIP.
 #[derive(Clone, Debug)]
@@ -173,6 +179,49 @@ pub struct VipCounters {
     pub stats: abi::VipStats,
 }
 
+/// The state of the VIP index (vip_index_map), for the API and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VipIndexStatus {
+    /// The program uses the index (vip_index_ctl_map says it is complete).
+    pub complete: bool,
+    /// The half in use.
+    pub half: u32,
+    /// Exact VIPs in the half in use.
+    pub vips: usize,
+    /// Builds (in this process) in which some VIP could not be placed within
+    /// the probe window, so the index was switched off (the program then
+    /// looks exact VIPs up in vip_map: correct, slower).
+    pub incomplete_builds: u64,
+}
+
+/// What this process wrote to vip_index_map and vip_index_ctl_map (read
+/// back at adoption), so a rebuild writes only the slots that change.
+struct IndexShadow {
+    halves: [Vec<abi::VipSlot>; 2],
+    ctl: abi::VipIndexCtl,
+    incomplete_builds: u64,
+}
+
+impl IndexShadow {
+    /// The content of freshly created (all-zero) maps.
+    fn zeroed() -> Self {
+        let half = vec![abi::VipSlot::default(); abi::VIP_INDEX_SLOTS as usize];
+        Self {
+            halves: [half.clone(), half],
+            ctl: abi::VipIndexCtl::default(),
+            incomplete_builds: 0,
+        }
+    }
+}
+
+/// The index slot of an exact VIP.
+fn index_slot(key: &VipKey, service_id: u32) -> abi::VipSlot {
+    match key.addr {
+        IpAddr::V4(a) => abi::VipSlot::v4(&abi::VipKey4::new(a, key.port, key.proto), service_id),
+        IpAddr::V6(a) => abi::VipSlot::v6(&abi::VipKey6::new(a, key.port, key.proto), service_id),
+    }
+}
+
 /// Owner of the maps and of the bookkeeping that explains them.
 pub struct Dataplane {
     maps: Maps,
@@ -186,6 +235,8 @@ pub struct Dataplane {
     node_syn_rate_limit: Option<RateLimit>,
     /// Outer source addresses of L3 DSR, as last set.
     tunnel_source: (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>),
+    /// What the VIP index maps hold.
+    index: IndexShadow,
 }
 
 enum VipChange {
@@ -222,7 +273,130 @@ impl Dataplane {
             retire_grace: Duration::ZERO,
             tunnel_source: (None, None),
             node_syn_rate_limit: None,
+            index: IndexShadow::zeroed(),
         }
+    }
+
+    /// The state of the VIP index.
+    pub fn vip_index_status(&self) -> VipIndexStatus {
+        let half = self.index.ctl.half & 1;
+        VipIndexStatus {
+            complete: self.index.ctl.flags & abi::vip_index_flags::COMPLETE != 0,
+            half,
+            vips: self.index.halves[half as usize]
+                .iter()
+                .filter(|s| s.used())
+                .count(),
+            incomplete_builds: self.index.incomplete_builds,
+        }
+    }
+
+    /// Rebuilds the VIP index for the programmed VIPs except `leaving` and
+    /// switches the program to it.
+    ///
+    /// While the index in use is complete, the new one is written into the
+    /// other half and the switch is one vip_index_ctl_map update. While it
+    /// is not (fresh maps, a failed placement), nothing reads the slots and
+    /// the half it names is rewritten in place before being switched on.
+    /// Either way a reader that sees `half` and `flags` of different updates
+    /// still gets a correct answer: it never pairs COMPLETE with a half that
+    /// was not complete. A half switched away from is rewritten no earlier
+    /// than the next change, long after any program run that read it (runs
+    /// last microseconds).
+    ///
+    /// If a VIP cannot be placed within the probe window, the index is
+    /// switched off instead: the program looks exact VIPs up in vip_map.
+    fn sync_vip_index(&mut self, leaving: &BTreeSet<VipKey>) -> Result<(), Error> {
+        use abi::vip_index_flags::{COMPLETE, RANGES4, RANGES6};
+        let mut entries = Vec::new();
+        let mut flags = COMPLETE;
+        for (key, v) in self.vips.iter().filter(|(k, _)| !leaving.contains(k)) {
+            if key.is_exact() {
+                entries.push(index_slot(key, v.service_id));
+            } else if key.addr.is_ipv4() {
+                flags |= RANGES4;
+            } else {
+                flags |= RANGES6;
+            }
+        }
+        let placement = vip_index::place(&entries, abi::VIP_INDEX_SLOTS, abi::VIP_INDEX_PROBES);
+        let cur = self.index.ctl;
+        if !placement.complete() {
+            self.index.incomplete_builds += 1;
+            tracing::warn!(
+                vips = entries.len(),
+                unplaced = placement.unplaced,
+                "VIP index: some VIPs do not fit within {} probes of their home slot; \
+                 exact VIPs are looked up in vip_map instead (correct, slower)",
+                abi::VIP_INDEX_PROBES
+            );
+            return self.write_index_ctl(abi::VipIndexCtl {
+                half: cur.half,
+                flags: 0,
+            });
+        }
+        let half = if cur.flags & COMPLETE != 0
+            && self.index.halves[cur.half as usize] != placement.slots
+        {
+            cur.half ^ 1
+        } else {
+            cur.half
+        };
+        for (i, slot) in placement.slots.iter().enumerate() {
+            if self.index.halves[half as usize][i] != *slot {
+                self.maps
+                    .vip_index
+                    .set(half * abi::VIP_INDEX_SLOTS + i as u32, *slot, 0)
+                    .map_err(|e| map_err("vip_index_map", e))?;
+                self.index.halves[half as usize][i] = *slot;
+            }
+        }
+        self.write_index_ctl(abi::VipIndexCtl { half, flags })
+    }
+
+    /// Switches the VIP index off (the program falls back to vip_map).
+    fn disable_vip_index(&mut self) -> Result<(), Error> {
+        let half = self.index.ctl.half;
+        self.write_index_ctl(abi::VipIndexCtl { half, flags: 0 })
+    }
+
+    fn write_index_ctl(&mut self, ctl: abi::VipIndexCtl) -> Result<(), Error> {
+        if ctl != self.index.ctl {
+            self.maps
+                .vip_index_ctl
+                .set(0, ctl, 0)
+                .map_err(|e| map_err("vip_index_ctl_map", e))?;
+            self.index.ctl = ctl;
+        }
+        Ok(())
+    }
+
+    /// Reads the VIP index maps back (adoption).
+    fn read_vip_index(&mut self) -> Result<(), Error> {
+        let mut ctl = self
+            .maps
+            .vip_index_ctl
+            .get(&0, 0)
+            .map_err(|e| map_err("vip_index_ctl_map", e))?;
+        for half in 0..2u32 {
+            for i in 0..abi::VIP_INDEX_SLOTS {
+                self.index.halves[half as usize][i as usize] = self
+                    .maps
+                    .vip_index
+                    .get(&(half * abi::VIP_INDEX_SLOTS + i), 0)
+                    .map_err(|e| map_err("vip_index_map", e))?;
+            }
+        }
+        if ctl.half > 1 {
+            // Not something this writer produces: switch it off.
+            ctl = abi::VipIndexCtl::default();
+            self.maps
+                .vip_index_ctl
+                .set(0, ctl, 0)
+                .map_err(|e| map_err("vip_index_ctl_map", e))?;
+        }
+        self.index.ctl = ctl;
+        Ok(())
     }
 
     /// Sets (or, with None, removes) the node-wide SYN rate limit in
@@ -467,6 +641,7 @@ impl Dataplane {
             .filter(|k| !desired.contains_key(k))
             .copied()
             .collect();
+        let leaving: BTreeSet<VipKey> = removed.iter().copied().collect();
 
         // --- commit
         self.backend_ids = backend_ids;
@@ -588,6 +763,10 @@ impl Dataplane {
                 },
             );
         }
+        // Added VIPs are complete (service entry, vip_map entry or range
+        // prefixes): the index may point at them. Removed ones leave it
+        // before anything of theirs is cleared.
+        self.sync_vip_index(&leaving)?;
         for key in removed {
             let state = self.vips.remove(&key).expect("removed VIP exists");
             self.remove_vip_key(&key)?;
@@ -683,6 +862,7 @@ impl Dataplane {
     /// re-creates what it lists.
     pub fn adopt(maps: Maps) -> Result<(Self, AdoptReport), Error> {
         let mut dp = Dataplane::new(maps);
+        dp.read_vip_index()?;
         let mut report = AdoptReport::default();
         let mut max_generation = 0u32;
 
@@ -793,6 +973,8 @@ impl Dataplane {
                     report
                         .dropped
                         .push(format!("VIP {key} (service ID {service_id}): {why}"));
+                    // The index may point at it: off until rebuilt below.
+                    dp.disable_vip_index()?;
                     dp.remove_vip_key(&key)?;
                 }
             }
@@ -898,6 +1080,9 @@ impl Dataplane {
         dp.backend_ids = IdAllocator::adopt(abi::MAX_BACKENDS, &backend_ids);
         dp.service_ids = IdAllocator::adopt(abi::MAX_VIPS, &service_ids_used);
         dp.next_generation = max_generation.wrapping_add(1).max(1);
+        // The index of what was adopted: unchanged (nothing written) when
+        // the pinned one already matches.
+        dp.sync_vip_index(&BTreeSet::new())?;
         Ok((dp, report))
     }
 
