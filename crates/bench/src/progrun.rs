@@ -206,6 +206,12 @@ struct Timed {
     after: Snapshot,
     /// Iterations of the program under test.
     iterations: u64,
+    /// Iterations the harness ran in all (the program under test, the sink
+    /// and, when measured together, the floor), for the proof.
+    harness_iterations: u64,
+    /// Median over runs of this program's cost divided by the floor's,
+    /// when the floor was measured in the same runs (interleaved).
+    ratio_to_floor: Option<f64>,
 }
 
 /// Everything loaded for part 1. Drop removes the pins.
@@ -659,7 +665,73 @@ impl Rig {
             before,
             after,
             iterations: self.opts.runs as u64 * repeat as u64,
+            harness_iterations: 2 * self.opts.runs as u64 * repeat as u64,
+            ratio_to_floor: None,
         })
+    }
+
+    /// Like [`Rig::timed`] for `slot`, with the floor measured in the same
+    /// runs: every run times the sink, the floor and the program in an
+    /// order that rotates from run to run, so a burst of other load on the
+    /// shared machine hits both sides of the ratio instead of one. Returns
+    /// (floor, program); the program's `ratio_to_floor` is the median of the
+    /// per-run ratios. Only for cases whose frame the floor can share (not
+    /// the new-flow ones, whose frame changes on every iteration).
+    fn timed_with_floor(
+        &mut self,
+        hook: Hook,
+        f: &Frame,
+        vary: Vary,
+        slot: Slot,
+        repeat: u32,
+    ) -> Result<(Timed, Timed)> {
+        self.set_frame(hook, f, vary)?;
+        let before = self.snapshot(hook)?;
+        let (mut diffs, mut floors, mut sinks, mut ratios) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut last, mut floor_last) = ((0u32, Vec::new()), (0u32, Vec::new()));
+        for r in 0..self.opts.runs {
+            let mut order = [Slot::Sink, Slot::Floor, slot];
+            order.rotate_left(r % 3);
+            let (mut t_sink, mut t_floor, mut t_prog) = (0.0, 0.0, 0.0);
+            for s in order {
+                self.set_slot(hook, s)?;
+                let (ret, ns, out) = self.harness_run(hook, &f.bytes, repeat)?;
+                match s {
+                    Slot::Sink => t_sink = ns,
+                    Slot::Floor => {
+                        t_floor = ns;
+                        floor_last = (ret, out);
+                    }
+                    _ => {
+                        t_prog = ns;
+                        last = (ret, out);
+                    }
+                }
+            }
+            diffs.push(t_prog - t_sink);
+            floors.push(t_floor - t_sink);
+            sinks.push(t_sink);
+            if t_floor - t_sink > 0.0 {
+                ratios.push((t_prog - t_sink) / (t_floor - t_sink));
+            }
+        }
+        let after = self.snapshot(hook)?;
+        let n = self.opts.runs as u64 * repeat as u64;
+        let timed = |d: &Vec<f64>, ret: (u32, Vec<u8>), ratio| Timed {
+            net_ns: median(d),
+            harness_ns: median(&sinks),
+            iqr: (quantile(d, 0.25), quantile(d, 0.75)),
+            retval: ret.0,
+            out: ret.1,
+            before: before.clone(),
+            after: after.clone(),
+            iterations: n,
+            harness_iterations: 3 * n,
+            ratio_to_floor: ratio,
+        };
+        let ratio = (!ratios.is_empty()).then(|| median(&ratios));
+        Ok((timed(&floors, floor_last, None), timed(&diffs, last, ratio)))
     }
 
     fn clear_flow_tables(&mut self) -> Result<()> {
@@ -735,9 +807,9 @@ fn prove(t: &Timed, expect: &Expect) -> Result<String> {
     let (b, a) = (&t.before, &t.after);
     let it = a.iterations - b.iterations;
     ensure!(
-        it == 2 * n,
+        it == t.harness_iterations,
         "harness counted {it} iterations, expected {} (measured + harness-only runs)",
-        2 * n
+        t.harness_iterations
     );
     ensure!(a.tailcall_miss == b.tailcall_miss, "tail calls missed");
     ensure!(a.restore_fail == b.restore_fail, "frame restores failed");
@@ -857,7 +929,14 @@ fn run_case(rig: &mut Rig, c: &Case) -> Result<CaseResult> {
         _ => (Vary::No, 1),
     };
     rig.floor_key(c.hook, &c.frame, keys)?;
-    let floor = rig.timed(c.hook, &c.frame, floor_vary, Slot::Floor, rig.opts.repeat)?;
+    // Same frame and flows for both: measure them in the same runs.
+    let (floor, t) = if floor_vary == c.vary && c.repeat == rig.opts.repeat {
+        let (floor, t) = rig.timed_with_floor(c.hook, &c.frame, c.vary, Slot::Real, c.repeat)?;
+        (floor, Some(t))
+    } else {
+        let floor = rig.timed(c.hook, &c.frame, floor_vary, Slot::Floor, rig.opts.repeat)?;
+        (floor, None)
+    };
     let floor_ret = match c.hook {
         Hook::Xdp => XDP_TX,
         Hook::Tc => 0,
@@ -867,7 +946,10 @@ fn run_case(rig: &mut Rig, c: &Case) -> Result<CaseResult> {
         "floor returned {} on this frame, expected {floor_ret}",
         floor.retval
     );
-    let t = rig.timed(c.hook, &c.frame, c.vary, Slot::Real, c.repeat)?;
+    let t = match t {
+        Some(t) => t,
+        None => rig.timed(c.hook, &c.frame, c.vary, Slot::Real, c.repeat)?,
+    };
     ensure!(
         t.retval == c.want_retval,
         "verdict {} (expected {})",
@@ -970,7 +1052,9 @@ fn finish_case(
     proof: String,
     out_note: String,
 ) -> Result<CaseResult> {
-    let r = ratio(t.net_ns, floor.net_ns);
+    let r = t
+        .ratio_to_floor
+        .unwrap_or_else(|| ratio(t.net_ns, floor.net_ns));
     let mut row = Row::info(c.label.clone(), format!("{:.1} ns", t.net_ns)).ratio(fmt_ratio(r));
     if c.limit > 0.0 {
         row = row.target(format!("<= {:.0}x floor", c.limit), r <= c.limit);
@@ -1131,7 +1215,10 @@ pub fn run(opts: Opts) -> Result<Section> {
          harness's own cost is measured in interleaved runs that tail-call `bench_sink` (only returns \
          XDP_TX / TC_ACT_OK) and subtracted run by run. The floor (`bench_floor`: parse Ethernet/VLAN/IP/L4, \
          one hash lookup on the 5-tuple, swap MACs, XDP_TX) is measured the same way on the same frame, \
-         right before each case; the ratio is case / floor. The datapath's own per-VIP counters \
+         in the same runs: each run times the sink, the floor and the case in an order that rotates \
+         from run to run, and the ratio is the median of the per-run ratios, so a burst of other load \
+         on the machine hits both sides of it (new-flow rows, whose frame changes on every \
+         iteration: floor measured right before the case, ratio of the medians). The datapath's own per-VIP counters \
          (`stats_map`, `drop_stats_map`) and the harness's iteration counter are read before and after: \
          a row only appears if every iteration took the intended path (evidence column), and the frame \
          the last iteration left is checked with etherparse (addresses, checksums).\n\n\
