@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running Rivora needs on a fresh Debian
 # machine, and mounts bpffs. Idempotent: only what is missing is installed.
+#
+# Every external command that scripts/demo, scripts/test and rivora-bench run
+# is listed here with its package (the tests and the bench still install a
+# missing BGP daemon or trafgen themselves, for runs outside these scripts):
+#   clang-19 (BPF objects), libbpf-dev + linux-libc-dev (headers), ip
+#   (iproute2), sysctl (procps), nsenter/taskset/mount (util-linux), ethtool,
+#   nft (nftables: the DSR and fib e2e tests' counters, the bench's DNAT
+#   baseline), trafgen (netsniff-ng: the bench), bird/birdc, gobgpd/gobgp,
+#   vtysh/bgpd (frr): the real BGP peers.
 set -euo pipefail
 
 need=()
@@ -8,8 +17,11 @@ command -v clang-19 >/dev/null 2>&1 || need+=(clang-19 llvm-19)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 [ -f /usr/include/linux/bpf.h ] || need+=(linux-libc-dev)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v sysctl >/dev/null 2>&1 || need+=(procps)
 command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v trafgen >/dev/null 2>&1 || need+=(netsniff-ng)
 # Real BGP peers for the speaker's interop tests.
 command -v bird >/dev/null 2>&1 || need+=(bird2)
 command -v gobgpd >/dev/null 2>&1 || need+=(gobgpd)
@@ -21,8 +33,16 @@ if [ "${#need[@]}" -gt 0 ]; then
     exit 1
   fi
   echo "setup: installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # Quiet on success; the whole apt output on failure.
+  aptlog=$(mktemp)
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends "${need[@]}"; } >"$aptlog" 2>&1; then
+    cat "$aptlog" >&2
+    rm -f "$aptlog"
+    echo "setup: installing ${need[*]} failed (output above)" >&2
+    exit 1
+  fi
+  rm -f "$aptlog"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
