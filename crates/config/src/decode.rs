@@ -21,6 +21,10 @@ use crate::{
 };
 
 const TOP_KEYS: &[&str] = &["vips", "settings", "bgp", "l2Announce"];
+/// How to say "no VIPs" on purpose, for the errors of a file that says
+/// nothing: only an explicit empty list removes every VIP.
+const NO_VIPS_HINT: &str = "write `vips: []` to run without VIPs (a file caught half-written \
+     must not remove every VIP; replace the file atomically: write a temporary file, then rename it)";
 const BGP_KEYS: &[&str] = &["localAS", "routerID", "peers"];
 const PEER_KEYS: &[&str] = &[
     "address",
@@ -176,11 +180,25 @@ impl Decoder {
 
     fn config(&mut self, root: Option<&Node>) -> Config {
         let Some(root) = root else {
+            // An empty or comment-only file is what a non-atomic writer
+            // (shell `>`, an editor saving in place) leaves for a moment:
+            // it must never read as "remove every VIP".
+            self.errors.push(FieldError {
+                path: "vips".to_string(),
+                line: Some(1),
+                column: Some(1),
+                message: format!("the file is empty (or holds only comments); {NO_VIPS_HINT}"),
+            });
             return Config::default();
         };
         self.check_tags(root, "");
         if matches!(root.kind(), Kind::Null) {
-            // `---` alone, or `~`: nothing configured.
+            // `---` alone, or `~`: as empty as an empty file.
+            self.error(
+                "vips",
+                root.pos,
+                format!("the document is empty (null); {NO_VIPS_HINT}"),
+            );
             return Config::default();
         }
         let Some(fields) = self.mapping(
@@ -200,6 +218,12 @@ impl Decoder {
             .optional("l2Announce")
             .and_then(|n| self.l2_announce(n, "l2Announce"));
         let Some(vips_node) = fields.optional("vips") else {
+            let message = match fields.get("vips") {
+                Some(_) => format!("`vips` is empty (null); {NO_VIPS_HINT}"),
+                None => format!("missing required key `vips`; {NO_VIPS_HINT}"),
+            };
+            let pos = fields.get("vips").map_or(fields.pos, |n| n.pos);
+            self.error("vips", pos, message);
             return Config {
                 vips: Vec::new(),
                 settings,

@@ -173,19 +173,44 @@ fn example_file_parses() {
 }
 
 #[test]
-fn empty_configs_are_valid() {
-    for text in [
-        "",
-        "\n\n",
-        "# nothing configured\n",
-        "---\n",
-        "~\n",
-        "{}\n",
-        "vips: []\n",
-        "vips:\n",
-        "vips: # all disabled\n#  - name: web\n",
-    ] {
+fn only_an_explicit_empty_list_means_no_vips() {
+    for text in ["vips: []\n", "# none yet\nvips: [] # all disabled\n"] {
         assert_eq!(ok(text), Config::default(), "{text:?}");
+    }
+}
+
+/// A file that says nothing is what a non-atomic writer leaves for a moment
+/// (shell `>`, an editor writing in place): it is refused, never read as
+/// "remove every VIP".
+#[test]
+fn files_that_say_nothing_are_refused() {
+    for (text, line, column, message) in [
+        ("", 1, 1, "the file is empty (or holds only comments)"),
+        ("\n\n", 1, 1, "the file is empty"),
+        ("# nothing configured\n", 1, 1, "the file is empty"),
+        ("---\n", 2, 1, "the document is empty (null)"),
+        ("~\n", 1, 1, "the document is empty (null)"),
+        ("{}\n", 1, 1, "missing required key `vips`"),
+        ("vips:\n", 1, 5, "`vips` is empty (null)"),
+        (
+            "vips: # all disabled\n#  - name: web\n",
+            1,
+            5,
+            "`vips` is empty (null)",
+        ),
+        (
+            "settings:\n  synRateLimit: { rate: 10 }\n",
+            1,
+            1,
+            "missing required key `vips`",
+        ),
+    ] {
+        let e = one(text);
+        check(&e, "vips", line, column, message);
+        assert!(
+            e.message.contains("`vips: []`"),
+            "the way out is named: {e:?}"
+        );
     }
 }
 

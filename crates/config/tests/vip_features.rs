@@ -620,7 +620,7 @@ fn node_wide_settings() {
     );
     assert!(config.vips.is_empty());
     // Settings without any VIP, and either order of the keys.
-    let config = ok("settings:\n  synRateLimit:\n    rate: 7\n");
+    let config = ok("settings:\n  synRateLimit:\n    rate: 7\nvips: []\n");
     assert_eq!(
         config.settings.syn_rate_limit,
         Some(RateLimit { rate: 7, burst: 7 })
@@ -633,9 +633,9 @@ fn node_wide_settings() {
     assert_eq!(config.settings.syn_rate_limit.map(|l| l.rate), Some(3));
     // Empty settings mean the defaults.
     for text in [
-        "settings:\n",
-        "settings: {}\n",
-        "settings:\n  synRateLimit: ~\n",
+        "settings:\nvips: []\n",
+        "settings: {}\nvips: []\n",
+        "settings:\n  synRateLimit: ~\nvips: []\n",
     ] {
         assert_eq!(ok(text).settings, Settings::default(), "{text:?}");
     }
@@ -643,7 +643,7 @@ fn node_wide_settings() {
 
 #[test]
 fn invalid_settings() {
-    let e = one("settings:\n  synRateLimit: { rate: 0 }\n");
+    let e = one("settings:\n  synRateLimit: { rate: 0 }\nvips: []\n");
     check(
         &e,
         "settings.synRateLimit.rate",
@@ -651,7 +651,7 @@ fn invalid_settings() {
         25,
         "0 is not a valid rate (1-1000000)",
     );
-    let e = one("settings:\n  colour: blue\n");
+    let e = one("settings:\n  colour: blue\nvips: []\n");
     check(
         &e,
         "settings.colour",
@@ -659,7 +659,7 @@ fn invalid_settings() {
         3,
         "unknown key `colour`; allowed keys: synRateLimit, tunnelSource",
     );
-    let e = one("settings: [synRateLimit]\n");
+    let e = one("settings: [synRateLimit]\nvips: []\n");
     check(
         &e,
         "settings",

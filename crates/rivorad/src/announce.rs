@@ -456,7 +456,7 @@ mod tests {
     #[test]
     fn speaker_config_maps_every_field() {
         let cfg = rivora_config::parse(
-            "bgp:\n  localAS: 65010\n  routerID: 192.0.2.2\n  peers:\n    - { address: 192.0.2.1, as: 65000, port: 1179, password: pw, holdTime: 30, nextHop: { ipv4: 192.0.2.3, ipv6: \"2001:db8::3\" }, localAddress: 192.0.2.2 }\n",
+            "bgp:\n  localAS: 65010\n  routerID: 192.0.2.2\n  peers:\n    - { address: 192.0.2.1, as: 65000, port: 1179, password: pw, holdTime: 30, nextHop: { ipv4: 192.0.2.3, ipv6: \"2001:db8::3\" }, localAddress: 192.0.2.2 }\nvips: []\n",
             "t.yaml",
         )
         .unwrap();

@@ -14,6 +14,7 @@ use rivora_dataplane::{
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
+use crate::instance::InstanceLock;
 use crate::kernel;
 use crate::source::{Shared, StateSource};
 use crate::watch::ConfigWatch;
@@ -46,10 +47,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     if args.uninstall {
+        let Some(_lock) = InstanceLock::for_uninstall(&args.pin_dir)? else {
+            info!(
+                "nothing to uninstall: {} does not exist",
+                args.pin_dir.display()
+            );
+            return Ok(());
+        };
         return uninstall(&args.pin_dir);
     }
     let config_path = args.config.clone().expect("clap requires --config");
     let interface = args.interface.clone().expect("clap requires --interface");
+    // Before anything is read or written: a second rivorad on this pin
+    // directory or API socket would wreck the running one's datapath.
+    let _instance = InstanceLock::for_daemon(&args.pin_dir, &args.api_socket)?;
 
     // The first configuration must be valid: there is nothing older to keep.
     let mut watch = ConfigWatch::new(&config_path);
@@ -257,7 +268,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     let Shared { dataplane, prober, announcer, .. } = &mut *s;
                     announcer.refresh(dataplane, prober);
                 }
-                if watch.changed() {
+                if watch.changed() && watch.settled().await {
                     info!("{} changed: re-reading", config_path.display());
                     if let Some(config) = reload(&mut watch, &shared, &mut datapath, false) {
                         announce::reconfigure(&shared, &config, &interface).await;
@@ -445,9 +456,18 @@ fn reload(
 ) -> Option<rivora_config::Config> {
     let mut s = shared.lock().expect("state lock");
     let mut applied = None;
+    // A file whose text is in force already changes nothing: no new
+    // generation (docs/metrics.md), but a failed reload before it is over.
+    let mut same_text = false;
     let outcome = match watch.read_and_parse() {
         Err(e) => Err(e.to_string()),
-        Ok((_, text)) if !forced && watch.is_applied(&text) => return None,
+        Ok((_, text)) if !forced && watch.is_applied(&text) => {
+            if s.status.last_reload.ok {
+                return None;
+            }
+            same_text = true;
+            Ok(BACK_IN_FORCE.to_string())
+        }
         Ok((config, _))
             if has_nat_vip(&desired::from_config(&config))
                 && datapath.attachment().is_some_and(|a| !a.egress)
@@ -475,13 +495,14 @@ fn reload(
             let interface = s.status.interface.clone();
             match apply_config(&mut s.dataplane, &config, &interface) {
                 Ok(report) => {
+                    same_text = watch.is_applied(&text) && report.is_empty();
                     watch.mark_applied(text);
                     let Shared {
                         dataplane, prober, ..
                     } = &mut *s;
                     update_probes(&config, dataplane, prober, &existed_before);
                     applied = Some(config);
-                    Ok(report)
+                    Ok(report.to_string())
                 }
                 Err(e) => Err(e.to_string()),
             }
@@ -490,13 +511,17 @@ fn reload(
     let at_unix = now_unix();
     s.status.last_reload = match outcome {
         Ok(report) => {
-            s.status.config_generation += 1;
-            info!(generation = s.status.config_generation, "applied: {report}");
+            if same_text {
+                info!(generation = s.status.config_generation, "re-read: {report}");
+            } else {
+                s.status.config_generation += 1;
+                info!(generation = s.status.config_generation, "applied: {report}");
+            }
             ReloadInfo {
                 at_unix,
                 ok: true,
                 error: None,
-                changes: Some(report.to_string()),
+                changes: Some(report),
             }
         }
         Err(e) => {
@@ -514,6 +539,10 @@ fn reload(
     };
     applied
 }
+
+/// What a reload reports when the file is back to the text in force after
+/// a rejected one: nothing to apply, and the failure is over.
+const BACK_IN_FORCE: &str = "no change (the file is back to the configuration in force)";
 
 /// Full NAT hands rewritten packets to the kernel to route: without IP
 /// forwarding they die silently, which is the first thing to tell an operator.

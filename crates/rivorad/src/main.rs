@@ -3,9 +3,11 @@
 //! changes, and serves the local API that rivoractl talks to.
 
 mod announce;
+mod check;
 mod daemon;
 mod desired;
 mod health;
+mod instance;
 mod kernel;
 mod metrics;
 mod source;
@@ -30,12 +32,19 @@ detaches the programs and removes the pins, unless --persist-datapath keeps the 
 )]
 pub struct Args {
     /// YAML file listing the VIPs (the whole desired state).
-    #[arg(long, value_name = "FILE", required_unless_present = "uninstall")]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["uninstall", "check_config"])]
     pub config: Option<PathBuf>,
 
     /// Interface to attach to: XDP on its ingress, TCX on its egress (the side facing clients).
-    #[arg(long, value_name = "IF", required_unless_present = "uninstall")]
+    #[arg(long, value_name = "IF", required_unless_present_any = ["uninstall", "check_config"])]
     pub interface: Option<String>,
+
+    /// Validate FILE without touching the datapath, print every problem (exit 1) or, when a
+    /// rivorad runs on --api-socket, what applying FILE would change against what it forwards,
+    /// and exit. The safe way to try a file: a second rivorad on the same pin directory is
+    /// refused.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "interface", "uninstall", "persist_datapath"])]
+    pub check_config: Option<PathBuf>,
 
     /// Pin the XDP and TCX links too, so the datapath keeps forwarding while rivorad is down;
     /// the next start adopts the maps and swaps its programs into the pinned links atomically.
@@ -51,6 +60,7 @@ pub struct Args {
 
     /// Remove everything rivorad left in --pin-dir (pinned links, which detaches the programs,
     /// and pinned maps) and exit. The clean uninstall of a --persist-datapath installation.
+    /// Refused while a rivorad runs on that pin directory (stop it first).
     #[arg(long, conflicts_with_all = ["config", "interface", "persist_datapath"])]
     pub uninstall: bool,
 
@@ -125,6 +135,18 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    if let Some(file) = &args.check_config {
+        return match rt.block_on(check::run(file, &args.api_socket)) {
+            Ok(report) => {
+                print!("{report}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     match rt.block_on(daemon::run(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -44,7 +44,7 @@ pub fn state_name(state: u32) -> &'static str {
 
 /// The SYN limit in force for a VIP: its own, else the node-wide one (TCP
 /// VIPs only: SYNs are TCP).
-fn syn_rate_limit(proto: u8, own: Option<RateLimit>, node: Option<RateLimit>) -> String {
+pub fn syn_rate_limit(proto: u8, own: Option<RateLimit>, node: Option<RateLimit>) -> String {
     match (own, node) {
         (Some(l), _) => l.to_string(),
         (None, Some(l)) if proto == proto::TCP => format!("{l} (node-wide)"),
@@ -52,7 +52,8 @@ fn syn_rate_limit(proto: u8, own: Option<RateLimit>, node: Option<RateLimit>) ->
     }
 }
 
-fn proto_name(p: u8) -> &'static str {
+/// The protocol as the API writes it.
+pub fn proto_name(p: u8) -> &'static str {
     match p {
         proto::TCP => "tcp",
         proto::UDP => "udp",

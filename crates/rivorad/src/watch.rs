@@ -4,9 +4,16 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rivora_config::{Config, ConfigError};
 use tracing::warn;
+
+/// How long a changed file must stay unchanged before it is read.
+pub const SETTLE_QUIET: Duration = Duration::from_millis(100);
+/// The longest a change waits for the file to settle (a file rewritten
+/// without pause is read after this anyway).
+pub const SETTLE_MAX: Duration = Duration::from_secs(2);
 
 /// The file, what was last seen of it and what was last applied.
 pub struct ConfigWatch {
@@ -55,6 +62,27 @@ impl ConfigWatch {
                 self.missing_logged = false;
                 self.seen != Some(s)
             }
+        }
+    }
+
+    /// Waits until the file has stopped changing: its (inode, size, mtime)
+    /// the same over [`SETTLE_QUIET`], for at most [`SETTLE_MAX`]. A writer
+    /// that truncates and rewrites in place (shell `>`, an editor saving in
+    /// place, config management) is then read once it is done, not halfway.
+    /// Returns false if the file vanished meanwhile (nothing to read).
+    pub async fn settled(&mut self) -> bool {
+        let deadline = tokio::time::Instant::now() + SETTLE_MAX;
+        let mut last = self.stamp();
+        loop {
+            tokio::time::sleep(SETTLE_QUIET).await;
+            let now = self.stamp();
+            if now.is_none() {
+                return false;
+            }
+            if now == last || tokio::time::Instant::now() >= deadline {
+                return true;
+            }
+            last = now;
         }
     }
 

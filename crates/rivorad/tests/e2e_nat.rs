@@ -239,16 +239,49 @@ fn changes(lab: &Lab) {
     let vips = lab.vips();
     assert_eq!(vips.len(), 1);
 
-    // 7. SIGHUP re-reads the file: the fixed file is applied at once. Wait
-    // for the new generation only: the rejection of step 6 may carry this
-    // very second as its time, and would otherwise pass for this reload's
-    // outcome (seen once in CI).
+    // 7. Putting the text in force back (no SIGHUP: the poll sees it) ends
+    // the failed state: nothing to apply, so the generation stays, but the
+    // status and the success metric no longer report a failure.
     std::fs::write(&lab.config, format!("vips:\n{web4}")).unwrap();
+    let s = lab.wait_reload_ok();
+    assert_eq!(
+        s.config_generation, generation,
+        "no change, no new generation"
+    );
+    assert!(
+        s.last_reload
+            .changes
+            .as_deref()
+            .is_some_and(|c| c.contains("back to the configuration in force")),
+        "{:?}",
+        s.last_reload
+    );
+    // 8. SIGHUP re-reads the file: the same text again changes nothing.
+    let hups = lab.log().matches("SIGHUP").count();
     // SAFETY: signalling our own child by PID.
     unsafe { libc::kill(lab.rivorad.as_ref().unwrap().pid() as i32, libc::SIGHUP) };
-    let s = lab.wait_reload(generation, u64::MAX);
+    let every = Duration::from_millis(50);
+    rivora_lab::poll_until(
+        "the SIGHUP's re-read",
+        Duration::from_secs(15),
+        every,
+        || {
+            let log = lab.log();
+            let after = log.rsplit("SIGHUP").next().unwrap_or("");
+            if log.matches("SIGHUP").count() > hups && after.contains("re-read: no change") {
+                Ok(())
+            } else {
+                Err(after.lines().last().unwrap_or("").to_string())
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let s = lab.status();
     assert!(s.last_reload.ok, "{:?}", s.last_reload);
-    assert!(lab.log().contains("SIGHUP"), "the SIGHUP is logged");
+    assert_eq!(
+        s.config_generation, generation,
+        "a no-change SIGHUP keeps the generation"
+    );
     assert_eq!(
         vips[0]
             .backends

@@ -131,7 +131,12 @@ impl Lab {
     /// Writes the config file (atomically, as an editor or tool would).
     pub fn write_config(&self, vips: &[String]) {
         let tmp = self.config.with_extension("tmp");
-        std::fs::write(&tmp, format!("vips:\n{}", vips.concat())).unwrap();
+        let text = if vips.is_empty() {
+            "vips: []\n".to_string()
+        } else {
+            format!("vips:\n{}", vips.concat())
+        };
+        std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, &self.config).unwrap();
     }
 
@@ -312,6 +317,26 @@ impl Lab {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Waits (up to 15 s) until the last reload is reported as a success,
+    /// e.g. after a rejected file was replaced by a good one.
+    pub fn wait_reload_ok(&self) -> rivora_api::Status {
+        let every = Duration::from_millis(50);
+        rivora_lab::poll_until(
+            "a successful reload",
+            Duration::from_secs(15),
+            every,
+            || {
+                let s = self.status();
+                if s.last_reload.ok {
+                    Ok(s)
+                } else {
+                    Err(format!("{:?}", s.last_reload))
+                }
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", self.log()))
     }
 
     pub fn tcp(&self, vip: &str, port: u16, first_src_port: u16, count: usize) -> RoundReport {
