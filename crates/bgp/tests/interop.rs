@@ -89,6 +89,28 @@ fn bird_routes(bird: &Bird, proto: &str) -> BTreeMap<Prefix, String> {
         .collect()
 }
 
+/// Waits until BIRD's protocol `proto` is no longer Established and holds
+/// no route from us; returns its `show protocols` line.
+///
+/// Why one wait for both: BIRD leaves Established when the session closes
+/// and flushes the protocol's routes after that, asynchronously; checking
+/// the table right after the state changed races with the flush. The
+/// timeout names the state and the routes last seen.
+fn wait_bird_down_and_empty(bird: &Bird, proto: &str) -> String {
+    wait_for(
+        "BIRD to notice the shutdown and flush our routes",
+        Duration::from_secs(10),
+        || {
+            let state = bird.protocol_established(proto);
+            let routes = bird_routes(bird, proto);
+            match state {
+                Err(out) if routes.is_empty() => Ok(out),
+                s => Err(format!("{proto}: {s:?}, routes {routes:#?}")),
+            }
+        },
+    )
+}
+
 fn bird_config(password: Option<&str>) -> String {
     let pw = password
         .map(|p| format!("    password \"{p}\";\n"))
@@ -225,15 +247,7 @@ fn bird_ebgp_over_ipv4_and_ipv6() {
     // Restart our speaker: shutdown withdraws and ceases, a new one comes back.
     host.shutdown();
     for proto in ["rivora_v4", "rivora_v6"] {
-        let out = wait_for(
-            "BIRD to notice the shutdown",
-            Duration::from_secs(10),
-            || match bird.protocol_established(proto) {
-                Ok(o) => Err(o),
-                Err(o) => Ok(o),
-            },
-        );
-        assert!(bird_routes(&bird, proto).is_empty());
+        let out = wait_bird_down_and_empty(&bird, proto);
         eprintln!("after our shutdown: {}", out.lines().last().unwrap_or(""));
     }
     let all = bird
@@ -277,6 +291,9 @@ fn bird_tcp_md5() {
         if n == 4 { Ok(()) } else { Err(n.to_string()) }
     });
     host.shutdown();
+    // Before the wrong password: the right one's session and routes are
+    // gone, so the checks below are about the wrong one.
+    wait_bird_down_and_empty(&bird, "rivora_v4");
 
     // A wrong password: the session stays down and we say why.
     p.password = Some("not-the-password".into());
@@ -305,6 +322,29 @@ fn gobgp_rib(g: &GoBgp, family: &str) -> BTreeMap<Prefix, (String, serde_json::V
         .into_iter()
         .map(|(p, path)| (p.parse().unwrap(), (path.next_hop, path.attrs)))
         .collect()
+}
+
+/// Waits until GoBGP's neighbour (us) is no longer established and its
+/// global RIB holds none of our routes.
+///
+/// Why one wait for both: gobgpd changes the neighbour state and drops
+/// its paths in separate steps of its own goroutines; checking the RIB
+/// right after the state changed races with that. The timeout names the
+/// state and the routes last seen.
+fn wait_gobgp_down_and_empty(g: &GoBgp) {
+    wait_for(
+        "GoBGP to notice the shutdown and drop our routes",
+        Duration::from_secs(10),
+        || {
+            let state = g.established(US_V4);
+            let v4 = gobgp_rib(g, "ipv4");
+            let v6 = gobgp_rib(g, "ipv6");
+            match state {
+                Err(_) if v4.is_empty() && v6.is_empty() => Ok(()),
+                s => Err(format!("{s:?}, ipv4 {v4:?}, ipv6 {v6:?}")),
+            }
+        },
+    );
 }
 
 fn gobgp_config(password: &str) -> String {
@@ -409,21 +449,16 @@ fn gobgp_ibgp_with_md5() {
 
     // Restart our speaker.
     host.shutdown();
-    wait_for(
-        "GoBGP to notice the shutdown",
-        Duration::from_secs(10),
-        || match g.established(US_V4) {
-            Ok(o) => Err(o),
-            Err(o) => Ok(o),
-        },
-    );
-    assert!(gobgp_rib(&g, "ipv4").is_empty() && gobgp_rib(&g, "ipv6").is_empty());
+    wait_gobgp_down_and_empty(&g);
     let host = SpeakerHost::start(&lab.us, cfg);
     host.set_routes(test_routes());
     host.wait_established(Duration::from_secs(20));
     rib("ipv4", 2);
     rib("ipv6", 2);
     host.shutdown();
+    // Before the wrong password: the right one's session is gone, so "not
+    // established" below is about the wrong one.
+    wait_gobgp_down_and_empty(&g);
 
     // A wrong password.
     let host = SpeakerHost::start(
@@ -464,6 +499,30 @@ fn frr_routes(frr: &Frr, family: &str) -> BTreeMap<Prefix, serde_json::Value> {
         .into_iter()
         .map(|(p, path)| (p.parse().unwrap(), path))
         .collect()
+}
+
+/// Waits until FRR has both noticed our shutdown (the neighbour is no
+/// longer Established) and cleared the routes it learned from us.
+///
+/// Why one wait for both: bgpd leaves Established when it reads our Cease,
+/// but it clears the session's routes afterwards, in its own time (a work
+/// queue); a check of the RIB right after the state changed can still see
+/// 203.0.113.10/32. The timeout names the state and the routes last seen.
+fn wait_frr_down_and_empty(frr: &Frr) {
+    wait_for(
+        "FRR to notice the shutdown and clear our routes",
+        Duration::from_secs(10),
+        || {
+            let s = frr_state(frr, US_V4);
+            let v4 = frr_routes(frr, "ipv4");
+            let v6 = frr_routes(frr, "ipv6");
+            if s != "Established" && v4.is_empty() && v6.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("bgpState {s}, ipv4 {v4:?}, ipv6 {v6:?}"))
+            }
+        },
+    );
 }
 
 fn frr_config(password: &str) -> String {
@@ -554,15 +613,7 @@ fn frr_ebgp_with_md5() {
     );
 
     host.shutdown();
-    wait_for(
-        "FRR to notice the shutdown",
-        Duration::from_secs(10),
-        || {
-            let s = frr_state(&frr, US_V4);
-            if s != "Established" { Ok(()) } else { Err(s) }
-        },
-    );
-    assert!(frr_routes(&frr, "ipv4").is_empty() && frr_routes(&frr, "ipv6").is_empty());
+    wait_frr_down_and_empty(&frr);
     let n = frr_json(&frr, &format!("show bgp neighbors {US_V4} json"));
     eprintln!(
         "FRR after our shutdown: lastNotificationReason={} lastShutdownDescription={}",
@@ -574,6 +625,9 @@ fn frr_ebgp_with_md5() {
     routes("ipv4", 2);
     routes("ipv6", 2);
     host.shutdown();
+    // Before the wrong password: the session of the right one is gone, so
+    // "not Established" below is about the wrong one.
+    wait_frr_down_and_empty(&frr);
 
     let host = SpeakerHost::start(
         &lab.us,

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{Counting, Http, Reply};
 use rivora_health::{Initial, ProbeKind, ProbeSpec, ProbeStatus, Prober, Transition};
+use rivora_lab::poll_until;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
@@ -55,6 +56,28 @@ fn status<K: Ord + Clone + Send + Sync + std::fmt::Debug + 'static>(
     p.status(&key).expect("target is probed")
 }
 
+/// Waits (5 s at most) until `key`'s status satisfies `pred` and returns
+/// it; the timeout names `what` and the status last seen. The probes run
+/// on the runtime's other worker meanwhile (a multi-thread runtime).
+fn wait_status<K: Ord + Clone + Send + Sync + std::fmt::Debug + 'static>(
+    p: &Prober<K>,
+    key: K,
+    what: &str,
+    pred: impl Fn(&ProbeStatus) -> bool,
+) -> ProbeStatus {
+    tokio::task::block_in_place(|| {
+        poll_until(what, ms(5000), ms(10), || {
+            let s = status(p, key.clone());
+            if pred(&s) {
+                Ok(s)
+            } else {
+                Err(format!("{s:?}"))
+            }
+        })
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn goes_down_after_fall_and_up_after_rise() {
     let (interval, timeout, rise, fall) = (50, 200, 2, 3);
@@ -69,10 +92,8 @@ async fn goes_down_after_fall_and_up_after_rise() {
     // Unknown: the first (immediate) probe decides.
     let t = next(&mut rx, ms(1000)).await;
     assert_eq!((t.key, t.up, t.detail.as_str()), ("a", true, "ok"));
-    tokio::time::sleep(ms(200)).await;
-    let s = status(&p, "a");
+    let s = wait_status(&p, "a", "a second successful probe", |s| s.consecutive >= 2);
     assert_eq!(s.up, Some(true));
-    assert!(s.consecutive >= 2, "{s:?}");
     assert!(s.last.as_ref().unwrap().ok);
 
     // Closed: down after `fall` failures, i.e. at least (fall-1) intervals.
@@ -221,8 +242,17 @@ async fn removed_target_stops_probing() {
     let (mut p, mut rx) = Prober::new();
     p.set_targets(vec![("a", tcp(l.addr, 30, 200, 1, 1), Initial::Unknown)]);
     assert!(next(&mut rx, ms(1000)).await.up);
-    tokio::time::sleep(ms(200)).await;
-    assert!(l.count() >= 3, "only {} probes", l.count());
+    tokio::task::block_in_place(|| {
+        poll_until("three probes", ms(5000), ms(10), || {
+            let n = l.count();
+            if n >= 3 {
+                Ok(())
+            } else {
+                Err(format!("{n} probes"))
+            }
+        })
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
 
     p.set_targets(vec![]);
     assert!(p.snapshot().is_empty());

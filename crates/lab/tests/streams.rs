@@ -294,11 +294,26 @@ fn streams_stop_all_threads_on_drop_and_refuse_bad_starts() {
         LongLivedTcp::start(&topo.client, target, 2, Duration::from_millis(20), timeout).unwrap();
     let churn = ConnectionChurn::start(&topo.client, target, 50, timeout).unwrap();
     let udp = UdpSequence::start(&topo.client, target, 3, 300).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let running = threads_named(&ours);
+    // All three running, with traffic: waited for with a deadline (the
+    // threads and the namespace traffic get going in their own time).
     // 2 connections + pacer + >= 2 workers + sender + 3 receivers.
-    assert!(running.len() >= 9, "{running:?}");
-    assert!(long.snapshot().0 > 0 && churn.snapshot().0 > 0 && udp.snapshot().1 > 0);
+    rivora_lab::poll_until(
+        "every stream's threads running and exchanging",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let running = threads_named(&ours);
+            let progress = (long.snapshot().0, churn.snapshot().0, udp.snapshot().1);
+            if running.len() >= 9 && progress.0 > 0 && progress.1 > 0 && progress.2 > 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "threads {running:?}; (long exchanges, churn attempts, udp received) {progress:?}"
+                ))
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 
     // Dropping without stop() must end every thread, promptly.
     let t0 = Instant::now();

@@ -293,9 +293,25 @@ fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
         "advertise: false must not be announced: {routes:?}"
     );
     assert_eq!(routes.len(), 3, "{routes:?}");
-    // Give dead4's probes time to have decided, then check that nothing
-    // was ever withdrawn: dead4 was never announced.
-    std::thread::sleep(Duration::from_millis(600));
+    // Wait until dead4's first probe has decided (its backend is down in
+    // the API), then check that it was never announced: not in BIRD's table
+    // and nothing withdrawn. (A withdrawal sent at that decision would still
+    // be in flight here; the count after solo4's withdrawal below catches it.)
+    let dead = backend_v4(3).to_string();
+    wait_for(
+        "rivorad to mark dead4's backend down",
+        Duration::from_secs(10),
+        || {
+            let all = lab
+                .rt
+                .block_on(lab.client().backends())
+                .map_err(|e| e.to_string())?;
+            match all.iter().find(|b| b.address == dead && b.port == 8081) {
+                Some(b) if b.state == "down" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    );
     assert!(!bird.routes().contains_key(&format!("{DEAD4}/32")));
     let p = bird.protocol();
     assert!(p.contains("Import withdraws:"), "{p}");
@@ -309,15 +325,25 @@ fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
     );
     let web6 = &routes[&format!("{WEB6}/128")];
     assert!(web6.contains(&format!("via {SEG_LB_V6} on eth0")), "{web6}");
-    // The router's kernel follows them.
-    let get4 = lab.seg.router.run(&["ip", "route", "get", WEB4]).unwrap();
-    assert!(get4.contains(&format!("via {SEG_LB_V4}")), "{get4}");
-    let get6 = lab
-        .seg
-        .router
-        .run(&["ip", "-6", "route", "get", WEB6])
-        .unwrap();
-    assert!(get6.contains(&format!("via {SEG_LB_V6}")), "{get6}");
+    // The router's kernel follows them: BIRD's kernel protocol exports
+    // them on its own, after its BGP table has them, so wait for that.
+    wait_for(
+        "the router's kernel to route the VIPs via the lb",
+        Duration::from_secs(10),
+        || {
+            let get4 = lab.seg.router.run(&["ip", "route", "get", WEB4]);
+            let get6 = lab.seg.router.run(&["ip", "-6", "route", "get", WEB6]);
+            match (&get4, &get6) {
+                (Ok(r4), Ok(r6))
+                    if r4.contains(&format!("via {SEG_LB_V4}"))
+                        && r6.contains(&format!("via {SEG_LB_V6}")) =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("{get4:?} {get6:?}")),
+            }
+        },
+    );
 
     let b = lab.bgp();
     assert_eq!(b.local_as, Some(OUR_AS));
@@ -372,6 +398,15 @@ fn bird_learns_healthy_vips_and_a_remote_client_reaches_them() {
     assert!(
         bird.routes().contains_key(&format!("{WEB4}/32")),
         "others stay"
+    );
+    // BGP messages arrive in order: had dead4 been announced and withdrawn
+    // when its probe failed, that withdrawal would have arrived before
+    // solo4's, which BIRD has now processed.
+    assert_eq!(
+        withdrawals_received(&bird),
+        1,
+        "only solo4 was ever withdrawn:\n{}",
+        bird.protocol()
     );
     let started = Instant::now();
     lab.servers[2] = Some(start_server(&lab.seg, 3));

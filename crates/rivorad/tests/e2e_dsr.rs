@@ -182,7 +182,11 @@ impl Harness {
                 s.last_reload,
                 self.log()
             );
-            assert!(Instant::now() < deadline, "no reload within 15 s");
+            assert!(
+                Instant::now() < deadline,
+                "no reload within 15 s (after generation {before}); last status: {s:?}\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -39,7 +39,8 @@ fn scrape(lab: &Lab) -> Series {
     out
 }
 
-fn get(m: &Series, name: &str, labels: &[(&str, &str)]) -> f64 {
+/// The value of the first series `name` carrying all of `labels`, if any.
+fn find(m: &Series, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     m.iter()
         .find(|((n, l), _)| {
             n == name
@@ -48,7 +49,10 @@ fn get(m: &Series, name: &str, labels: &[(&str, &str)]) -> f64 {
                     .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
         })
         .map(|(_, v)| *v)
-        .unwrap_or_else(|| panic!("no series {name}{labels:?}"))
+}
+
+fn get(m: &Series, name: &str, labels: &[(&str, &str)]) -> f64 {
+    find(m, name, labels).unwrap_or_else(|| panic!("no series {name}{labels:?}"))
 }
 
 /// The client namespace's TCP segments sent (new and retransmitted).
@@ -95,8 +99,30 @@ fn metrics_are_valid_prometheus_text_and_match_the_traffic() {
     let udp = lab.udp(VIP4, 53, 20000, 100);
     assert!(tcp.all_ok() && udp.all_ok(), "{tcp}\n{udp}");
     let tcp_segments = client_tcp_segments(&lab) - segs_before;
-    std::thread::sleep(std::time::Duration::from_millis(500)); // a few probes
-    let m = scrape(&lab);
+    // The checked backends' probes run on their own schedule: wait (with a
+    // deadline) until each has run at least twice rather than sleeping and
+    // hoping; the timeout names the counts last scraped.
+    let checked = ["10.200.1.11:8080", "10.200.1.12:8080", "10.200.1.13:8080"];
+    let m = rivora_lab::poll_until(
+        "two probes of every checked backend in the metrics",
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(100),
+        || {
+            let m = scrape(&lab);
+            let probes: Vec<Option<f64>> = checked
+                .iter()
+                .map(|b| find(&m, "rivora_backend_probes_total", &[("backend", b)]))
+                .collect();
+            if probes.iter().all(|n| n.is_some_and(|n| n >= 2.0)) {
+                Ok(m)
+            } else {
+                Err(format!(
+                    "rivora_backend_probes_total {checked:?} = {probes:?}"
+                ))
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 
     let web4 = [("vip", "web4")];
     let dns4 = [("vip", "dns4")];
@@ -127,7 +153,7 @@ fn metrics_are_valid_prometheus_text_and_match_the_traffic() {
         0.0
     );
     // Backend states: one state per backend; probes ran for the checked ones.
-    for b in ["10.200.1.11:8080", "10.200.1.12:8080", "10.200.1.13:8080"] {
+    for b in checked {
         assert_eq!(
             get(
                 &m,

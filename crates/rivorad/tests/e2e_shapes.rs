@@ -196,12 +196,34 @@ fn fragmentation_needed_reaches_the_owning_backend() {
         })
         .unwrap();
     assert!(error_sent);
-    std::thread::sleep(Duration::from_millis(300));
 
     let client = "10.200.0.2";
+    let route_to_client =
+        |ns: &rivora_lab::Netns| ns.run(&["ip", "-4", "route", "get", client]).unwrap();
+    // The error crosses the balancer to the owner's kernel asynchronously:
+    // wait for the owner to have learnt the path MTU, then check that no
+    // other backend was touched (the error is one packet, already delivered).
+    let owner_ns = (1..=lab.topo.backends.len())
+        .find(|i| format!("b{i}") == owner)
+        .map(|i| &lab.topo.backends[i - 1])
+        .unwrap_or_else(|| panic!("the VIP answered as {owner:?}, not as one of our backends"));
+    rivora_lab::poll_until(
+        &format!("{owner} (owner of the connection) to learn the path MTU"),
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || {
+            let route = route_to_client(owner_ns);
+            if route.contains("mtu 1280") {
+                Ok(())
+            } else {
+                Err(route)
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     for (i, ns) in lab.topo.backends.iter().enumerate() {
         let name = format!("b{}", i + 1);
-        let route = ns.run(&["ip", "-4", "route", "get", client]).unwrap();
+        let route = route_to_client(ns);
         if name == owner {
             assert!(
                 route.contains("mtu 1280"),

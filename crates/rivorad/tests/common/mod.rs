@@ -312,7 +312,8 @@ impl Lab {
             }
             assert!(
                 Instant::now() < deadline,
-                "no reload seen within 15 s; log:\n{}",
+                "no reload seen within 15 s (after generation {after_generation}); \
+                 last status: {s:?}\nlog:\n{}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(100));
