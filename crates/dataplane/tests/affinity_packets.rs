@@ -384,7 +384,8 @@ fn udp_entries_keep_draining_backends_and_leave_removed_ones() {
         let alt_flow = send(&mut r, client, 23999, vip_addr, 54, UDP, 0);
         assert_eq!(alt_flow, bs[1].key);
         let t = std::time::Instant::now();
-        r.dataplane
+        let rep = r
+            .dataplane
             .apply(&[
                 vip(
                     "dns",
@@ -396,6 +397,11 @@ fn udp_entries_keep_draining_backends_and_leave_removed_ones() {
                 alt(),
             ])
             .unwrap();
+        let on_b2 = flows.values().filter(|b| **b != bs[0].key).count();
+        assert_eq!(
+            rep.udp_flows_forgotten, on_b2,
+            "dns's entries on b2, not alt's: {rep}"
+        );
         eprintln!(
             "udp (v6 {v6}): apply that removed a backend from a UDP VIP took {:?}",
             t.elapsed()
