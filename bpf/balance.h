@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * balance.h: choosing a backend for a flow: the affinity table first, then
- * the VIP's Maglev slice with a bounded probe past unusable backends.
+ * balance.h: choosing a backend for a flow: the affinity table first (except
+ * for a TCP SYN, which opens a new connection), then the VIP's Maglev slice
+ * with a bounded probe past unusable backends.
  */
 #ifndef RIVORA_BALANCE_H
 #define RIVORA_BALANCE_H
 
 #include "maps.h"
 #include "hash.h"
+#include "parse.h"
 
 static __always_inline void rv_count_drop(__u32 reason, __u32 service_id)
 {
@@ -64,8 +66,31 @@ static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 ha
 	return 0;
 }
 
+/* Whether a packet opens a TCP connection: SYN without ACK. Such a packet is
+ * a new flow whatever connection_affinity_map holds for its 5-tuple, so it
+ * is never looked up there (as in Katran): it is balanced through Maglev
+ * over the VIP's healthy backends and overwrites the entry. An entry with
+ * the same 5-tuple can only belong to an earlier connection (clients reuse
+ * source ports), whose backend may since have been drained, retired or
+ * removed from the VIP: following it would hand a new connection to a
+ * backend that must not get one, and a drain would never empty.
+ * sessionAffinity clientIP keeps its meaning: the Maglev hash covers the
+ * client's address only, so the SYN lands on the client's backend while it
+ * is healthy. A SYN retransmission picks the same backend again (same hash,
+ * same table). */
+static __always_inline int rv_tcp_opens(const struct rv_pkt *p)
+{
+	return p->proto == IPPROTO_TCP && (p->tcp_flags & (RV_TCP_FLAG_SYN | RV_TCP_FLAG_ACK)) == RV_TCP_FLAG_SYN;
+}
+
 /* An established flow keeps its backend while that backend is healthy or
- * draining and its ID still names the same backend (generation match). */
+ * draining and its ID still names the same backend (generation match).
+ * Membership of the VIP is not checked here: a TCP connection on a backend
+ * removed from the VIP finishes on it (the writer keeps a retiring backend
+ * draining for the retire grace), and a new TCP connection never gets here
+ * (rv_tcp_opens). A UDP flow has no opening packet, so the map writer
+ * deletes the UDP entries of a VIP whose backend left it (writer.rs,
+ * forget_udp_flows). */
 static __always_inline int rv_affinity_usable(const struct rv_affinity *a, __u32 generation)
 {
 	__u32 state = rv_backend_state(a->backend_id);

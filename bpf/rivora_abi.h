@@ -450,7 +450,7 @@ enum rv_xdp_mode {
 struct rv_vip_stats {
 	__u64 packets;     /* requests forwarded by xdp_ingress */
 	__u64 bytes;
-	__u64 new_flows;   /* affinity misses that chose a backend */
+	__u64 new_flows;   /* backends chosen through Maglev (TCP SYNs, affinity misses) */
 	__u64 drops;       /* packets to this VIP dropped, any reason */
 	__u64 reply_packets; /* replies restored by tc_nat */
 	__u64 reply_bytes;

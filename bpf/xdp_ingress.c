@@ -259,9 +259,15 @@ static __always_inline __u32 rv_flow_hash(const __u32 *src, const __u32 *dst, __
 
 /* The backend of an established flow, if its affinity entry still names a
  * usable backend (healthy or draining, same generation). `entry` (may be
- * null) receives the affinity entry itself. */
+ * null) receives the affinity entry itself. `opens` (a TCP SYN, balance.h
+ * rv_tcp_opens) makes it a miss whatever the table holds. The lookup is made
+ * even then and its result dropped at the miss test: skipping it gives the
+ * verifier one more path into the whole forwarding code (measured with
+ * clang-19: 860k processed instructions of the 1M limit, against 711k for
+ * this form and 776k before SYNs were special), while the lookup costs a
+ * SYN one LRU probe beside the two map updates a new flow makes anyway. */
 static __always_inline int rv_affinity_backend(const __u32 *src, const __u32 *dst, __be16 sport, __be16 dport,
-					       __u8 proto, __u32 *backend_id, struct rv_be *be,
+					       __u8 proto, int opens, __u32 *backend_id, struct rv_be *be,
 					       struct rv_affinity **entry, const int v6)
 {
 	struct rv_affinity *aff;
@@ -275,7 +281,7 @@ static __always_inline int rv_affinity_backend(const __u32 *src, const __u32 *ds
 		struct rv_flow4 f = { .src = src[0], .dst = dst[0], .sport = sport, .dport = dport, .proto = proto };
 		aff = bpf_map_lookup_elem(&connection_affinity_map, &f);
 	}
-	if (!aff)
+	if (!aff || opens)
 		return -1;
 	*backend_id = aff->backend_id;
 	if (rv_backend(aff->backend_id, be, v6) || !rv_affinity_usable(aff, be->generation))
@@ -451,13 +457,14 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	svc = rv_service_of(service_id);
 	if (!svc)
 		return XDP_DROP;
-	if (p->proto == IPPROTO_TCP && (p->tcp_flags & (RV_TCP_FLAG_SYN | RV_TCP_FLAG_ACK)) == RV_TCP_FLAG_SYN &&
-	    !rv_syn_allowed(p, svc, service_id, v6)) {
+	int opens = rv_tcp_opens(p);
+	if (opens && !rv_syn_allowed(p, svc, service_id, v6)) {
 		rv_count_drop(RV_DROP_RATE_LIMITED, service_id);
 		return XDP_DROP;
 	}
 
-	if (rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, &backend_id, &be, &aff, v6)) {
+	/* A SYN is a new connection: balanced, never follows an entry (balance.h). */
+	if (rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, opens, &backend_id, &be, &aff, v6)) {
 		__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto,
 				       svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP, v6);
 		if (rv_maglev_pick(svc, h, &backend_id)) {
@@ -553,7 +560,8 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 
 	if (rv_find_vip(p->in_proto, p->in_src, p->in_sport, &service_id, v6, 0))
 		return XDP_PASS;
-	if (rv_affinity_backend(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto, &backend_id, &be, 0, v6)) {
+	if (rv_affinity_backend(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto, 0, &backend_id, &be, 0,
+				v6)) {
 		rv_count_event(RV_PASS_ICMP_UNMATCHED);
 		return XDP_PASS;
 	}

@@ -287,7 +287,8 @@ pub struct VipStats {
     pub packets: u64,
     /// Bytes forwarded towards backends.
     pub bytes: u64,
-    /// Flows for which a backend was newly selected (connection-table misses).
+    /// Flows for which a backend was newly selected: TCP SYNs and
+    /// connection-table misses.
     pub new_flows: u64,
     /// Packets addressed to this VIP that were dropped.
     pub drops: u64,

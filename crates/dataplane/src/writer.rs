@@ -119,6 +119,9 @@ pub struct ApplyReport {
     pub backends_retired: usize,
     /// Retiring backends listed again before their grace ran out.
     pub backends_revived: usize,
+    /// UDP affinity entries deleted because their backend left the VIP
+    /// (see [`Dataplane::forget_udp_flows`]).
+    pub udp_flows_forgotten: usize,
 }
 
 impl ApplyReport {
@@ -162,6 +165,12 @@ impl fmt::Display for ApplyReport {
             parts.push(format!(
                 "{} retiring backend(s) revived",
                 self.backends_revived
+            ));
+        }
+        if self.udp_flows_forgotten > 0 {
+            parts.push(format!(
+                "{} UDP flow(s) of removed backends re-balanced",
+                self.udp_flows_forgotten
             ));
         }
         write!(f, "{}", parts.join("; "))
@@ -444,6 +453,104 @@ impl Dataplane {
         Ok(expired.len())
     }
 
+    /// Deletes the UDP affinity entries of `vips` whose backend is no
+    /// longer one of the VIP's (all of them for a VIP no longer programmed);
+    /// returns how many.
+    ///
+    /// Why: UDP has no opening packet, so the datapath cannot tell a new
+    /// flow from an established one; it follows an entry while its backend
+    /// is healthy or draining (drain lets established flows finish) and
+    /// does not check VIP membership, which would take a lookup per packet.
+    /// A backend removed from the VIP (retiring, or still in another VIP
+    /// and so still healthy) must not keep getting a VIP's datagrams, so its
+    /// entries are removed here, after the new slice is in place, and the
+    /// flows' next datagrams are balanced over the VIP's healthy members.
+    /// TCP entries stay: a connection on a removed backend finishes there
+    /// (the retire grace), and a new connection's SYN never follows an entry.
+    ///
+    /// Best effort: the VIPs are already programmed, so a failed read ends
+    /// the sweep with a warning instead of failing the apply. The scan is
+    /// bounded (the LRU may restart a walk whose key the datapath evicted).
+    pub fn forget_udp_flows(&mut self, vips: &BTreeSet<VipKey>) -> usize {
+        let members: BTreeMap<VipKey, Option<BTreeSet<u32>>> = vips
+            .iter()
+            .map(|k| {
+                let ids = self.vips.get(k).map(|v| {
+                    v.spec
+                        .backends
+                        .iter()
+                        .filter_map(|b| self.backends.get(&b.key).map(|s| s.id))
+                        .collect()
+                });
+                (*k, ids)
+            })
+            .collect();
+        // Whether a flow to (addr, port) of `vip`'s must leave `backend_id`.
+        let stale = |addr: IpAddr, port: u16, backend_id: u32| {
+            members.iter().any(|(k, ids)| {
+                k.addr == addr
+                    && (k.port..=k.port_last).contains(&port)
+                    && ids.as_ref().is_none_or(|ids| !ids.contains(&backend_id))
+            })
+        };
+        let bound = 4 * abi::MAX_FLOWS as usize;
+        let mut forgotten = 0;
+        if members.keys().any(|k| k.addr.is_ipv4()) {
+            let doomed: Vec<abi::Flow4> = self
+                .maps
+                .affinity
+                .iter()
+                .take(bound)
+                .map_while(|e| {
+                    e.map_err(|e| tracing::warn!("reading connection_affinity_map: {e}"))
+                        .ok()
+                })
+                .filter(|(f, a)| {
+                    f.proto == crate::proto::UDP
+                        && stale(
+                            abi::addr4_from_be(f.dst).into(),
+                            abi::port_from_be(f.dport),
+                            a.backend_id,
+                        )
+                })
+                .map(|(f, _)| f)
+                .collect();
+            for f in &doomed {
+                // Already gone (evicted meanwhile) is fine.
+                if self.maps.affinity.remove(f).is_ok() {
+                    forgotten += 1;
+                }
+            }
+        }
+        if members.keys().any(|k| k.addr.is_ipv6()) {
+            let doomed: Vec<abi::Flow6> = self
+                .maps
+                .affinity6
+                .iter()
+                .take(bound)
+                .map_while(|e| {
+                    e.map_err(|e| tracing::warn!("reading connection_affinity_map6: {e}"))
+                        .ok()
+                })
+                .filter(|(f, a)| {
+                    f.proto == crate::proto::UDP
+                        && stale(
+                            Ipv6Addr::from(f.dst).into(),
+                            abi::port_from_be(f.dport),
+                            a.backend_id,
+                        )
+                })
+                .map(|(f, _)| f)
+                .collect();
+            for f in &doomed {
+                if self.maps.affinity6.remove(f).is_ok() {
+                    forgotten += 1;
+                }
+            }
+        }
+        forgotten
+    }
+
     fn release_backend(&mut self, key: BackendKey) -> Result<(), Error> {
         let b = self.backends.remove(&key).expect("caller checked");
         self.set_health(b.id, abi::backend_state::NONE)?;
@@ -642,6 +749,7 @@ impl Dataplane {
             .copied()
             .collect();
         let leaving: BTreeSet<VipKey> = removed.iter().copied().collect();
+        let udp_losing = udp_vips_losing_backends(&self.vips, &desired);
 
         // --- commit
         self.backend_ids = backend_ids;
@@ -787,6 +895,11 @@ impl Dataplane {
         }
         for slice in old_slices {
             self.slices.release(slice);
+        }
+        // The slices no longer name the backends that left: no new entry can
+        // point at them, so the old ones can go.
+        if !udp_losing.is_empty() {
+            report.udp_flows_forgotten = self.forget_udp_flows(&udp_losing);
         }
         let unused: Vec<BackendKey> = self
             .backends
@@ -1636,6 +1749,27 @@ impl Dataplane {
             .set(service_id, zeros, 0)
             .map_err(|e| map_err("stats_map", e))
     }
+}
+
+/// The UDP VIPs (programmed now) that `desired` removes or takes a backend
+/// from: their flows on the backends that leave must be re-balanced.
+fn udp_vips_losing_backends(
+    current: &BTreeMap<VipKey, VipState>,
+    desired: &BTreeMap<VipKey, VipSpec>,
+) -> BTreeSet<VipKey> {
+    current
+        .iter()
+        .filter(|(k, _)| k.proto == crate::proto::UDP)
+        .filter(|(k, cur)| match desired.get(*k) {
+            None => true,
+            Some(want) => cur
+                .spec
+                .backends
+                .iter()
+                .any(|b| !want.backends.iter().any(|w| w.key == b.key)),
+        })
+        .map(|(k, _)| *k)
+        .collect()
 }
 
 fn map_err(map: &'static str, source: aya::maps::MapError) -> Error {

@@ -67,6 +67,11 @@ struct Model {
     backends: HashMap<u32, (IpAddr, u16)>,
     affinity: HashMap<FlowTuple, u32>,
     frags: HashMap<(Vec<u8>, Vec<u8>, u32, u8), u32>,
+    /// Backend ID to `rivora_abi::backend_state` (set part-way through the
+    /// run, so that affinity entries of draining and down backends exist).
+    states: HashMap<u32, u32>,
+    /// SYNs whose 5-tuple's entry named a backend that was not healthy.
+    stale_syns: usize,
 }
 
 #[derive(Default, Debug)]
@@ -273,6 +278,28 @@ fn flow_hash(src: &[u8], dst: &[u8], sport: u16, dport: u16, proto: u8) -> u32 {
 }
 
 impl Model {
+    fn state(&self, id: u32) -> u32 {
+        self.states
+            .get(&id)
+            .copied()
+            .unwrap_or(rivora_abi::backend_state::HEALTHY)
+    }
+
+    /// An affinity entry is followed while its backend is healthy or
+    /// draining (established flows finish on a draining backend).
+    fn usable(&self, id: u32) -> bool {
+        self.state(id) != rivora_abi::backend_state::DOWN
+    }
+
+    /// Maglev: the first healthy backend within the probe window from the
+    /// flow's slot.
+    fn pick(&self, svc: &Svc, h: u32) -> Option<u32> {
+        let slot = h % svc.size;
+        (0..rivora_abi::MAGLEV_PROBE_WINDOW)
+            .map(|i| self.table[(svc.offset + (slot + i) % svc.size) as usize])
+            .find(|id| self.state(*id) == rivora_abi::backend_state::HEALTHY)
+    }
+
     fn decide(&mut self, frame: &[u8]) -> Decision {
         let Some(p) = parse(frame) else {
             return Decision::Pass;
@@ -285,11 +312,11 @@ impl Model {
                 .affinity
                 .get(&(idst.clone(), isrc.clone(), *idport, *isport, *iproto))
             {
-                Some(id) => {
+                Some(id) if self.usable(*id) => {
                     let (a, port) = self.backends[id];
                     Decision::ForwardIcmp(a, if port == 0 { *isport } else { port })
                 }
-                None => Decision::Pass,
+                _ => Decision::Pass,
             };
         }
         if p.later_frag {
@@ -297,8 +324,8 @@ impl Model {
                 .frags
                 .get(&(p.src.clone(), p.dst.clone(), p.frag_id, p.proto))
             {
-                Some(id) => Decision::Forward(self.backends[id].0, 0),
-                None => Decision::Pass,
+                Some(id) if self.usable(*id) => Decision::Forward(self.backends[id].0, 0),
+                _ => Decision::Pass,
             };
         }
         let Some(svc) = self.vips.get(&(p.dst.clone(), p.dport, p.proto)).cloned() else {
@@ -308,11 +335,24 @@ impl Model {
             return Decision::Drop(rivora_abi::drop_reason::NO_HEALTHY_BACKEND);
         }
         let flow = (p.src.clone(), p.dst.clone(), p.sport, p.dport, p.proto);
+        // A SYN without ACK opens a connection: balanced, whatever the
+        // affinity table holds for its 5-tuple.
+        let opens = p.proto == 6 && p.tcp_flags & 0x12 == 0x02;
+        if opens
+            && self
+                .affinity
+                .get(&flow)
+                .is_some_and(|id| self.state(*id) != rivora_abi::backend_state::HEALTHY)
+        {
+            self.stale_syns += 1;
+        }
         let id = match self.affinity.get(&flow) {
-            Some(id) => *id,
-            None => {
+            Some(id) if !opens && self.usable(*id) => *id,
+            _ => {
                 let h = flow_hash(&p.src, &p.dst, p.sport, p.dport, p.proto);
-                let id = self.table[(svc.offset + h % svc.size) as usize];
+                let Some(id) = self.pick(&svc, h) else {
+                    return Decision::Drop(rivora_abi::drop_reason::NO_HEALTHY_BACKEND);
+                };
                 self.affinity.insert(flow, id);
                 id
             }
@@ -597,6 +637,8 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
             .collect(),
         affinity: HashMap::new(),
         frags: HashMap::new(),
+        states: HashMap::new(),
+        stale_syns: 0,
     };
     for v in r.dataplane.vips() {
         model.vips.insert(
@@ -619,7 +661,41 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         ],
     };
     let mut tally: HashMap<&'static str, usize> = HashMap::new();
+    // A third of the way through, one backend of each family drains; two
+    // thirds through, another goes down: from then on frames meet affinity
+    // entries of draining and down backends, and SYNs reusing them.
+    let id_of = |r: &Rig, b: &rivora_dataplane::BackendSpec| {
+        r.dataplane.backends().find(|s| s.key == b.key).unwrap().id
+    };
+    let changes = [
+        (
+            FRAMES / 3,
+            b4[0].clone(),
+            rivora_abi::backend_state::DRAINING,
+        ),
+        (
+            FRAMES / 3,
+            b6[1].clone(),
+            rivora_abi::backend_state::DRAINING,
+        ),
+        (
+            2 * FRAMES / 3,
+            b4[2].clone(),
+            rivora_abi::backend_state::DOWN,
+        ),
+        (
+            2 * FRAMES / 3,
+            b6[3].clone(),
+            rivora_abi::backend_state::DOWN,
+        ),
+    ];
     for i in 0..FRAMES {
+        for (at, b, state) in &changes {
+            if *at == i {
+                r.dataplane.set_backend_state(&b.key, *state).unwrap();
+                model.states.insert(id_of(&r, b), *state);
+            }
+        }
         let mut f = g.frame();
         if g.rng.chance(40) {
             g.mutate(&mut f);
@@ -669,7 +745,15 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
             }
         }
     }
-    eprintln!("{FRAMES} frames, zero disagreements: {tally:?}");
+    eprintln!(
+        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend",
+        model.stale_syns
+    );
+    assert!(
+        model.stale_syns > 100,
+        "too few SYNs reused a stale entry to mean anything: {}",
+        model.stale_syns
+    );
     for k in ["pass", "forward", "icmp", "drop"] {
         assert!(
             tally.get(k).copied().unwrap_or(0) > 1000,

@@ -50,7 +50,8 @@ pub use streams::{
 };
 pub use topology::Topology;
 pub use traffic::{
-    IdentityServer, RoundReport, tcp_round, tcp_round_from_ports, udp_round, udp_round_from_ports,
+    IdentityServer, RoundReport, tcp_round, tcp_round_from_ports, tcp_round_reusing_ports,
+    udp_round, udp_round_from_ports,
 };
 
 /// Where the BPF filesystem must be mounted for pinned maps and links.

@@ -455,10 +455,71 @@ pub fn tcp_round_from_ports(
     })
 }
 
+/// Opens `count` TCP connections from `ns` to `target`, cycling through the
+/// source ports `ports` (connection `i` from `ports[i % ports.len()]`), so
+/// every port is reused about `count / ports.len()` times, and reports which
+/// backend answered each. Exchanges as [`tcp_round`] does.
+///
+/// Why: a client reusing a source port sends a SYN with the 5-tuple of an
+/// earlier connection, which is how a balancer's stale per-flow state
+/// (an affinity entry naming a since-drained or removed backend) gets hit.
+/// Each connection is closed with an RST (SO_LINGER 0), not a FIN: a
+/// client-side FIN close leaves the client's socket in TIME_WAIT for 60 s,
+/// and connect() from the same port to the same VIP then fails with
+/// "address not available" (SO_REUSEADDR lets the bind through, not the
+/// connect; net.ipv4.tcp_tw_reuse only helps after a second and needs
+/// timestamps). The server cannot be made to close first without changing
+/// the identity servers. Up to `parallel` workers run at once, each with its
+/// own share of the ports, so one port never has two connections at a time.
+pub fn tcp_round_reusing_ports(
+    ns: &Netns,
+    target: SocketAddr,
+    ports: &[u16],
+    count: usize,
+    parallel: usize,
+    timeout: Duration,
+) -> RoundReport {
+    assert!(!ports.is_empty(), "tcp_round_reusing_ports needs ports");
+    let start = Instant::now();
+    let workers = parallel.clamp(1, ports.len());
+    let mut report = RoundReport::new("tcp", target);
+    let parts: Vec<RoundReport> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                s.spawn(move || {
+                    let mut part = RoundReport::new("tcp", target);
+                    let entered = ns.enter_current_thread();
+                    // Port j belongs to worker j % workers, and so do the
+                    // connections from it: one at a time per port.
+                    for i in (0..count).filter(|i| (i % ports.len()) % workers == w) {
+                        let port = ports[i % ports.len()];
+                        match &entered {
+                            Ok(()) => part.record(tcp_once_linger0(target, i, port, timeout)),
+                            Err(e) => part.record(Outcome::Failed(format!("{e:#}"))),
+                        }
+                    }
+                    part
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    for p in parts {
+        report.merge(p);
+    }
+    report.elapsed = start.elapsed();
+    report
+}
+
+fn tcp_once_linger0(target: SocketAddr, i: usize, port: u16, timeout: Duration) -> Outcome {
+    tcp_once_with(target, i, Some(port), timeout, true)
+}
+
 fn connect_from(
     target: SocketAddr,
     port: Option<u16>,
     timeout: Duration,
+    linger0: bool,
 ) -> std::io::Result<TcpStream> {
     let Some(port) = port else {
         return TcpStream::connect_timeout(&target, timeout);
@@ -466,6 +527,9 @@ fn connect_from(
     let domain = socket2::Domain::for_address(target);
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     sock.set_reuse_address(true)?;
+    if linger0 {
+        sock.set_linger(Some(Duration::ZERO))?;
+    }
     let any: IpAddr = match target {
         SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
         SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
@@ -476,10 +540,20 @@ fn connect_from(
 }
 
 fn tcp_once(target: SocketAddr, i: usize, port: Option<u16>, timeout: Duration) -> Outcome {
+    tcp_once_with(target, i, port, timeout, false)
+}
+
+fn tcp_once_with(
+    target: SocketAddr,
+    i: usize,
+    port: Option<u16>,
+    timeout: Duration,
+    linger0: bool,
+) -> Outcome {
     let fail = |what: &str, e: &dyn fmt::Display| {
         Outcome::Failed(format!("tcp #{i} to {target}: {what}: {e}"))
     };
-    let s = match connect_from(target, port, timeout) {
+    let s = match connect_from(target, port, timeout, linger0) {
         Ok(s) => s,
         Err(e) => return fail("connect", &e),
     };
