@@ -15,7 +15,7 @@ pub mod objects;
 pub mod vip_index;
 pub mod writer;
 
-pub use bpffs::ensure_bpffs;
+pub use bpffs::{ensure_bpffs, private_bpffs_reason};
 pub use loader::{
     AttachOptions, Attachment, Datapath, LoadOptions, LoadOutcome, XdpModeActual, XdpModeRequest,
     interface_index, interface_mac, remove_link_pins, remove_map_pins, remove_pins,

@@ -42,6 +42,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.maglev_table_size
         );
     }
+    if args.pin_dir.starts_with("/sys/fs/bpf")
+        && let Some(why) = rivora_dataplane::private_bpffs_reason(Path::new("/sys/fs/bpf"))
+    {
+        // Pins in a private bpffs die with the namespace: a persistent
+        // datapath would vanish at the first stop, adoption never happens.
+        if args.persist_datapath || args.uninstall {
+            bail!("refusing to run: {why}");
+        }
+        warn!("{why}; without --persist-datapath this rivorad works, but a restart adopts nothing");
+    }
     if args.pin_dir.starts_with("/sys/fs/bpf") && ensure_bpffs(Path::new("/sys/fs/bpf"))? {
         info!("mounted bpffs at /sys/fs/bpf");
     }

@@ -217,6 +217,24 @@ impl Lab {
         (xdp, tcx)
     }
 
+    /// Waits (up to 5 s) until neither XDP nor TCX has a program on the lb
+    /// interface. After `--uninstall` the links go when their pins' inodes
+    /// are freed, an RCU grace period after the command returned, so the
+    /// check must wait rather than look once.
+    pub fn wait_detached(&self) {
+        let every = Duration::from_millis(10);
+        rivora_lab::poll_until(
+            "XDP and TCX detached",
+            Duration::from_secs(5),
+            every,
+            || match self.attached_programs() {
+                (None, tcx) if tcx.is_empty() => Ok(()),
+                other => Err(format!("attached: {other:?}")),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Stops rivorad with SIGTERM and returns whether it exited cleanly.
     pub fn stop(&mut self) -> bool {
         let mut d = self.rivorad.take().expect("rivorad running");
