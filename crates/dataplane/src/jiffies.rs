@@ -37,15 +37,33 @@ pub fn hz() -> Option<u32> {
     *HZ.get_or_init(|| config_hz().or_else(measure_hz))
 }
 
-/// How long ago `last` (a jiffies value the datapath recorded) was, at the
-/// resolution of one tick. None when the clock cannot be read, or `last` is
-/// 0 (nothing recorded).
-pub fn age_of(last: u64) -> Option<Duration> {
-    if last == 0 {
-        return None;
+/// The kernel's clock read once, to turn many recorded jiffies into ages
+/// (reading `/proc/timer_list` per backend would cost a file read each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    /// Jiffies when it was read.
+    pub now: u64,
+    /// Ticks per second.
+    pub hz: u32,
+}
+
+impl Clock {
+    /// Reads the current jiffies (and, once per process, the tick rate);
+    /// None when either is unavailable.
+    pub fn read() -> Option<Clock> {
+        Some(Clock {
+            now: now()?,
+            hz: hz()?,
+        })
     }
-    let (now, hz) = (now()?, hz()?);
-    Some(ticks_to_duration(now.saturating_sub(last), hz))
+
+    /// How long before this reading `last` (a jiffies value the datapath
+    /// recorded) was, at the resolution of one tick; None when `last` is 0
+    /// (nothing recorded). A value a little ahead of the reading (another
+    /// CPU's later packet) is an age of zero.
+    pub fn age_of(&self, last: u64) -> Option<Duration> {
+        (last != 0).then(|| ticks_to_duration(self.now.saturating_sub(last), self.hz))
+    }
 }
 
 /// `ticks` jiffies at `hz` ticks per second.
@@ -85,13 +103,11 @@ pub fn nearest_hz(ticks: u64, elapsed: Duration) -> Option<u32> {
         return None;
     }
     let rate = ticks as f64 / secs;
-    HZ_CHOICES
-        .into_iter()
-        .min_by(|a, b| {
-            let da = (f64::from(*a) - rate).abs();
-            let db = (f64::from(*b) - rate).abs();
-            da.total_cmp(&db)
-        })
+    HZ_CHOICES.into_iter().min_by(|a, b| {
+        let da = (f64::from(*a) - rate).abs();
+        let db = (f64::from(*b) - rate).abs();
+        da.total_cmp(&db)
+    })
 }
 
 #[cfg(test)]
@@ -121,9 +137,23 @@ mod tests {
     }
 
     #[test]
+    fn ages_are_counted_back_from_the_reading() {
+        let c = Clock {
+            now: 10_000,
+            hz: 250,
+        };
+        assert_eq!(c.age_of(0), None, "nothing recorded");
+        assert_eq!(c.age_of(9_750), Some(Duration::from_secs(1)));
+        assert_eq!(c.age_of(10_002), Some(Duration::ZERO));
+    }
+
+    #[test]
     fn ticks_become_durations() {
         assert_eq!(ticks_to_duration(500, 250), Duration::from_secs(2));
         assert_eq!(ticks_to_duration(1, 250), Duration::from_millis(4));
-        assert_eq!(ticks_to_duration(301, 300), Duration::from_nanos(1_003_333_333));
+        assert_eq!(
+            ticks_to_duration(301, 300),
+            Duration::from_nanos(1_003_333_333)
+        );
     }
 }

@@ -26,7 +26,8 @@ pub use model::{
     BackendKey, BackendSpec, KEEP_DESTINATION_PORT, Mode, RateLimit, VipKey, VipSpec, proto,
 };
 pub use writer::{
-    AdoptReport, ApplyReport, BackendCounters, BackendState, Dataplane, VipCounters, VipIndexStatus, VipState,
+    AdoptReport, ApplyReport, BackendCounters, BackendState, Dataplane, VipCounters,
+    VipIndexStatus, VipState,
 };
 
 /// Everything that can go wrong loading or programming the datapath. Each

@@ -198,11 +198,11 @@ pub struct BackendCounters {
 }
 
 impl BackendCounters {
-    /// How long ago the backend's latest packet was (one tick resolution),
-    /// by the kernel's current jiffies; None with no packet, or when the
-    /// clock cannot be read (see [`crate::jiffies`]).
-    pub fn last_packet_age(&self) -> Option<Duration> {
-        crate::jiffies::age_of(self.last_jiffies)
+    /// How long before `clock` was read the backend's latest packet was
+    /// (one tick resolution); None with no packet since the backend got its
+    /// ID (see [`crate::jiffies`]).
+    pub fn last_packet_age(&self, clock: &crate::jiffies::Clock) -> Option<Duration> {
+        clock.age_of(self.last_jiffies)
     }
 }
 

@@ -12,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use common::*;
+use rivora_dataplane::jiffies::Clock;
 use rivora_dataplane::{BackendCounters, BackendKey, Mode, proto};
 
 const VIP4: &str = "10.201.100.1";
@@ -61,7 +62,8 @@ fn chosen(mode: Mode, out: &[u8], bs: &[rivora_dataplane::BackendSpec]) -> Backe
     let found = match mode {
         Mode::Nat => {
             let p = parse_checked(out);
-            bs.iter().find(|b| b.key.addr == p.dst && b.key.port == p.dport)
+            bs.iter()
+                .find(|b| b.key.addr == p.dst && b.key.port == p.dport)
         }
         Mode::Dsr => bs.iter().find(|b| out[0..6] == b.mac),
         // IPv4 outer header right after an untagged Ethernet header.
@@ -92,10 +94,9 @@ fn check_mode(mode: Mode, v6: bool, name: &str) {
     udp.mode = mode;
     r.dataplane.apply(&[tcp, udp]).unwrap();
     assert!(
-        counters_by_key(&r).values().all(|c| c.packets == 0
-            && c.bytes == 0
-            && c.new_flows == 0
-            && c.last_jiffies == 0),
+        counters_by_key(&r)
+            .values()
+            .all(|c| c.packets == 0 && c.bytes == 0 && c.new_flows == 0 && c.last_jiffies == 0),
         "new backends start at zero"
     );
 
@@ -146,11 +147,12 @@ fn check_mode(mode: Mode, v6: bool, name: &str) {
         );
         if w.packets > 0 {
             assert_ne!(c.last_jiffies, 0, "{name}: {} has a last packet", b.key);
-            let age = c.last_packet_age().expect("the kernel's jiffies are readable");
+            let clock = Clock::read().expect("the kernel's jiffies are readable");
+            let age = c.last_packet_age(&clock).expect("a packet was recorded");
             assert!(age < Duration::from_secs(60), "{name}: age {age:?}");
         } else {
             assert_eq!(c.last_jiffies, 0);
-            assert_eq!(c.last_packet_age(), None);
+            assert_eq!(c.last_packet_age(&Clock::read().unwrap()), None);
         }
     }
     // The backends' sums are the VIPs' counters.
@@ -199,7 +201,13 @@ fn a_reassigned_backend_id_starts_from_zero() {
     // Every other backend ID is taken, so the ID `old` gives up is the only
     // one `fresh` can get.
     let fillers: Vec<_> = (0..rivora_abi::MAX_BACKENDS - 1)
-        .map(|i| backend(&format!("10.{}.{}.{}", 210 + i / 65536, (i / 256) % 256, i % 256), 9, 1))
+        .map(|i| {
+            backend(
+                &format!("10.{}.{}.{}", 210 + i / 65536, (i / 256) % 256, i % 256),
+                9,
+                1,
+            )
+        })
         .collect();
     let filler_vip = vip("fill", "10.201.100.9", 80, proto::TCP, fillers);
     r.dataplane
@@ -208,7 +216,8 @@ fn a_reassigned_backend_id_starts_from_zero() {
             filler_vip.clone(),
         ])
         .unwrap();
-    let id_of = |r: &Rig, k: &BackendKey| r.dataplane.backends().find(|b| b.key == *k).map(|b| b.id);
+    let id_of =
+        |r: &Rig, k: &BackendKey| r.dataplane.backends().find(|b| b.key == *k).map(|b| b.id);
     let old_id = id_of(&r, &old.key).unwrap();
     for i in 0..25u16 {
         let f = FrameSpec::new("10.201.0.2", 30000 + i, VIP4, 80, proto::TCP).build();
@@ -282,7 +291,9 @@ fn abi_6_maps_are_upgraded_in_place() {
     assert_eq!(outcome, rivora_dataplane::LoadOutcome::Reused);
     assert_eq!((report.vips, report.backends), (1, 3));
     assert_eq!(
-        rivora_dataplane::compat::read_meta(&dir).unwrap().abi_version,
+        rivora_dataplane::compat::read_meta(&dir)
+            .unwrap()
+            .abi_version,
         rivora_abi::ABI_VERSION
     );
     assert_eq!(
