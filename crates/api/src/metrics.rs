@@ -287,6 +287,8 @@ fn infos<L: EncodeLabelSet + Clone + std::hash::Hash + Eq>(
 type VipLabels<'a> = [(&'static str, &'a str); 4];
 /// Reads one counter of a VIP.
 type VipCounter = fn(&VipMetrics) -> u64;
+/// Reads one counter of a backend.
+type BackendCounter = fn(&BackendMetrics) -> u64;
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
@@ -458,7 +460,7 @@ impl Collector for SnapshotCollector {
                 .map(|b| ([("backend", b.backend.as_str())], b.probe_failures_total)),
         )?;
 
-        let backend_counters: [(&str, Option<&Unit>, &str, fn(&BackendMetrics) -> u64); 3] = [
+        let backend_counters: [(&str, Option<&Unit>, &str, BackendCounter); 3] = [
             (
                 "rivora_backend_packets",
                 None,

@@ -13,35 +13,46 @@ use aya::programs::Xdp;
 /// The kernel's BPF_COMPLEXITY_LIMIT_INSNS.
 const KERNEL_LIMIT: u32 = 1_000_000;
 
+/// Removes the test's pins even when the load panics.
+struct Pins(std::path::PathBuf);
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = rivora_dataplane::remove_pins(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Loads xdp_ingress from `bytes` with its maps pinned under `pins`:
+/// (verifier-processed instructions, translated bytes, JITed bytes).
+fn load(pins: &Pins, bytes: &[u8]) -> (Option<u32>, Option<u32>, u32) {
+    std::fs::create_dir_all(&pins.0).unwrap();
+    let mut ebpf = EbpfLoader::new()
+        .default_map_pin_directory(&pins.0)
+        .load(bytes)
+        .expect("parse xdp_ingress.o");
+    let prog: &mut Xdp = ebpf
+        .program_mut("xdp_ingress")
+        .expect("program xdp_ingress")
+        .try_into()
+        .unwrap();
+    prog.load().expect("the verifier accepts xdp_ingress");
+    let info = prog.info().unwrap();
+    (
+        info.verified_instruction_count(),
+        info.size_translated(),
+        info.size_jitted(),
+    )
+}
+
 #[test]
 fn xdp_ingress_verifies_within_the_budget() {
-    let dir = common::pin_dir("verifier");
-    std::fs::create_dir_all(&dir).unwrap();
+    let pins = Pins(common::pin_dir("verifier"));
     let bytes = match std::env::var_os("RIVORA_VERIFIER_OBJECT") {
         Some(path) => std::fs::read(&path).expect("read RIVORA_VERIFIER_OBJECT"),
         None => rivora_dataplane::objects::XDP_INGRESS.to_vec(),
     };
-    let result = (|| {
-        let mut ebpf = EbpfLoader::new()
-            .default_map_pin_directory(&dir)
-            .load(&bytes)
-            .expect("parse xdp_ingress.o");
-        let prog: &mut Xdp = ebpf
-            .program_mut("xdp_ingress")
-            .expect("program xdp_ingress")
-            .try_into()
-            .unwrap();
-        prog.load().expect("the verifier accepts xdp_ingress");
-        let info = prog.info().unwrap();
-        (
-            info.verified_instruction_count(),
-            info.size_translated(),
-            info.size_jitted(),
-        )
-    })();
-    let _ = rivora_dataplane::remove_pins(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    let (verified, xlated, jited) = result;
+    let (verified, xlated, jited) = load(&pins, &bytes);
     let verified = verified.expect("the kernel reports verified_insns");
     eprintln!(
         "xdp_ingress: {verified} verifier-processed instructions ({:.1}% of {KERNEL_LIMIT}), {} BPF insns, {jited} bytes JITed",

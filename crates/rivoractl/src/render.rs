@@ -254,11 +254,11 @@ pub fn last_packet(c: &BackendCounters) -> String {
 /// otherwise those not healthy first (a drain or an outage is what an
 /// operator looks for), then the busiest (by `busy`). Returned in backend id
 /// order, with the number left out.
-fn pick_backends<'a>(
-    backends: &'a [BackendStats],
+fn pick_backends(
+    backends: &[BackendStats],
     cap: usize,
     busy: impl Fn(&BackendStats) -> f64,
-) -> (Vec<&'a BackendStats>, usize) {
+) -> (Vec<&BackendStats>, usize) {
     let mut picked: Vec<&BackendStats> = backends.iter().collect();
     if picked.len() > cap {
         picked.sort_by(|a, b| {
