@@ -19,8 +19,14 @@ const HZ_CHOICES: [u32; 4] = [100, 250, 300, 1000];
 /// The current jiffies, or None when `/proc/timer_list` cannot be read or
 /// has no `jiffies:` line.
 pub fn now() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/timer_list").ok()?;
-    parse_timer_list(&text)
+    use std::io::BufRead;
+    // The line comes after the first CPU's timers: stop reading there
+    // rather than have the kernel format every CPU's (large on big hosts).
+    let file = std::fs::File::open("/proc/timer_list").ok()?;
+    std::io::BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| parse_timer_list(&l))
 }
 
 /// The first `jiffies: N` value of a `/proc/timer_list` text.
