@@ -115,6 +115,13 @@ pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
             abi::MAX_VIPS,
         ),
         s(
+            "backend_stats_map",
+            MapType::PerCpuArray,
+            4,
+            size_of::<abi::BackendStats>(),
+            abi::MAX_BACKENDS,
+        ),
+        s(
             "drop_stats_map",
             MapType::PerCpuArray,
             4,
@@ -223,6 +230,12 @@ pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
     ]
 }
 
+/// Maps added by an ABI version whose other layouts are those of the version
+/// before it: (version, maps it added). Maps pinned by that earlier version
+/// are adopted as they are and the added maps are created empty, so an
+/// upgrade keeps the flow tables (no `--reset-pinned-state`).
+pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[(7, &["backend_stats_map"])];
+
 /// What the pin directory holds.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PinnedState {
@@ -230,6 +243,11 @@ pub enum PinnedState {
     Empty,
     /// Every map is pinned and matches this build: adopt them.
     Compatible,
+    /// Maps of the previous ABI version, which differs from this one only
+    /// by the maps [`ADDITIVE_UPGRADES`] lists (missing or already
+    /// created): adopt them, create the missing ones and record this
+    /// version. Holds the version found.
+    Upgradable(u32),
     /// Maps are pinned but cannot be used by this build; each line says why.
     Incompatible(Vec<String>),
 }
@@ -244,9 +262,19 @@ pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
     if present.is_empty() {
         return PinnedState::Empty;
     }
+    let added: &[&str] = ADDITIVE_UPGRADES
+        .iter()
+        .find(|(v, _)| *v == abi::ABI_VERSION)
+        .map(|(_, maps)| *maps)
+        .unwrap_or(&[]);
     let mut problems = Vec::new();
+    let mut missing_added = Vec::new();
     for spec in &specs {
         let path = pin_dir.join(spec.name);
+        if !path.exists() && added.contains(&spec.name) {
+            missing_added.push(spec.name);
+            continue;
+        }
         if !path.exists() {
             problems.push(format!(
                 "map {} is missing while others are pinned",
@@ -277,7 +305,15 @@ pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
     }
     if problems.is_empty() {
         match read_meta(pin_dir) {
-            Ok(meta) if meta.abi_version == abi::ABI_VERSION => {}
+            Ok(meta) if meta.abi_version == abi::ABI_VERSION && missing_added.is_empty() => {}
+            Ok(meta) if meta.abi_version == abi::ABI_VERSION => {
+                for name in missing_added {
+                    problems.push(format!("map {name} is missing while others are pinned"));
+                }
+            }
+            Ok(meta) if !added.is_empty() && meta.abi_version + 1 == abi::ABI_VERSION => {
+                return PinnedState::Upgradable(meta.abi_version);
+            }
             Ok(meta) if meta.abi_version == 0 => problems
                 .push("rivora_meta records no ABI version (maps of an unfinished start)".into()),
             Ok(meta) => problems.push(format!(

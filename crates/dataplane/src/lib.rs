@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod bpffs;
 pub mod compat;
+pub mod jiffies;
 pub mod loader;
 pub mod maps;
 pub mod model;
@@ -25,7 +26,8 @@ pub use model::{
     BackendKey, BackendSpec, KEEP_DESTINATION_PORT, Mode, RateLimit, VipKey, VipSpec, proto,
 };
 pub use writer::{
-    AdoptReport, ApplyReport, BackendState, Dataplane, VipCounters, VipIndexStatus, VipState,
+    AdoptReport, ApplyReport, BackendCounters, BackendState, Dataplane, VipCounters,
+    VipIndexStatus, VipState,
 };
 
 /// Everything that can go wrong loading or programming the datapath. Each

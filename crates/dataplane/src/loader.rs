@@ -60,6 +60,7 @@ pub const MAP_NAMES: &[&str] = &[
     "nat_reverse_map",
     "nat_reverse_map6",
     "stats_map",
+    "backend_stats_map",
     "drop_stats_map",
     "rivora_meta",
     "iface_mac_map",
@@ -190,9 +191,14 @@ impl Datapath {
             what: format!("create pin directory {}", opts.pin_dir.display()),
             source: e,
         })?;
+        let mut upgrade_from = None;
         let outcome = match compat::inspect(&opts.pin_dir, opts.maglev_table_size) {
             compat::PinnedState::Empty => LoadOutcome::Fresh,
             compat::PinnedState::Compatible => LoadOutcome::Reused,
+            compat::PinnedState::Upgradable(from) => {
+                upgrade_from = Some(from);
+                LoadOutcome::Reused
+            }
             compat::PinnedState::Incompatible(problems) if opts.reset_incompatible => {
                 remove_map_pins(&opts.pin_dir)?;
                 LoadOutcome::Reset(problems)
@@ -256,6 +262,24 @@ impl Datapath {
             }
         };
         let mut maps = Maps::take_from(&mut xdp)?;
+        if let Some(from) = upgrade_from {
+            // The added maps were created (empty) and pinned by the load;
+            // the rest are the earlier version's, adopted as they are.
+            let mut meta = maps.meta.get(&0, 0).map_err(|e| Error::Map {
+                map: "rivora_meta",
+                source: e,
+            })?;
+            meta.abi_version = abi::ABI_VERSION;
+            maps.meta.set(0, meta, 0).map_err(|e| Error::Map {
+                map: "rivora_meta",
+                source: e,
+            })?;
+            tracing::info!(
+                from,
+                to = abi::ABI_VERSION,
+                "upgraded the pinned maps in place: the maps this ABI version adds were created empty, the rest adopted"
+            );
+        }
         if outcome != LoadOutcome::Reused {
             let meta = abi::Meta {
                 abi_version: abi::ABI_VERSION,

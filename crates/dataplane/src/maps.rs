@@ -35,6 +35,8 @@ pub struct Maps {
     pub nat_reverse6: HashMap<MapData, abi::NatKey6, abi::NatValue6>,
     /// Per-service per-CPU counters.
     pub stats: PerCpuArray<MapData, abi::VipStats>,
+    /// Per-backend per-CPU counters, by backend ID.
+    pub backend_stats: PerCpuArray<MapData, abi::BackendStats>,
     /// Per-reason per-CPU drop counters.
     pub drop_stats: PerCpuArray<MapData, abi::DropStats>,
     /// Who wrote the maps (ABI version, table size, XDP mode).
@@ -190,6 +192,7 @@ impl Maps {
             nat_reverse: typed!(ebpf, "nat_reverse_map"),
             nat_reverse6: typed!(ebpf, "nat_reverse_map6"),
             stats: typed!(ebpf, "stats_map"),
+            backend_stats: typed!(ebpf, "backend_stats_map"),
             drop_stats: typed!(ebpf, "drop_stats_map"),
             meta: typed!(ebpf, "rivora_meta"),
             iface: typed!(ebpf, "iface_mac_map"),

@@ -118,6 +118,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
+    // The kernel's tick rate may have to be measured (200 ms): do it now,
+    // off the API's path, so the first stats read does not wait for it.
+    std::thread::spawn(|| {
+        if rivora_dataplane::jiffies::hz().is_none() {
+            warn!(
+                "cannot read the kernel's jiffies (/proc/timer_list): backends' last-packet ages are not shown"
+            );
+        }
+    });
     // L2 DSR and ICMP answers leave with the interface's own MAC.
     let ifindex = rivora_dataplane::interface_index(&interface).unwrap_or(0);
     match rivora_dataplane::interface_mac(&interface) {
