@@ -25,9 +25,39 @@ pub struct MapSpec {
     pub max_entries: u32,
 }
 
-/// Every map this build pins, as this build defines it (`bpf/maps.h`); a
-/// test checks the table against freshly created maps.
-pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
+/// The capacities an operator chooses at start (`--maglev-table-size`,
+/// `--flow-table-size`): pinned maps of other sizes cannot be adopted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSizes {
+    /// Length of the shared Maglev table (a prime).
+    pub maglev_table: u32,
+    /// Capacity of each flow table (affinity and reverse NAT, per family).
+    pub flow_table: u32,
+}
+
+impl TableSizes {
+    /// The defaults: the spec's Maglev table and flow-table capacities.
+    pub fn defaults() -> Self {
+        Self {
+            maglev_table: abi::MAGLEV_TABLE_DEFAULT,
+            flow_table: abi::MAX_FLOWS,
+        }
+    }
+}
+
+/// The flow tables, sized by [`TableSizes::flow_table`].
+pub const FLOW_TABLES: [&str; 4] = [
+    "connection_affinity_map",
+    "connection_affinity_map6",
+    "nat_reverse_map",
+    "nat_reverse_map6",
+];
+
+/// Every map this build pins, as this build defines it (`bpf/maps.h`) with
+/// the operator's `sizes`; a test checks the table against freshly created
+/// maps.
+pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
+    let maglev_table_size = sizes.maglev_table;
     let s = |name, map_type, key: usize, value: usize, max_entries| MapSpec {
         name,
         map_type,
@@ -84,28 +114,28 @@ pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
             MapType::LruHash,
             size_of::<abi::Flow4>(),
             size_of::<abi::Affinity>(),
-            abi::MAX_FLOWS,
+            sizes.flow_table,
         ),
         s(
             "connection_affinity_map6",
             MapType::LruHash,
             size_of::<abi::Flow6>(),
             size_of::<abi::Affinity>(),
-            abi::MAX_FLOWS,
+            sizes.flow_table,
         ),
         s(
             "nat_reverse_map",
             MapType::LruHash,
             size_of::<abi::NatKey4>(),
             size_of::<abi::NatValue4>(),
-            abi::MAX_FLOWS,
+            sizes.flow_table,
         ),
         s(
             "nat_reverse_map6",
             MapType::LruHash,
             size_of::<abi::NatKey6>(),
             size_of::<abi::NatValue6>(),
-            abi::MAX_FLOWS,
+            sizes.flow_table,
         ),
         s(
             "stats_map",
@@ -253,8 +283,8 @@ pub enum PinnedState {
 }
 
 /// Inspects `pin_dir` without modifying anything.
-pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
-    let specs = expected_maps(maglev_table_size);
+pub fn inspect(pin_dir: &Path, sizes: &TableSizes) -> PinnedState {
+    let specs = expected_maps(sizes);
     let present: Vec<&MapSpec> = specs
         .iter()
         .filter(|s| pin_dir.join(s.name).exists())
@@ -294,7 +324,20 @@ pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
                 }
                 let got = (info.key_size(), info.value_size(), info.max_entries());
                 let want = (spec.key_size, spec.value_size, spec.max_entries);
-                if got != want {
+                let only_size = got.0 == want.0 && got.1 == want.1;
+                if got != want && only_size && FLOW_TABLES.contains(&spec.name) {
+                    problems.push(format!(
+                        "map {}: the pinned flow table holds {} flows, --flow-table-size asks for {} \
+                         (start with --flow-table-size {} to keep the flows)",
+                        spec.name, got.2, want.2, got.2
+                    ));
+                } else if got != want && only_size && spec.name == "maglev_table" {
+                    problems.push(format!(
+                        "map maglev_table: the pinned Maglev table has {} slots, \
+                         --maglev-table-size asks for {} (start with --maglev-table-size {} to keep it)",
+                        got.2, want.2, got.2
+                    ));
+                } else if got != want {
                     problems.push(format!(
                         "map {}: key/value size and capacity {}/{}/{}, this build needs {}/{}/{}",
                         spec.name, got.0, got.1, got.2, want.0, want.1, want.2

@@ -25,6 +25,10 @@ pub struct LoadOptions {
     pub pin_dir: PathBuf,
     /// Length of the shared Maglev table (a prime).
     pub maglev_table_size: u32,
+    /// Capacity of each flow table (connection_affinity_map(6),
+    /// nat_reverse_map(6)): how many concurrent flows per family keep their
+    /// state before the least recently used are evicted.
+    pub flow_table_size: u32,
     /// When the pinned maps cannot be adopted (another ABI version or
     /// layout): remove them and start empty instead of refusing. Established
     /// flows through NAT VIPs lose their state.
@@ -192,7 +196,11 @@ impl Datapath {
             source: e,
         })?;
         let mut upgrade_from = None;
-        let outcome = match compat::inspect(&opts.pin_dir, opts.maglev_table_size) {
+        let sizes = compat::TableSizes {
+            maglev_table: opts.maglev_table_size,
+            flow_table: opts.flow_table_size,
+        };
+        let outcome = match compat::inspect(&opts.pin_dir, &sizes) {
             compat::PinnedState::Empty => LoadOutcome::Fresh,
             compat::PinnedState::Compatible => LoadOutcome::Reused,
             compat::PinnedState::Upgradable(from) => {
@@ -211,14 +219,17 @@ impl Datapath {
             }
         };
         let load = |bytes: &[u8], what: &'static str| -> Result<Ebpf, Error> {
-            EbpfLoader::new()
+            let mut loader = EbpfLoader::new();
+            loader
                 .default_map_pin_directory(&opts.pin_dir)
-                .map_max_entries("maglev_table", opts.maglev_table_size)
-                .load(bytes)
-                .map_err(|e| Error::Load {
-                    what,
-                    source: Box::new(e),
-                })
+                .map_max_entries("maglev_table", opts.maglev_table_size);
+            for name in compat::FLOW_TABLES {
+                loader.map_max_entries(name, opts.flow_table_size);
+            }
+            loader.load(bytes).map_err(|e| Error::Load {
+                what,
+                source: Box::new(e),
+            })
         };
         // A start that fails from here on must not leave the pins it created
         // (pins it found belong to a running datapath and stay).

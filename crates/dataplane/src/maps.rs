@@ -11,6 +11,9 @@ use crate::Error;
 
 /// All maps the control plane writes or reads.
 pub struct Maps {
+    /// Capacity of each flow table as created (or pinned): what
+    /// `--flow-table-size` asked for when the maps were made.
+    pub flow_capacity: u32,
     /// IPv4 exact VIPs.
     pub vip_map: HashMap<MapData, abi::VipKey4, abi::VipValue>,
     /// IPv6 exact VIPs.
@@ -179,7 +182,17 @@ impl Maps {
             Map::Array(data) => MaglevTable::map(data)?,
             _ => return Err(Error::MissingMap("maglev_table")),
         };
+        let affinity: HashMap<MapData, abi::Flow4, abi::Affinity> =
+            typed!(ebpf, "connection_affinity_map");
+        let flow_capacity = aya::maps::IterableMap::map(&affinity)
+            .info()
+            .map(|i| i.max_entries())
+            .map_err(|e| Error::Map {
+                map: "connection_affinity_map",
+                source: e,
+            })?;
         Ok(Self {
+            flow_capacity,
             vip_map: typed!(ebpf, "vip_map"),
             vip_map6: typed!(ebpf, "vip_map6"),
             service_config: typed!(ebpf, "service_config_map"),
@@ -187,7 +200,7 @@ impl Maps {
             backend_map: typed!(ebpf, "backend_map"),
             backend_map6: typed!(ebpf, "backend_map6"),
             backend_health: typed!(ebpf, "backend_health_map"),
-            affinity: typed!(ebpf, "connection_affinity_map"),
+            affinity,
             affinity6: typed!(ebpf, "connection_affinity_map6"),
             nat_reverse: typed!(ebpf, "nat_reverse_map"),
             nat_reverse6: typed!(ebpf, "nat_reverse_map6"),

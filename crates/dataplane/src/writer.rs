@@ -520,7 +520,7 @@ impl Dataplane {
                     && ids.as_ref().is_none_or(|ids| !ids.contains(&backend_id))
             })
         };
-        let bound = 4 * abi::MAX_FLOWS as usize;
+        let bound = 4 * self.maps.flow_capacity as usize;
         let mut forgotten = 0;
         if members.keys().any(|k| k.addr.is_ipv4()) {
             let doomed: Vec<abi::Flow4> = self
@@ -1499,7 +1499,7 @@ impl Dataplane {
     /// Counts by walking the keys: one syscall per entry, so call it at
     /// scrape or CLI rate, not in a loop.
     pub fn table_usage(&self) -> Vec<(&'static str, u64, u64)> {
-        let cap = abi::MAX_FLOWS as u64;
+        let cap = self.maps.flow_capacity as u64;
         vec![
             (
                 "connection_affinity_map",

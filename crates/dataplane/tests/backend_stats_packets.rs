@@ -284,7 +284,7 @@ fn abi_6_maps_are_upgraded_in_place() {
         meta.set(0, m, 0).unwrap();
     }
     assert_eq!(
-        rivora_dataplane::compat::inspect(&dir, 65537),
+        rivora_dataplane::compat::inspect(&dir, &rivora_dataplane::compat::TableSizes::defaults()),
         rivora_dataplane::compat::PinnedState::Upgradable(6)
     );
     let (mut r, outcome, report) = rig_at(&dir);
@@ -297,7 +297,7 @@ fn abi_6_maps_are_upgraded_in_place() {
         rivora_abi::ABI_VERSION
     );
     assert_eq!(
-        rivora_dataplane::compat::inspect(&dir, 65537),
+        rivora_dataplane::compat::inspect(&dir, &rivora_dataplane::compat::TableSizes::defaults()),
         rivora_dataplane::compat::PinnedState::Compatible
     );
     // The flow kept its backend (the affinity table was adopted) and is

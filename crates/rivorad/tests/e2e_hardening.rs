@@ -392,3 +392,79 @@ fn lab_now() -> u64 {
         .unwrap()
         .as_secs()
 }
+
+/// `--flow-table-size`: the tables are created at the asked size (shown by
+/// the stats), traffic flows, and a restart asking for another size than
+/// the pinned tables is refused with the size to use.
+#[test]
+fn flow_table_size_is_set_at_start_and_kept_across_restarts() {
+    let mut lab = Lab::new("flowsz");
+    lab.write_config(&[vip_yaml(
+        "web4",
+        VIP4,
+        80,
+        "tcp",
+        &backends_yaml(false, &[(1, 1), (2, 1)]),
+    )]);
+    lab.start(&["--flow-table-size", "1048576"]);
+    let pid = lab.rivorad.as_ref().unwrap().pid();
+    let tables = lab.stats().tables;
+    assert_eq!(tables.len(), 4, "{tables:?}");
+    assert!(tables.iter().all(|t| t.capacity == 1 << 20), "{tables:?}");
+    assert!(lab.tcp(VIP4, 80, 20000, 100).all_ok());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or("");
+    // Kernel memory of the flow tables: the memlock of rivorad's map fds
+    // whose capacity is the flow-table size.
+    let mut memlock = 0u64;
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+        if info.lines().any(|l| l == "max_entries:\t1048576") {
+            memlock += info
+                .lines()
+                .find_map(|l| l.strip_prefix("memlock:\t"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    eprintln!(
+        "rivorad with 1,048,576-flow tables: {hwm}; the four flow tables hold {} MiB of kernel memory",
+        memlock >> 20
+    );
+    assert!(memlock > 0, "the flow tables' memory is visible in fdinfo");
+
+    lab.kill(libc::SIGKILL); // leaves the pins, as a crash would
+    let cfg = lab.config.display().to_string();
+    let pin = lab.pin_dir.display().to_string();
+    let sock = lab.socket.display().to_string();
+    let (ok, err) = lab.run_rivorad(&[
+        "--config",
+        &cfg,
+        "--interface",
+        "eth0",
+        "--pin-dir",
+        &pin,
+        "--api-socket",
+        &sock,
+    ]);
+    eprintln!("restart with the default size:\n{err}");
+    assert!(!ok && err.contains("--flow-table-size 1048576"), "{err}");
+    lab.start(&["--flow-table-size", "1048576"]);
+    assert!(
+        lab.log().contains("adopted the maps pinned"),
+        "{}",
+        lab.log()
+    );
+    assert!(lab.tcp(VIP4, 80, 21000, 50).all_ok());
+    let (ok, err) = lab.run_rivorad(&["--flow-table-size", "100", "--check-config", &cfg]);
+    assert!(
+        !ok && err.contains("--flow-table-size"),
+        "a size below the minimum: {err}"
+    );
+}
