@@ -188,11 +188,37 @@ fn attach_under_ip_netns_exec_is_refused_with_the_way_out() {
         "--pin-root",
         &pin_root,
     ];
-    let out = std::process::Command::new("ip")
+    let mut out = std::process::Command::new("ip")
         .args(["netns", "exec", ns.name(), BIN])
         .args(attach)
         .output()
         .unwrap();
+    if String::from_utf8_lossy(&out.stderr).contains("mount --make-rslave") {
+        // In a chroot "/" is no mount point and `ip netns exec` cannot set
+        // up its mount namespace. Do what it does by hand: a private mount
+        // namespace whose /sys is a fresh sysfs named after the network
+        // namespace (made private first, so nothing propagates back).
+        eprintln!("ip netns exec cannot run here (chroot?); reproducing its mounts with unshare");
+        let script = format!(
+            "mount --make-rprivate /sys && mount -t sysfs {} /sys && exec \"$@\"",
+            ns.name()
+        );
+        let netns = format!("--net=/run/netns/{}", ns.name());
+        out = std::process::Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "unchanged",
+                "--",
+                "nsenter",
+                &netns,
+                "--",
+            ])
+            .args(["sh", "-c", &script, "sh", BIN])
+            .args(attach)
+            .output()
+            .unwrap();
+    }
     let err = String::from_utf8_lossy(&out.stderr);
     eprintln!("{err}");
     assert!(!out.status.success(), "must refuse: {err}");
