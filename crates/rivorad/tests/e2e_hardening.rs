@@ -78,16 +78,7 @@ fn a_second_rivorad_and_uninstall_are_refused_while_one_runs() {
     let other_socket = lab.work.join("other.sock").display().to_string();
     let cfg = other.display().to_string();
     // Same pin directory, its own socket: the mistake of the bug report.
-    let (ok, err) = lab.run_rivorad(&[
-        "--config",
-        &cfg,
-        "--interface",
-        "eth0",
-        "--pin-dir",
-        &pin,
-        "--api-socket",
-        &other_socket,
-    ]);
+    let (ok, err) = lab.run_rivorad(&daemon_args(&cfg, &pin, &other_socket));
     eprintln!("second rivorad, same pin directory:\n{err}");
     assert!(!ok, "the second rivorad must fail");
     assert!(
@@ -99,16 +90,7 @@ fn a_second_rivorad_and_uninstall_are_refused_while_one_runs() {
     // Its own pin directory, the first one's socket: refused too.
     let other_pin = format!("{pin}-second");
     let sock = lab.socket.display().to_string();
-    let (ok, err) = lab.run_rivorad(&[
-        "--config",
-        &cfg,
-        "--interface",
-        "eth0",
-        "--pin-dir",
-        &other_pin,
-        "--api-socket",
-        &sock,
-    ]);
+    let (ok, err) = lab.run_rivorad(&daemon_args(&cfg, &other_pin, &sock));
     eprintln!("second rivorad, same API socket:\n{err}");
     assert!(
         !ok && err.contains(&format!("PID {pid}")) && err.contains("API socket"),
@@ -170,16 +152,7 @@ fn files_that_say_nothing_are_refused_at_start_and_on_reload() {
     for (what, text) in SAY_NOTHING {
         lab.write_raw_config(text);
         let cfg = lab.config.display().to_string();
-        let (ok, err) = lab.run_rivorad(&[
-            "--config",
-            &cfg,
-            "--interface",
-            "eth0",
-            "--pin-dir",
-            &pin,
-            "--api-socket",
-            &sock,
-        ]);
+        let (ok, err) = lab.run_rivorad(&daemon_args(&cfg, &pin, &sock));
         eprintln!("start on a file that is {what}:\n{err}");
         assert!(!ok, "{what}: start must fail");
         assert!(
@@ -199,7 +172,7 @@ fn files_that_say_nothing_are_refused_at_start_and_on_reload() {
     all_four_answer(&lab, 20000, 50, "started");
     let generation = lab.status().config_generation;
     for (i, (what, text)) in SAY_NOTHING.into_iter().enumerate() {
-        let since = lab_now();
+        let since = unix_now();
         lab.write_raw_config(text);
         let s = lab.wait_reload(generation, since);
         assert!(!s.last_reload.ok, "{what}: reload must be refused");
@@ -217,7 +190,7 @@ fn files_that_say_nothing_are_refused_at_start_and_on_reload() {
         );
     }
     // `vips: []` on purpose does remove every VIP.
-    let since = lab_now();
+    let since = unix_now();
     lab.write_raw_config("vips: []\n");
     let s = lab.wait_reload(generation, since);
     assert!(s.last_reload.ok, "{:?}", s.last_reload);
@@ -386,13 +359,6 @@ fn check_config_validates_and_compares_without_touching_anything() {
     assert!(lab.tcp(VIP4, 80, 20000, 50).all_ok());
 }
 
-fn lab_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 /// `--flow-table-size`: the tables are created at the asked size (shown by
 /// the stats), traffic flows, and a restart asking for another size than
 /// the pinned tables is refused with the size to use.
@@ -443,16 +409,7 @@ fn flow_table_size_is_set_at_start_and_kept_across_restarts() {
     let cfg = lab.config.display().to_string();
     let pin = lab.pin_dir.display().to_string();
     let sock = lab.socket.display().to_string();
-    let (ok, err) = lab.run_rivorad(&[
-        "--config",
-        &cfg,
-        "--interface",
-        "eth0",
-        "--pin-dir",
-        &pin,
-        "--api-socket",
-        &sock,
-    ]);
+    let (ok, err) = lab.run_rivorad(&daemon_args(&cfg, &pin, &sock));
     eprintln!("restart with the default size:\n{err}");
     assert!(!ok && err.contains("--flow-table-size 1048576"), "{err}");
     lab.start(&["--flow-table-size", "1048576"]);

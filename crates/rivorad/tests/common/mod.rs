@@ -38,6 +38,29 @@ pub fn vip_yaml(name: &str, addr: &str, port: u16, proto: &str, backends: &str) 
     )
 }
 
+/// The command line of a rivorad on the lb's `eth0` with the given file,
+/// pin directory and API socket, for [`Lab::run_rivorad`].
+pub fn daemon_args<'a>(config: &'a str, pin_dir: &'a str, socket: &'a str) -> [&'a str; 8] {
+    [
+        "--config",
+        config,
+        "--interface",
+        "eth0",
+        "--pin-dir",
+        pin_dir,
+        "--api-socket",
+        socket,
+    ]
+}
+
+/// Seconds since the epoch, as rivorad's reload times are stamped.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
 pub struct Lab {
     pub topo: Topology,
     servers: Vec<Option<IdentityServer>>,
