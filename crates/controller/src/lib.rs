@@ -2,9 +2,13 @@
 //! replicas.
 //!
 //! * [`ipam`]: the allocator, a pure function of observed pools and Services;
-//! * [`leader`]: leader election over a `coordination.k8s.io` Lease (kube-lease-manager).
+//! * [`leader`]: leader election over a `coordination.k8s.io` Lease (kube-lease-manager);
+//! * [`observe`]: Kubernetes objects to the allocator's views and back to status (pure);
+//! * [`run`]: the watches and the leader's write loop.
 
 #![warn(missing_docs)]
 
 pub mod ipam;
 pub mod leader;
+pub mod observe;
+pub mod run;

@@ -1,0 +1,530 @@
+//! rivora-controller's write loop against the real API server: 200 Services over three pools get
+//! distinct addresses from the right pools, a failure is a Service condition plus an Event, a
+//! freed address goes to the waiting Service, a replaced controller changes nothing, and a
+//! Service that stops being a LoadBalancer gives its address back.
+//!
+//! The controller runs as a ServiceAccount bound only to the roles in deploy/rbac, which proves
+//! they are enough; at the end that identity is refused other writes.
+//!
+//! One controller per test binary (pools are cluster-wide), so this is one test in phases.
+//! Needs root and `scripts/build-testdeps.sh`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use rivora_controller::ipam::blocks::Block;
+use rivora_controller::leader::{LeaderConfig, Leadership};
+use rivora_controller::observe::{self, ANNOTATION_POOL, ClassConfig, LOAD_BALANCER_CLASS};
+use rivora_controller::run::{self, Settings, Stores};
+use rivora_k8s_api::AddressPool;
+use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
+use serde_json::json;
+use tokio::sync::Notify;
+
+struct Controller {
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn start_controller(client: Client, lease_ns: &str, identity: &str) -> Controller {
+    let mut leadership = Leadership::start(
+        client.clone(),
+        LeaderConfig {
+            lease_name: "rivora-controller".into(),
+            namespace: lease_ns.into(),
+            identity: identity.into(),
+            duration: Duration::from_secs(4),
+            grace: Duration::from_secs(1),
+        },
+    )
+    .await
+    .unwrap();
+    let settings = Settings {
+        class: ClassConfig::default(),
+        identity: identity.into(),
+        debounce: Duration::from_millis(20),
+        resync: Duration::from_secs(5),
+    };
+    let task = tokio::spawn(async move {
+        let changed = Arc::new(Notify::new());
+        let stores: Stores = run::watch_all(&client, Arc::clone(&changed));
+        leadership.wait_until_leader().await?;
+        let r = run::lead(client, &leadership, &stores, &changed, &settings).await;
+        leadership.step_down().await?;
+        r
+    });
+    Controller { task }
+}
+
+fn pool(name: &str, addresses: &[&str], want: Option<&str>, auto: bool) -> AddressPool {
+    serde_json::from_value(json!({
+        "apiVersion": "rivora.dev/v1alpha1", "kind": "AddressPool",
+        "metadata": { "name": name },
+        "spec": {
+            "addresses": addresses,
+            "autoAssign": auto,
+            "serviceSelector": want.map(|w| json!({"matchLabels": {"want": w}})),
+        }
+    }))
+    .unwrap()
+}
+
+fn lb_service(name: &str, want: &str, annotations: serde_json::Value) -> Service {
+    let (families, policy) = match want {
+        "v6" => (json!(["IPv6"]), "SingleStack"),
+        "dual" => (json!(["IPv4", "IPv6"]), "RequireDualStack"),
+        _ => (json!(["IPv4"]), "SingleStack"),
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": name, "labels": {"want": want}, "annotations": annotations },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": LOAD_BALANCER_CLASS,
+            "ipFamilies": families,
+            "ipFamilyPolicy": policy,
+            "ports": [{ "port": 80, "protocol": "TCP" }],
+        }
+    }))
+    .unwrap()
+}
+
+/// Polls until `check` is Ok over the Services of `ns`, reporting what it last saw.
+async fn wait_for<T>(
+    what: &str,
+    limit: Duration,
+    api: &Api<Service>,
+    mut check: impl FnMut(&[Service]) -> Result<T, String>,
+) -> (T, Duration) {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < limit {
+        let list = api.list(&ListParams::default()).await.unwrap().items;
+        match check(&list) {
+            Ok(v) => return (v, start.elapsed()),
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out after {limit:?} waiting for {what}; last: {last}");
+}
+
+/// Applies deploy/rbac/rivora-controller.yaml (the Role into `lease_ns`), binds it to
+/// ServiceAccount `lease_ns/rivora-controller`, and returns a client with that identity once
+/// RBAC lets it list Services.
+async fn controller_identity(bed: &TestBed, admin: &Client, lease_ns: &str) -> Client {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/rbac/rivora-controller.yaml"),
+    )
+    .unwrap();
+    let pp = PatchParams::apply("rivora-test").force();
+    let subject =
+        json!([{"kind": "ServiceAccount", "name": "rivora-controller", "namespace": lease_ns}]);
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        match v["kind"].as_str().unwrap() {
+            "ClusterRole" => {
+                let cr: ClusterRole = serde_json::from_value(v).unwrap();
+                let name = cr.name_any();
+                Api::<ClusterRole>::all(admin.clone())
+                    .patch(&name, &pp, &Patch::Apply(&cr))
+                    .await
+                    .unwrap();
+                let b: ClusterRoleBinding = serde_json::from_value(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": subject,
+                }))
+                .unwrap();
+                Api::<ClusterRoleBinding>::all(admin.clone())
+                    .patch(&name, &pp, &Patch::Apply(&b))
+                    .await
+                    .unwrap();
+            }
+            "Role" => {
+                let mut role: Role = serde_json::from_value(v).unwrap();
+                role.metadata.namespace = Some(lease_ns.into());
+                let name = role.name_any();
+                Api::<Role>::namespaced(admin.clone(), lease_ns)
+                    .patch(&name, &pp, &Patch::Apply(&role))
+                    .await
+                    .unwrap();
+                let b: RoleBinding = serde_json::from_value(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": lease_ns},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": subject,
+                }))
+                .unwrap();
+                Api::<RoleBinding>::namespaced(admin.clone(), lease_ns)
+                    .patch(&name, &pp, &Patch::Apply(&b))
+                    .await
+                    .unwrap();
+            }
+            other => panic!("unexpected kind {other} in deploy/rbac"),
+        }
+    }
+    let client = bed
+        .service_account_client(lease_ns, "rivora-controller")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Api::<Service>::all(client.clone())
+        .list(&ListParams::default().limit(1))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the ServiceAccount cannot list Services 10 s after binding"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client
+}
+
+fn ingress(svc: &Service) -> Vec<IpAddr> {
+    observe::current_ingress(svc)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_assigns_reports_frees_and_survives_a_restart() {
+    let bed = TestBed::shared();
+    bed.install_crds(&rivora_k8s_api::crds()).await.unwrap();
+    let client = bed.admin_client().await.unwrap();
+    let lease_ns = unique_name("ctrl");
+    let ns = unique_name("svc");
+    ensure_namespace(&client, &lease_ns).await.unwrap();
+    ensure_namespace(&client, &ns).await.unwrap();
+
+    let pools: Api<AddressPool> = Api::all(client.clone());
+    let pp = PostParams::default();
+    let blocks: BTreeMap<&str, Vec<&str>> = [
+        ("v4", vec!["10.10.0.0/24"]),
+        ("v6", vec!["fd00:10::/120"]),
+        ("dual", vec!["10.20.0.0/25", "fd00:20::/121"]),
+    ]
+    .into();
+    for (want, addrs) in &blocks {
+        pools
+            .create(&pp, &pool(&format!("pool-{want}"), addrs, Some(want), true))
+            .await
+            .unwrap();
+    }
+    pools
+        .create(&pp, &pool("pool-small", &["10.30.0.0/30"], None, false))
+        .await
+        .unwrap();
+
+    let identity = controller_identity(bed, &client, &lease_ns).await;
+    let mut controller = start_controller(identity.clone(), &lease_ns, "replica-1").await;
+
+    // Phase 1: 200 Services over three pools.
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let created = Instant::now();
+    for i in 0..200 {
+        let want = ["v4", "v6", "dual"][i % 3];
+        services
+            .create(&pp, &lb_service(&format!("s{i:03}"), want, json!({})))
+            .await
+            .unwrap();
+    }
+    let parsed: BTreeMap<&str, Vec<Block>> = blocks
+        .iter()
+        .map(|(w, a)| (*w, a.iter().map(|b| Block::parse(b).unwrap()).collect()))
+        .collect();
+    let (first, waited) = wait_for(
+        "200 Services assigned",
+        Duration::from_secs(60),
+        &services,
+        |list| {
+            let mut seen = BTreeSet::new();
+            let mut by_name = BTreeMap::new();
+            let mut done = 0;
+            for s in list.iter().filter(|s| s.name_any().starts_with('s')) {
+                let want = s.labels()["want"].clone();
+                let ips = ingress(s);
+                let expected = if want == "dual" { 2 } else { 1 };
+                if ips.len() != expected {
+                    continue;
+                }
+                for ip in &ips {
+                    if !parsed[want.as_str()].iter().any(|b| b.contains(ip)) {
+                        return Err(format!("{} got {ip}, outside pool-{want}", s.name_any()));
+                    }
+                    if !seen.insert(*ip) {
+                        return Err(format!("{ip} given twice"));
+                    }
+                }
+                by_name.insert(s.name_any(), ips);
+                done += 1;
+            }
+            if done == 200 {
+                Ok(by_name)
+            } else {
+                Err(format!("{done}/200 assigned"))
+            }
+        },
+    )
+    .await;
+    println!(
+        "200 Services created and assigned in {:?} (assignment wait {waited:?})",
+        created.elapsed()
+    );
+    let s000 = services.get("s000").await.unwrap();
+    let condition = observe::our_condition(&s000).cloned().unwrap();
+    println!(
+        "s000 generation {:?}, condition {condition:?}",
+        s000.metadata.generation
+    );
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "Assigned")
+    );
+    // kube-apiserver 1.35 keeps no metadata.generation on Services: observedGeneration follows
+    // whatever the Service carries (absent here), never an invented number.
+    assert_eq!(condition.observed_generation, s000.metadata.generation);
+
+    // Phase 2: a requested address outside every pool: condition False and a Warning Event.
+    services
+        .create(
+            &pp,
+            &lb_service(
+                "outside",
+                "v4",
+                json!({"rivora.dev/load-balancer-ips": "192.0.2.77"}),
+            ),
+        )
+        .await
+        .unwrap();
+    let (reason, _) = wait_for(
+        "the failure condition",
+        Duration::from_secs(10),
+        &services,
+        |list| {
+            let s = list
+                .iter()
+                .find(|s| s.name_any() == "outside")
+                .ok_or("not listed")?;
+            let c = observe::our_condition(s).ok_or("no condition yet")?;
+            if c.status == "False" && ingress(s).is_empty() {
+                Ok(c.reason.clone())
+            } else {
+                Err(format!("{c:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(reason, "AddressOutsidePools");
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let evs = events.list(&ListParams::default()).await.unwrap().items;
+        let hit = evs.iter().find(|e| {
+            e.involved_object.name.as_deref() == Some("outside")
+                && e.reason.as_deref() == Some("AddressOutsidePools")
+        });
+        if let Some(e) = hit {
+            println!(
+                "event: {} {}",
+                e.type_.as_deref().unwrap_or(""),
+                e.message.as_deref().unwrap_or("")
+            );
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Event for the failure; saw {} events",
+            evs.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Phase 3: exhaust the small pool, free one address, the waiting Service gets it.
+    for i in 0..5 {
+        services
+            .create(
+                &pp,
+                &lb_service(
+                    &format!("small{i}"),
+                    "v4",
+                    json!({ANNOTATION_POOL: "pool-small"}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let (waiting, _) = wait_for(
+        "the small pool exhausted",
+        Duration::from_secs(10),
+        &services,
+        |list| {
+            let smalls: Vec<&Service> = list
+                .iter()
+                .filter(|s| s.name_any().starts_with("small"))
+                .collect();
+            let assigned = smalls.iter().filter(|s| !ingress(s).is_empty()).count();
+            let exhausted: Vec<&&Service> = smalls
+                .iter()
+                .filter(|s| observe::our_condition(s).is_some_and(|c| c.reason == "PoolExhausted"))
+                .collect();
+            if assigned == 4 && exhausted.len() == 1 {
+                Ok(exhausted[0].name_any())
+            } else {
+                Err(format!(
+                    "{assigned} assigned, {} exhausted",
+                    exhausted.len()
+                ))
+            }
+        },
+    )
+    .await;
+    let victim = (0..5)
+        .map(|i| format!("small{i}"))
+        .find(|n| *n != waiting)
+        .unwrap();
+    let freed = ingress(&services.get(&victim).await.unwrap());
+    services
+        .delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    let (_, took) = wait_for(
+        "the freed address reassigned",
+        Duration::from_secs(5),
+        &services,
+        |list| {
+            let s = list
+                .iter()
+                .find(|s| s.name_any() == waiting)
+                .ok_or("gone")?;
+            if ingress(s) == freed {
+                Ok(())
+            } else {
+                Err(format!("{:?}", ingress(s)))
+            }
+        },
+    )
+    .await;
+    println!("freed {freed:?} from {victim}; {waiting} got it {took:?} after the delete");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+
+    // Phase 4: replace the controller: nothing changes.
+    controller.task.abort();
+    let _ = (&mut controller.task).await;
+    let before: BTreeMap<String, (Vec<IpAddr>, String)> = services
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|s| {
+            (
+                s.name_any(),
+                (ingress(s), s.resource_version().unwrap_or_default()),
+            )
+        })
+        .collect();
+    let controller = start_controller(identity.clone(), &lease_ns, "replica-2").await;
+    // The new replica waits for the old Lease to expire, then makes its passes.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let after = services.list(&ListParams::default()).await.unwrap().items;
+    for s in &after {
+        let (ips, rv) = &before[&s.name_any()];
+        assert_eq!(&ingress(s), ips, "{} moved after the restart", s.name_any());
+        assert_eq!(
+            &s.resource_version().unwrap_or_default(),
+            rv,
+            "{} rewritten",
+            s.name_any()
+        );
+    }
+    for (name, ips) in &first {
+        assert_eq!(
+            &ingress(after.iter().find(|s| &s.name_any() == name).unwrap()),
+            ips
+        );
+    }
+
+    // Phase 5: a Service that stops being a LoadBalancer gives its address back.
+    services
+        .patch(
+            "s001",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP", "loadBalancerClass": null}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "s001's address released",
+        Duration::from_secs(10),
+        &services,
+        |list| {
+            let s = list.iter().find(|s| s.name_any() == "s001").ok_or("gone")?;
+            if ingress(s).is_empty() && observe::our_condition(s).is_none() {
+                Ok(())
+            } else {
+                Err(format!("{:?} {:?}", ingress(s), observe::our_condition(s)))
+            }
+        },
+    )
+    .await;
+    println!("s001 (now ClusterIP) released its address");
+    controller.task.abort();
+
+    // The controller's identity may do nothing else.
+    let forbidden = |r: Result<(), kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => println!("forbidden as expected: {what}"),
+        other => panic!("{what}: expected 403, got {other:?}"),
+    };
+    let cms: Api<ConfigMap> = Api::namespaced(identity.clone(), &ns);
+    forbidden(
+        cms.create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap(),
+        )
+        .await
+        .map(|_| ()),
+        "creating a ConfigMap",
+    );
+    let as_controller: Api<Service> = Api::namespaced(identity.clone(), &ns);
+    forbidden(
+        as_controller
+            .patch(
+                "s000",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+            )
+            .await
+            .map(|_| ()),
+        "changing a Service's metadata",
+    );
+    forbidden(
+        Api::<AddressPool>::all(identity.clone())
+            .patch(
+                "pool-v4",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"disabled": true}})),
+            )
+            .await
+            .map(|_| ()),
+        "changing an AddressPool's spec",
+    );
+    forbidden(
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(identity.clone(), &ns)
+            .create(
+                &pp,
+                &serde_json::from_value(json!({"metadata": {"name": "l"}})).unwrap(),
+            )
+            .await
+            .map(|_| ()),
+        "a Lease outside its namespace",
+    );
+}
