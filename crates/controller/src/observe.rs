@@ -11,7 +11,7 @@ use rivora_k8s_api::AddressPool;
 use serde_json::{Value, json};
 
 use crate::ipam::blocks::Family;
-use crate::ipam::{Assignment, FamilyPolicy, PoolView, ServiceView};
+use crate::ipam::{Assignment, FamilyPolicy, PoolView, ServiceView, Sharing};
 
 /// `spec.loadBalancerClass` that marks a Service as Rivora's.
 pub const LOAD_BALANCER_CLASS: &str = "rivora.dev/lb";
@@ -19,6 +19,10 @@ pub const LOAD_BALANCER_CLASS: &str = "rivora.dev/lb";
 pub const ANNOTATION_IPS: &str = "rivora.dev/load-balancer-ips";
 /// Annotation naming the AddressPool to take the address from.
 pub const ANNOTATION_POOL: &str = "rivora.dev/address-pool";
+/// Annotation: Services with the same value may share one address (when compatible).
+pub const ANNOTATION_SHARING_KEY: &str = "rivora.dev/sharing-key";
+/// Annotation: comma-separated namespaces (or `*`) whose Services may share with this one.
+pub const ANNOTATION_SHARING_NAMESPACES: &str = "rivora.dev/sharing-cross-namespace";
 /// The Service condition rivora-controller owns.
 pub const CONDITION_TYPE: &str = "rivora.dev/AddressAssigned";
 /// The field manager of every write (one, so server-side apply tracks one owner).
@@ -92,12 +96,35 @@ pub fn service_view(
         Some("RequireDualStack") => FamilyPolicy::RequireDualStack,
         _ => FamilyPolicy::SingleStack,
     };
-    let unsupported_protocol = spec
-        .ports
-        .unwrap_or_default()
+    let ports = spec.ports.clone().unwrap_or_default();
+    let unsupported_protocol = ports
         .iter()
         .filter_map(|p| p.protocol.clone())
         .find(|p| p != "TCP" && p != "UDP");
+    let sharing = annotations
+        .get(ANNOTATION_SHARING_KEY)
+        .filter(|k| !k.is_empty())
+        .map(|key| Sharing {
+            key: key.clone(),
+            cross_namespace: annotations
+                .get(ANNOTATION_SHARING_NAMESPACES)
+                .map(|l| {
+                    l.split(',')
+                        .map(|n| n.trim().to_string())
+                        .filter(|n| !n.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ports: ports
+                .iter()
+                .map(|p| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), p.port))
+                .collect(),
+            external_traffic_policy: spec
+                .external_traffic_policy
+                .clone()
+                .unwrap_or_else(|| "Cluster".into()),
+            selector: spec.selector.clone().unwrap_or_default(),
+        });
     Ok(ServiceView {
         namespace: svc.metadata.namespace.clone().unwrap_or_default(),
         name: svc.metadata.name.clone().unwrap_or_default(),
@@ -109,6 +136,7 @@ pub fn service_view(
         requested_pool: annotations.get(ANNOTATION_POOL).cloned(),
         current: current_ingress(svc),
         unsupported_protocol,
+        sharing,
     })
 }
 

@@ -77,6 +77,10 @@ fn pool(name: &str, addresses: &[&str], want: Option<&str>, auto: bool) -> Addre
 }
 
 fn lb_service(name: &str, want: &str, annotations: serde_json::Value) -> Service {
+    lb_service_port(name, want, annotations, 80)
+}
+
+fn lb_service_port(name: &str, want: &str, annotations: serde_json::Value, port: i32) -> Service {
     let (families, policy) = match want {
         "v6" => (json!(["IPv6"]), "SingleStack"),
         "dual" => (json!(["IPv4", "IPv6"]), "RequireDualStack"),
@@ -90,7 +94,7 @@ fn lb_service(name: &str, want: &str, annotations: serde_json::Value) -> Service
             "loadBalancerClass": LOAD_BALANCER_CLASS,
             "ipFamilies": families,
             "ipFamilyPolicy": policy,
-            "ports": [{ "port": 80, "protocol": "TCP" }],
+            "ports": [{ "port": port, "protocol": "TCP" }],
         }
     }))
     .unwrap()
@@ -114,6 +118,47 @@ async fn wait_for<T>(
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("timed out after {limit:?} waiting for {what}; last: {last}");
+}
+
+/// Waits until Service `name` has no address, our condition False with `reason`, and a Warning
+/// Event with that reason; returns the condition's message.
+async fn expect_failure(client: &Client, ns: &str, name: &str, reason: &str) -> String {
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let (message, _) = wait_for(
+        &format!("{name}: {reason}"),
+        Duration::from_secs(10),
+        &services,
+        |list| {
+            let s = list
+                .iter()
+                .find(|s| s.name_any() == name)
+                .ok_or("not listed")?;
+            let c = observe::our_condition(s).ok_or("no condition yet")?;
+            if c.status == "False" && c.reason == reason && ingress(s).is_empty() {
+                Ok(c.message.clone())
+            } else {
+                Err(format!("{:?} {c:?}", ingress(s)))
+            }
+        },
+    )
+    .await;
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let evs = events.list(&ListParams::default()).await.unwrap().items;
+        if let Some(e) = evs.iter().find(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        }) {
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            println!(
+                "{name}: condition False/{reason}, Warning Event: {}",
+                e.message.as_deref().unwrap_or("")
+            );
+            return message;
+        }
+        assert!(Instant::now() < deadline, "no {reason} Event for {name}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn ingress(svc: &Service) -> Vec<IpAddr> {
@@ -218,7 +263,7 @@ async fn the_controller_assigns_reports_frees_and_survives_a_restart() {
     // whatever the Service carries (absent here), never an invented number.
     assert_eq!(condition.observed_generation, s000.metadata.generation);
 
-    // Phase 2: a requested address outside every pool: condition False and a Warning Event.
+    // Phase 2: each failure is a condition and an Event; sharing works when compatible.
     services
         .create(
             &pp,
@@ -230,49 +275,66 @@ async fn the_controller_assigns_reports_frees_and_survives_a_restart() {
         )
         .await
         .unwrap();
-    let (reason, _) = wait_for(
-        "the failure condition",
+    expect_failure(&client, &ns, "outside", "AddressOutsidePools").await;
+    let s000_ip = first["s000"][0];
+    services
+        .create(
+            &pp,
+            &lb_service(
+                "taken",
+                "v4",
+                json!({"rivora.dev/load-balancer-ips": s000_ip.to_string()}),
+            ),
+        )
+        .await
+        .unwrap();
+    let msg = expect_failure(&client, &ns, "taken", "AddressInUse").await;
+    assert!(msg.contains(&format!("{ns}/s000")), "{msg}");
+    let mut nov6 = lb_service("nov6", "v4", json!({}));
+    if let Some(spec) = nov6.spec.as_mut() {
+        spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        spec.ip_family_policy = Some("RequireDualStack".into());
+    }
+    services.create(&pp, &nov6).await.unwrap();
+    expect_failure(&client, &ns, "nov6", "NoPool").await;
+    let key = json!({"rivora.dev/sharing-key": "web"});
+    services
+        .create(&pp, &lb_service_port("share-a", "v4", key.clone(), 80))
+        .await
+        .unwrap();
+    services
+        .create(&pp, &lb_service_port("share-b", "v4", key.clone(), 443))
+        .await
+        .unwrap();
+    let (shared, _) = wait_for(
+        "share-a and share-b on one address",
         Duration::from_secs(10),
         &services,
         |list| {
-            let s = list
-                .iter()
-                .find(|s| s.name_any() == "outside")
-                .ok_or("not listed")?;
-            let c = observe::our_condition(s).ok_or("no condition yet")?;
-            if c.status == "False" && ingress(s).is_empty() {
-                Ok(c.reason.clone())
+            let get = |n: &str| {
+                list.iter()
+                    .find(|s| s.name_any() == n)
+                    .map(ingress)
+                    .unwrap_or_default()
+            };
+            let (a, b) = (get("share-a"), get("share-b"));
+            if !a.is_empty() && a == b {
+                Ok(a)
             } else {
-                Err(format!("{c:?}"))
+                Err(format!("{a:?} {b:?}"))
             }
         },
     )
     .await;
-    assert_eq!(reason, "AddressOutsidePools");
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let evs = events.list(&ListParams::default()).await.unwrap().items;
-        let hit = evs.iter().find(|e| {
-            e.involved_object.name.as_deref() == Some("outside")
-                && e.reason.as_deref() == Some("AddressOutsidePools")
-        });
-        if let Some(e) = hit {
-            println!(
-                "event: {} {}",
-                e.type_.as_deref().unwrap_or(""),
-                e.message.as_deref().unwrap_or("")
-            );
-            assert_eq!(e.type_.as_deref(), Some("Warning"));
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Event for the failure; saw {} events",
-            evs.len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    println!("share-a and share-b share {shared:?}");
+    let mut clash = json!({"rivora.dev/sharing-key": "web"});
+    clash["rivora.dev/load-balancer-ips"] = json!(shared[0].to_string());
+    services
+        .create(&pp, &lb_service_port("share-c", "v4", clash, 80))
+        .await
+        .unwrap();
+    let msg = expect_failure(&client, &ns, "share-c", "SharingRefused").await;
+    assert!(msg.contains("TCP/80"), "{msg}");
 
     // Phase 3: exhaust the small pool, free one address, the waiting Service gets it.
     for i in 0..5 {

@@ -85,6 +85,119 @@ pub struct ServiceView {
     pub current: Vec<IpAddr>,
     /// Whether a port uses a protocol Rivora cannot forward (SCTP).
     pub unsupported_protocol: Option<String>,
+    /// How it may share an address with other Services (None: it never shares).
+    pub sharing: Option<Sharing>,
+}
+
+/// What decides whether two Services may share one address (our sharing-key annotation).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sharing {
+    /// The sharing key; only Services with the same key share.
+    pub key: String,
+    /// Namespaces whose Services may share with this one besides its own (`*`: any).
+    pub cross_namespace: Vec<String>,
+    /// (protocol, port) of every port: two sharers must not overlap.
+    pub ports: Vec<(String, i32)>,
+    /// `spec.externalTrafficPolicy` (`Cluster` when unset): must be the same.
+    pub external_traffic_policy: String,
+    /// `spec.selector`: with `Local`, sharers must select the same pods.
+    pub selector: BTreeMap<String, String>,
+}
+
+impl Sharing {
+    /// Why `a` and `b` may not share an address, or None if they may.
+    pub fn refusal(a: &ServiceView, b: &ServiceView) -> Option<String> {
+        let (Some(x), Some(y)) = (&a.sharing, &b.sharing) else {
+            return Some(format!(
+                "{} has no sharing key",
+                if a.sharing.is_none() {
+                    a.key()
+                } else {
+                    b.key()
+                }
+            ));
+        };
+        if x.key != y.key {
+            return Some(format!("sharing keys differ ({:?} and {:?})", x.key, y.key));
+        }
+        let allows = |s: &Sharing, ns: &str| s.cross_namespace.iter().any(|n| n == "*" || n == ns);
+        if a.namespace != b.namespace && !(allows(x, &b.namespace) && allows(y, &a.namespace)) {
+            return Some("sharing across namespaces is not allowed by both Services".into());
+        }
+        if let Some((proto, port)) = x.ports.iter().find(|p| y.ports.contains(p)) {
+            return Some(format!("both use {proto}/{port}"));
+        }
+        if x.external_traffic_policy != y.external_traffic_policy {
+            return Some("their externalTrafficPolicy differs".into());
+        }
+        if x.external_traffic_policy == "Local"
+            && (x.selector.is_empty() || x.selector != y.selector)
+        {
+            return Some("with externalTrafficPolicy Local they must select the same pods".into());
+        }
+        None
+    }
+}
+
+/// Who holds each address (several Services when they share it).
+#[derive(Default)]
+struct Holders<'a> {
+    by_ip: HashMap<IpAddr, Vec<&'a ServiceView>>,
+}
+
+impl<'a> Holders<'a> {
+    fn is_free(&self, ip: &IpAddr) -> bool {
+        self.by_ip.get(ip).is_none_or(Vec::is_empty)
+    }
+
+    /// Ok if `svc` may hold `ip` now (free, or shared compatibly with every holder).
+    fn admits(&self, ip: &IpAddr, svc: &ServiceView) -> Result<(), Failure> {
+        for h in self.by_ip.get(ip).into_iter().flatten() {
+            if let Some(why) = Sharing::refusal(svc, h) {
+                return Err(if svc.sharing.is_some() && h.sharing.is_some() {
+                    Failure::SharingRefused(*ip, h.key(), why)
+                } else {
+                    Failure::AddressTaken(*ip, h.key())
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, ip: IpAddr, svc: &'a ServiceView) {
+        self.by_ip.entry(ip).or_default().push(svc);
+    }
+
+    fn release(&mut self, ip: &IpAddr, svc: &ServiceView) {
+        if let Some(v) = self.by_ip.get_mut(ip) {
+            v.retain(|h| h.key() != svc.key());
+        }
+    }
+
+    /// An address already held by Services `svc` may share with, in one of `pools`.
+    fn shareable(
+        &self,
+        svc: &ServiceView,
+        fam: Family,
+        pools: &[&Pool<'_>],
+    ) -> Option<(IpAddr, String)> {
+        svc.sharing.as_ref()?;
+        let mut ips: Vec<&IpAddr> = self
+            .by_ip
+            .keys()
+            .filter(|ip| Family::of(ip) == fam)
+            .collect();
+        ips.sort();
+        for ip in ips {
+            if self.is_free(ip) || self.admits(ip, svc).is_err() {
+                continue;
+            }
+            if let Some(p) = pools.iter().find(|p| p.contains(ip)) {
+                return Some((*ip, p.view.name.clone()));
+            }
+        }
+        None
+    }
 }
 
 impl ServiceView {
@@ -124,6 +237,9 @@ pub enum Failure {
     NotDualStack,
     /// A port's protocol cannot be forwarded.
     UnsupportedProtocol(String),
+    /// A requested address is held by a Service with the same sharing key that may not share
+    /// it (address, holder, why).
+    SharingRefused(IpAddr, String, String),
 }
 
 impl Failure {
@@ -137,6 +253,7 @@ impl Failure {
             Failure::AddressOutsidePools(_) => "AddressOutsidePools",
             Failure::NotDualStack => "NotDualStack",
             Failure::UnsupportedProtocol(_) => "UnsupportedProtocol",
+            Failure::SharingRefused(..) => "SharingRefused",
         }
     }
 }
@@ -166,6 +283,10 @@ impl fmt::Display for Failure {
                 f.write_str("ipFamilyPolicy RequireDualStack needs two ipFamilies")
             }
             Failure::UnsupportedProtocol(p) => write!(f, "protocol {p} is not supported by Rivora"),
+            Failure::SharingRefused(ip, by, why) => write!(
+                f,
+                "the requested address {ip} is assigned to {by}, which it may not share: {why}"
+            ),
         }
     }
 }
@@ -244,7 +365,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
     let mut services: Vec<&ServiceView> = services.iter().collect();
     services.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
 
-    let mut taken: HashMap<IpAddr, String> = HashMap::new();
+    let mut taken = Holders::default();
     let mut kept: BTreeMap<String, Vec<(IpAddr, String)>> = BTreeMap::new();
 
     // 2. Import what Services already have.
@@ -259,7 +380,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
             let fam = Family::of(ip);
             let acceptable = wanted.contains(&fam)
                 && !mine.iter().any(|(m, _)| Family::of(m) == fam)
-                && !taken.contains_key(ip)
+                && taken.admits(ip, svc).is_ok()
                 && (svc.requested.is_empty() || svc.requested.contains(ip));
             if !acceptable {
                 continue;
@@ -268,7 +389,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
                 .iter()
                 .find(|p| p.usable && pool_allowed(p, svc) && p.contains(ip))
             {
-                taken.insert(*ip, key.clone());
+                taken.take(*ip, svc);
                 mine.push((*ip, pool.view.name.clone()));
             }
         }
@@ -292,7 +413,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
             continue;
         }
         if svc.family_policy == FamilyPolicy::RequireDualStack && svc.families.len() < 2 {
-            release(&mut assignment, &mut taken);
+            release(&mut assignment, &mut taken, svc);
             assignment.failures.push(Failure::NotDualStack);
             out.services.insert(key, assignment);
             continue;
@@ -317,7 +438,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
             }
             match pick(&pools, svc, fam, &taken) {
                 Ok((ip, pool)) => {
-                    taken.insert(ip, key.clone());
+                    taken.take(ip, svc);
                     assignment.addresses.push((ip, pool));
                 }
                 Err(f) => assignment.failures.push(f),
@@ -328,7 +449,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
             _ => !assignment.addresses.is_empty(),
         };
         if !satisfied {
-            release(&mut assignment, &mut taken);
+            release(&mut assignment, &mut taken, svc);
         }
         if svc.family_policy == FamilyPolicy::PreferDualStack && !assignment.addresses.is_empty() {
             // One family is enough; say nothing about a family that had no pool at all.
@@ -345,7 +466,12 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
 
     for pool in &pools {
         let report = out.pools.entry(pool.view.name.clone()).or_default();
-        for ip in taken.keys() {
+        for ip in taken
+            .by_ip
+            .iter()
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(ip, _)| ip)
+        {
             if pool.usable && pool.contains(ip) {
                 *report.used.entry(Family::of(ip)).or_default() += 1;
             }
@@ -354,9 +480,9 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
     out
 }
 
-fn release(assignment: &mut Assignment, taken: &mut HashMap<IpAddr, String>) {
+fn release(assignment: &mut Assignment, taken: &mut Holders<'_>, svc: &ServiceView) {
     for (ip, _) in assignment.addresses.drain(..) {
-        taken.remove(&ip);
+        taken.release(&ip, svc);
     }
 }
 
@@ -373,7 +499,7 @@ fn pick(
     pools: &[Pool<'_>],
     svc: &ServiceView,
     fam: Family,
-    taken: &HashMap<IpAddr, String>,
+    taken: &Holders<'_>,
 ) -> Result<(IpAddr, String), Failure> {
     let candidates: Vec<&Pool<'_>> = pools
         .iter()
@@ -386,9 +512,7 @@ fn pick(
         .filter(|ip| Family::of(ip) == fam)
         .collect();
     if let Some(ip) = requested.first() {
-        if let Some(by) = taken.get(ip) {
-            return Err(Failure::AddressTaken(**ip, by.clone()));
-        }
+        taken.admits(ip, svc)?;
         return candidates
             .iter()
             .find(|p| p.contains(ip))
@@ -399,6 +523,9 @@ fn pick(
         // Requested addresses only of the other family: this family is not wanted.
         return Err(Failure::NoPool(fam));
     }
+    if let Some(shared) = taken.shareable(svc, fam, &candidates) {
+        return Ok(shared);
+    }
     let mut any = false;
     for pool in candidates {
         for block in pool.blocks.iter().filter(|b| b.family == fam) {
@@ -406,7 +533,7 @@ fn pick(
             let mut n = block.first;
             loop {
                 let ip = from_int(fam, n);
-                if pool.offers(&ip) && !taken.contains_key(&ip) {
+                if pool.offers(&ip) && taken.is_free(&ip) {
                     return Ok((ip, pool.view.name.clone()));
                 }
                 if n == block.last {

@@ -39,7 +39,19 @@ fn svc(name: &str) -> ServiceView {
         requested_pool: None,
         current: Vec::new(),
         unsupported_protocol: None,
+        sharing: None,
     }
+}
+
+fn sharing(mut s: ServiceView, key: &str, ports: &[(&str, i32)], etp: &str) -> ServiceView {
+    s.sharing = Some(Sharing {
+        key: key.into(),
+        cross_namespace: Vec::new(),
+        ports: ports.iter().map(|(p, n)| (p.to_string(), *n)).collect(),
+        external_traffic_policy: etp.into(),
+        selector: [("app".to_string(), s.name.clone())].into(),
+    });
+    s
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -306,4 +318,124 @@ fn pool_choice_follows_requests_selectors_auto_assign_and_priority() {
         [Failure::UnsupportedProtocol("SCTP".into())]
     );
     assert!(addrs(&out, "ns/sctp").is_empty());
+}
+
+#[test]
+fn compatible_services_share_an_address_and_incompatible_ones_do_not() {
+    let pools = vec![pool("p", &["10.11.0.0/29"])];
+    let tcp = sharing(svc("dns-tcp"), "dns", &[("TCP", 53)], "Cluster");
+    let udp = sharing(svc("dns-udp"), "dns", &[("UDP", 53)], "Cluster");
+    let clash = sharing(svc("dns-tcp2"), "dns", &[("TCP", 53)], "Cluster");
+    let local = sharing(svc("dns-local"), "dns", &[("TCP", 853)], "Local");
+    let mut other_ns = sharing(svc("dns-other"), "dns", &[("TCP", 5353)], "Cluster");
+    other_ns.namespace = "elsewhere".into();
+    let out = allocate(
+        &pools,
+        &[
+            tcp.clone(),
+            udp.clone(),
+            clash.clone(),
+            local.clone(),
+            other_ns.clone(),
+        ],
+    );
+    let a = addrs(&out, "ns/dns-tcp");
+    assert_eq!(addrs(&out, "ns/dns-udp"), a, "TCP/53 and UDP/53 share");
+    for k in ["ns/dns-tcp2", "ns/dns-local", "elsewhere/dns-other"] {
+        assert_ne!(addrs(&out, k), a, "{k} must not share");
+        assert_eq!(
+            addrs(&out, k).len(),
+            1,
+            "{k} still gets an address of its own"
+        );
+    }
+    assert_eq!(
+        out.pools["p"].used[&Family::V4],
+        4,
+        "distinct addresses are counted once"
+    );
+
+    // Asking for the shared address explicitly: refused with the reason, or allowed across
+    // namespaces when both opt in.
+    let mut wants = clash.clone();
+    wants.requested = vec![a[0]];
+    let mut cross = other_ns.clone();
+    cross.requested = vec![a[0]];
+    if let Some(s) = cross.sharing.as_mut() {
+        s.cross_namespace = vec!["ns".into()];
+    }
+    let mut tcp_open = tcp.clone();
+    if let Some(s) = tcp_open.sharing.as_mut() {
+        s.cross_namespace = vec!["*".into()];
+    }
+    // The sharers already hold it (imported first), the requests come after.
+    tcp_open.current = a.clone();
+    let mut udp = udp;
+    udp.current = a.clone();
+    // Every holder must opt in: the UDP sharer names the other namespace.
+    if let Some(s) = udp.sharing.as_mut() {
+        s.cross_namespace = vec!["elsewhere".into()];
+    }
+    let out = allocate(&pools, &[tcp_open, udp, wants, cross]);
+    match &out.services["ns/dns-tcp2"].failures[..] {
+        [Failure::SharingRefused(ip, by, why)] => {
+            assert_eq!((*ip, by.as_str()), (a[0], "ns/dns-tcp"));
+            assert!(why.contains("TCP/53"), "{why}");
+        }
+        other => panic!("expected SharingRefused, got {other:?}"),
+    }
+    assert_eq!(
+        addrs(&out, "elsewhere/dns-other"),
+        a,
+        "cross-namespace sharing when both allow it"
+    );
+}
+
+#[test]
+fn cross_namespace_sharing_needs_every_holder_to_opt_in() {
+    let pools = vec![pool("p", &["10.13.0.0/29"])];
+    let mut open = sharing(svc("open"), "k", &[("TCP", 80)], "Cluster");
+    let mut closed = sharing(svc("closed"), "k", &[("TCP", 81)], "Cluster");
+    let held = vec![ip("10.13.0.1")];
+    open.current = held.clone();
+    closed.current = held.clone();
+    if let Some(s) = open.sharing.as_mut() {
+        s.cross_namespace = vec!["*".into()];
+    }
+    let mut guest = sharing(svc("guest"), "k", &[("TCP", 82)], "Cluster");
+    guest.namespace = "other".into();
+    guest.requested = held.clone();
+    if let Some(s) = guest.sharing.as_mut() {
+        s.cross_namespace = vec!["ns".into()];
+    }
+    let out = allocate(&pools, &[open, closed, guest]);
+    assert!(addrs(&out, "other/guest").is_empty());
+    assert!(
+        matches!(&out.services["other/guest"].failures[..], [Failure::SharingRefused(_, by, why)] if by == "ns/closed" && why.contains("namespaces")),
+        "{:?}",
+        out.services["other/guest"].failures
+    );
+}
+
+#[test]
+fn a_sharer_keeps_the_shared_address_across_restarts() {
+    let pools = vec![pool("p", &["10.12.0.0/29"])];
+    let mut services = vec![
+        sharing(svc("b"), "k", &[("TCP", 80)], "Cluster"),
+        sharing(svc("c"), "k", &[("TCP", 443)], "Cluster"),
+        svc("a-plain"),
+    ];
+    let out = allocate(&pools, &services);
+    assert_eq!(addrs(&out, "ns/b"), addrs(&out, "ns/c"));
+    with_status(&mut services, &out);
+    services.reverse();
+    let again = allocate(&pools, &services);
+    for s in &services {
+        assert_eq!(
+            addrs(&again, &s.key()),
+            addrs(&out, &s.key()),
+            "{}",
+            s.key()
+        );
+    }
 }
