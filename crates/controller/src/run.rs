@@ -26,6 +26,7 @@ use tracing::{info, warn};
 
 use crate::ipam::{self, Outcome, ServiceView};
 use crate::leader::Leadership;
+use crate::metrics::Metrics;
 use crate::observe::{self, ClassConfig, FIELD_MANAGER};
 
 /// How the loop behaves.
@@ -39,6 +40,8 @@ pub struct Settings {
     pub debounce: Duration,
     /// Recompute at least this often even without events.
     pub resync: Duration,
+    /// Where passes are recorded.
+    pub metrics: Arc<Metrics>,
 }
 
 /// The watched objects.
@@ -125,8 +128,22 @@ pub async fn lead(
             instance: Some(settings.identity.clone()),
         },
     );
+    settings.metrics.set_leader(true);
+    let result = lead_passes(&client, leadership, stores, changed, settings, &recorder).await;
+    settings.metrics.set_leader(false);
+    result
+}
+
+async fn lead_passes(
+    client: &Client,
+    leadership: &Leadership,
+    stores: &Stores,
+    changed: &Notify,
+    settings: &Settings,
+    recorder: &Recorder,
+) -> Result<()> {
     loop {
-        let report = pass(&client, leadership, stores, &recorder, settings).await?;
+        let report = pass(client, leadership, stores, recorder, settings).await?;
         if report.not_leader {
             info!("leadership not confirmed; stopping writes");
             return Ok(());
@@ -260,6 +277,9 @@ pub async fn pass(
         report.service_writes += 1;
     }
     report.pool_writes = write_pool_status(client, &pools, &outcome).await?;
+    settings
+        .metrics
+        .record_pass(&outcome, report.service_writes, report.pool_writes);
     Ok(report)
 }
 

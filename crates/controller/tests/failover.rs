@@ -29,16 +29,23 @@ struct Replica {
     id: String,
     child: Child,
     log: PathBuf,
+    metrics: std::net::SocketAddr,
 }
 
 impl Replica {
     fn start(id: &str, dir: &Path, kubeconfig: &Path, lease_ns: &str) -> Replica {
         let log = dir.join(format!("{id}.log"));
+        // A free loopback port for its metrics server.
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_rivora-controller"))
             .args(["--lease-namespace", lease_ns, "--identity", id])
             .args(["--lease-duration", &LEASE_SECONDS.to_string()])
             .args(["--lease-grace", &GRACE_SECONDS.to_string()])
+            .args(["--metrics-address", &metrics.to_string()])
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -50,7 +57,19 @@ impl Replica {
             id: id.into(),
             child,
             log,
+            metrics,
         }
+    }
+
+    /// GET /metrics of the process (plain HTTP/1.0 on loopback).
+    fn scrape(&self) -> String {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(self.metrics).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        body
     }
 
     fn kill(&mut self) {
@@ -187,6 +206,33 @@ async fn sigkill_of_the_leader_moves_no_address_and_the_other_takes_over() {
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &lease_ns);
     let leader = holder(&leases).await.expect("a leader");
     println!("200 Services assigned; leader {leader}");
+    let (lead_replica, other_replica) = if leader == a.id { (&a, &b) } else { (&b, &a) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let used = "rivora_controller_pool_addresses{pool=\"dual\",family=\"ipv4\",state=\"used\"} 200";
+    loop {
+        let text = lead_replica.scrape();
+        if text.contains("rivora_controller_leader 1") && text.contains(used) {
+            println!(
+                "leader metrics: {}",
+                text.lines()
+                    .filter(|l| l.starts_with("rivora_controller_pool")
+                        || l.starts_with("rivora_controller_services"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leader metrics never showed {used:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        other_replica
+            .scrape()
+            .contains("rivora_controller_leader 0")
+    );
 
     // Create 50 more while killing the leader after the first 10.
     let creator = {

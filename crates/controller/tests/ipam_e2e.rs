@@ -51,6 +51,7 @@ async fn start_controller(client: Client, lease_ns: &str, identity: &str) -> Con
         identity: identity.into(),
         debounce: Duration::from_millis(20),
         resync: Duration::from_secs(5),
+        metrics: Arc::new(rivora_controller::metrics::Metrics::new()),
     };
     let task = tokio::spawn(async move {
         let changed = Arc::new(Notify::new());

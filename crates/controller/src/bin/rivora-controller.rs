@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use rivora_controller::leader::{LeaderConfig, Leadership};
+use rivora_controller::metrics::Metrics;
 use rivora_controller::observe::{ClassConfig, LOAD_BALANCER_CLASS};
 use rivora_controller::run::{self, Settings};
 use tokio::sync::Notify;
@@ -39,6 +40,9 @@ struct Args {
     /// Also serve LoadBalancer Services without a loadBalancerClass (Rivora is the default).
     #[arg(long)]
     default_class: bool,
+    /// Address of the HTTP server with /metrics (Prometheus) and /healthz.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_address: std::net::SocketAddr,
 }
 
 #[tokio::main]
@@ -67,6 +71,8 @@ async fn run_main(args: Args) -> Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server (in-cluster config or KUBECONFIG)")?;
+    let metrics = Arc::new(Metrics::new());
+    serve_metrics(args.metrics_address, Arc::clone(&metrics)).await?;
     let settings = Settings {
         class: ClassConfig {
             class: args.load_balancer_class,
@@ -75,6 +81,7 @@ async fn run_main(args: Args) -> Result<()> {
         identity: identity.clone(),
         debounce: Duration::from_millis(50),
         resync: Duration::from_secs(30),
+        metrics,
     };
     let changed = Arc::new(Notify::new());
     let stores = run::watch_all(&client, Arc::clone(&changed));
@@ -115,4 +122,36 @@ async fn run_main(args: Args) -> Result<()> {
     }
     info!("stopping; releasing the Lease");
     leadership.step_down().await
+}
+
+/// Serves /metrics and /healthz on `addr` in the background.
+async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>) -> Result<()> {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics server on {addr}"))?;
+    info!(address = %listener.local_addr()?, "serving /metrics");
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = Arc::clone(&metrics);
+                async move {
+                    (
+                        [(
+                            "content-type",
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.encode(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }));
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            error!("metrics server: {e}");
+        }
+    });
+    Ok(())
 }
