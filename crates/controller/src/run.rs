@@ -112,7 +112,27 @@ pub struct PassReport {
     pub not_leader: bool,
 }
 
-/// Runs passes until `leadership` is lost (returns Ok) or an API error persists.
+/// What a replica does for its whole life: wait for leadership, lead until it cannot confirm it
+/// (or a write fails), pause briefly, and start over. Never returns unless the election ends.
+pub async fn serve(
+    client: Client,
+    leadership: &mut Leadership,
+    stores: &Stores,
+    changed: &Notify,
+    settings: &Settings,
+) -> Result<()> {
+    loop {
+        leadership.wait_until_leader().await?;
+        info!(identity = %settings.identity, "leading");
+        if let Err(e) = lead(client.clone(), leadership, stores, changed, settings).await {
+            warn!("{e:#}");
+        }
+        // Not confirmed (renewal late, or lost) or a failed write: look again shortly.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Runs passes until leadership cannot be confirmed (returns Ok) or a write fails.
 pub async fn lead(
     client: Client,
     leadership: &Leadership,

@@ -56,10 +56,7 @@ async fn start_controller(client: Client, lease_ns: &str, identity: &str) -> Con
     let task = tokio::spawn(async move {
         let changed = Arc::new(Notify::new());
         let stores: Stores = run::watch_all(&client, Arc::clone(&changed));
-        leadership.wait_until_leader().await?;
-        let r = run::lead(client, &leadership, &stores, &changed, &settings).await;
-        leadership.step_down().await?;
-        r
+        run::serve(client, &mut leadership, &stores, &changed, &settings).await
     });
     Controller { task }
 }

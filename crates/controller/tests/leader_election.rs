@@ -74,6 +74,31 @@ async fn one_leader_and_a_hand_over_within_the_lease_duration_on_step_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_leader_confirms_through_its_renewals() {
+    let (a, b) = replicas("rivora-controller").await;
+    let (leader, follower) = settle(a, b).await;
+    // Several renewals (every DURATION - GRACE): confirm must never drop in between.
+    let start = Instant::now();
+    let mut checks = 0;
+    while start.elapsed() < DURATION * 3 {
+        assert!(
+            leader.confirm().await.unwrap(),
+            "the healthy leader stopped confirming after {:?}",
+            start.elapsed()
+        );
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    println!(
+        "the leader confirmed {checks} times over {:?}",
+        start.elapsed()
+    );
+    assert!(!follower.is_leader());
+    leader.step_down().await.unwrap();
+    follower.step_down().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_leader_stops_confirming_before_the_other_takes_over() {
     let (a, b) = replicas("rivora-controller").await;
     let (leader, follower) = settle(a, b).await;

@@ -31,7 +31,8 @@ struct Args {
     /// How long a leader that stopped renewing keeps the Lease, in seconds.
     #[arg(long, default_value_t = 15)]
     lease_duration: u64,
-    /// Seconds before expiry at which the leader renews, and stops writing if it could not.
+    /// Seconds before expiry at which the leader renews; with half of it left and no renewal it
+    /// stops writing.
     #[arg(long, default_value_t = 5)]
     lease_grace: u64,
     /// spec.loadBalancerClass of the Services this controller serves.
@@ -97,28 +98,9 @@ async fn run_main(args: Args) -> Result<()> {
     )
     .await?;
     info!(%identity, "waiting for leadership");
-    loop {
-        tokio::select! {
-            r = leadership.wait_until_leader() => r?,
-            _ = tokio::signal::ctrl_c() => break,
-        }
-        info!(%identity, "leading");
-        tokio::select! {
-            r = run::lead(client.clone(), &leadership, &stores, &changed, &settings) => {
-                if let Err(e) = r {
-                    // A failed write: log it, and start over (re-confirming leadership first).
-                    error!("{e:#}");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            }
-            _ = tokio::signal::ctrl_c() => break,
-        }
-        // Lost the Lease: wait until the election says so too before competing again.
-        while leadership.is_leader() {
-            leadership.changed().await?;
-        }
-        info!(%identity, "no longer leading");
+    tokio::select! {
+        r = run::serve(client.clone(), &mut leadership, &stores, &changed, &settings) => r?,
+        _ = tokio::signal::ctrl_c() => {}
     }
     info!("stopping; releasing the Lease");
     leadership.step_down().await
