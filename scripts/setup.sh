@@ -56,3 +56,7 @@ if [ "$(id -u)" = 0 ] && [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs
   mount -t bpf bpf /sys/fs/bpf
   echo "setup: mounted bpffs at /sys/fs/bpf"
 fi
+
+# kube-apiserver, etcd and the Gateway API CRDs for the Kubernetes tests, built once into a cache
+# outside the clone (keyed by version; a no-op when present).
+"$(dirname "${BASH_SOURCE[0]}")/build-testdeps.sh"

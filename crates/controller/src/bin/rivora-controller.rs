@@ -1,0 +1,139 @@
+//! rivora-controller: assigns addresses from AddressPools to Rivora's LoadBalancer Services.
+//! Run two replicas; one leads through a Lease and is the only writer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use rivora_controller::leader::{LeaderConfig, Leadership};
+use rivora_controller::metrics::Metrics;
+use rivora_controller::observe::{ClassConfig, LOAD_BALANCER_CLASS};
+use rivora_controller::run::{self, Settings};
+use tokio::sync::Notify;
+use tracing::{error, info};
+
+/// Assigns addresses from Rivora's AddressPools to LoadBalancer Services and writes
+/// Service.status.loadBalancer; only the replica holding the Lease writes.
+#[derive(Parser, Debug)]
+#[command(name = "rivora-controller", version)]
+struct Args {
+    /// Namespace of the leader-election Lease (the controller's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "rivora-system")]
+    lease_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "rivora-controller")]
+    lease_name: String,
+    /// This replica's identity in the Lease and in Events (default: the pod name, else the host
+    /// name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// How long a leader that stopped renewing keeps the Lease, in seconds.
+    #[arg(long, default_value_t = 15)]
+    lease_duration: u64,
+    /// Seconds before expiry at which the leader renews; with half of it left and no renewal it
+    /// stops writing.
+    #[arg(long, default_value_t = 5)]
+    lease_grace: u64,
+    /// spec.loadBalancerClass of the Services this controller serves.
+    #[arg(long, default_value = LOAD_BALANCER_CLASS)]
+    load_balancer_class: String,
+    /// Also serve LoadBalancer Services without a loadBalancerClass (Rivora is the default).
+    #[arg(long)]
+    default_class: bool,
+    /// Address of the HTTP server with /metrics (Prometheus) and /healthz.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_address: std::net::SocketAddr,
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run_main(Args::parse()).await {
+        error!("{e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run_main(args: Args) -> Result<()> {
+    let identity = match args.identity {
+        Some(id) => id,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .context("no --identity/POD_NAME and no host name")?,
+    };
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server (in-cluster config or KUBECONFIG)")?;
+    let metrics = Arc::new(Metrics::new());
+    serve_metrics(args.metrics_address, Arc::clone(&metrics)).await?;
+    let settings = Settings {
+        class: ClassConfig {
+            class: args.load_balancer_class,
+            default_class: args.default_class,
+        },
+        identity: identity.clone(),
+        debounce: Duration::from_millis(50),
+        resync: Duration::from_secs(30),
+        metrics,
+    };
+    let changed = Arc::new(Notify::new());
+    let stores = run::watch_all(&client, Arc::clone(&changed));
+    let mut leadership = Leadership::start(
+        client.clone(),
+        LeaderConfig {
+            lease_name: args.lease_name,
+            namespace: args.lease_namespace,
+            identity: identity.clone(),
+            duration: Duration::from_secs(args.lease_duration),
+            grace: Duration::from_secs(args.lease_grace),
+        },
+    )
+    .await?;
+    info!(%identity, "waiting for leadership");
+    tokio::select! {
+        r = run::serve(client.clone(), &mut leadership, &stores, &changed, &settings) => r?,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    info!("stopping; releasing the Lease");
+    leadership.step_down().await
+}
+
+/// Serves /metrics and /healthz on `addr` in the background.
+async fn serve_metrics(addr: std::net::SocketAddr, metrics: Arc<Metrics>) -> Result<()> {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics server on {addr}"))?;
+    info!(address = %listener.local_addr()?, "serving /metrics");
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = Arc::clone(&metrics);
+                async move {
+                    (
+                        [(
+                            "content-type",
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.encode(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }));
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            error!("metrics server: {e}");
+        }
+    });
+    Ok(())
+}

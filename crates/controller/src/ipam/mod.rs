@@ -1,0 +1,606 @@
+//! AddressPool IPAM as a pure function: observed pools and Services in, the addresses every
+//! Service should have (or why it has none) and each pool's counts and conditions out.
+//!
+//! Why pure: the rules that matter (no restart or failover ever moves an address, a requested
+//! address is never given to someone else, a freed address goes to whoever waits) are then
+//! proven by unit tests over plain values; the Kubernetes side only observes objects and writes
+//! the result back.
+//!
+//! Order of work, every time (so the result depends on the objects, not on event order):
+//! 1. pools are parsed; a pool overlapping an older one (creation time, then name) is marked
+//!    `Overlapping` and gives out nothing new;
+//! 2. **import**: every address a Service already has in `status.loadBalancer.ingress` is kept
+//!    if it is still acceptable for it (in a pool it may use, of a family it wants, requested if
+//!    it requests addresses, not kept by a Service earlier in (namespace, name) order) —
+//!    before anything new is allocated, so nothing already assigned can be taken;
+//! 3. Services requesting specific addresses get them (before generic requests, so a waiting
+//!    generic Service never takes an address somebody asked for);
+//! 4. the rest get the first free address of the best pool for each missing family.
+
+pub mod blocks;
+pub mod selector;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::IpAddr;
+
+use blocks::{Block, Family, buggy_count, from_int, is_buggy};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+/// A pool as the allocator needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolView {
+    /// The AddressPool's name.
+    pub name: String,
+    /// `spec.addresses`, unparsed (a bad entry makes the pool invalid, it does not panic).
+    pub addresses: Vec<String>,
+    /// `spec.autoAssign`.
+    pub auto_assign: bool,
+    /// `spec.avoidBuggyIPs`.
+    pub avoid_buggy_ips: bool,
+    /// `spec.serviceSelector`.
+    pub service_selector: Option<LabelSelector>,
+    /// `spec.namespaceSelector`.
+    pub namespace_selector: Option<LabelSelector>,
+    /// `spec.priority` (higher is tried first).
+    pub priority: i32,
+    /// `spec.disabled`.
+    pub disabled: bool,
+    /// `metadata.creationTimestamp` as sortable text (RFC 3339); decides which of two
+    /// overlapping pools wins.
+    pub created: String,
+}
+
+/// `spec.ipFamilyPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyPolicy {
+    /// One address, of the first family in `ipFamilies`.
+    SingleStack,
+    /// One address per family in `ipFamilies` where possible; one is enough.
+    PreferDualStack,
+    /// One address per family, both or none.
+    RequireDualStack,
+}
+
+/// A Service as the allocator needs it (only LoadBalancer Services of ours are passed in).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceView {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// Labels of its namespace.
+    pub namespace_labels: BTreeMap<String, String>,
+    /// `spec.ipFamilies` (the API server always sets it for a Service with a ClusterIP).
+    pub families: Vec<Family>,
+    /// `spec.ipFamilyPolicy`.
+    pub family_policy: FamilyPolicy,
+    /// Requested addresses: `spec.loadBalancerIP` and our annotation's list.
+    pub requested: Vec<IpAddr>,
+    /// Requested pool (our annotation).
+    pub requested_pool: Option<String>,
+    /// What `status.loadBalancer.ingress` holds now.
+    pub current: Vec<IpAddr>,
+    /// Whether a port uses a protocol Rivora cannot forward (SCTP).
+    pub unsupported_protocol: Option<String>,
+    /// How it may share an address with other Services (None: it never shares).
+    pub sharing: Option<Sharing>,
+}
+
+/// What decides whether two Services may share one address (our sharing-key annotation).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sharing {
+    /// The sharing key; only Services with the same key share.
+    pub key: String,
+    /// Namespaces whose Services may share with this one besides its own (`*`: any).
+    pub cross_namespace: Vec<String>,
+    /// (protocol, port) of every port: two sharers must not overlap.
+    pub ports: Vec<(String, i32)>,
+    /// `spec.externalTrafficPolicy` (`Cluster` when unset): must be the same.
+    pub external_traffic_policy: String,
+    /// `spec.selector`: with `Local`, sharers must select the same pods.
+    pub selector: BTreeMap<String, String>,
+}
+
+impl Sharing {
+    /// Why `a` and `b` may not share an address, or None if they may.
+    pub fn refusal(a: &ServiceView, b: &ServiceView) -> Option<String> {
+        let (Some(x), Some(y)) = (&a.sharing, &b.sharing) else {
+            return Some(format!(
+                "{} has no sharing key",
+                if a.sharing.is_none() {
+                    a.key()
+                } else {
+                    b.key()
+                }
+            ));
+        };
+        if x.key != y.key {
+            return Some(format!("sharing keys differ ({:?} and {:?})", x.key, y.key));
+        }
+        let allows = |s: &Sharing, ns: &str| s.cross_namespace.iter().any(|n| n == "*" || n == ns);
+        if a.namespace != b.namespace && !(allows(x, &b.namespace) && allows(y, &a.namespace)) {
+            return Some("sharing across namespaces is not allowed by both Services".into());
+        }
+        if let Some((proto, port)) = x.ports.iter().find(|p| y.ports.contains(p)) {
+            return Some(format!("both use {proto}/{port}"));
+        }
+        if x.external_traffic_policy != y.external_traffic_policy {
+            return Some("their externalTrafficPolicy differs".into());
+        }
+        if x.external_traffic_policy == "Local"
+            && (x.selector.is_empty() || x.selector != y.selector)
+        {
+            return Some("with externalTrafficPolicy Local they must select the same pods".into());
+        }
+        None
+    }
+}
+
+/// Who holds each address (several Services when they share it).
+#[derive(Default)]
+struct Holders<'a> {
+    by_ip: HashMap<IpAddr, Vec<&'a ServiceView>>,
+}
+
+impl<'a> Holders<'a> {
+    fn is_free(&self, ip: &IpAddr) -> bool {
+        self.by_ip.get(ip).is_none_or(Vec::is_empty)
+    }
+
+    /// Ok if `svc` may hold `ip` now (free, or shared compatibly with every holder).
+    fn admits(&self, ip: &IpAddr, svc: &ServiceView) -> Result<(), Failure> {
+        for h in self.by_ip.get(ip).into_iter().flatten() {
+            if let Some(why) = Sharing::refusal(svc, h) {
+                return Err(if svc.sharing.is_some() && h.sharing.is_some() {
+                    Failure::SharingRefused(*ip, h.key(), why)
+                } else {
+                    Failure::AddressTaken(*ip, h.key())
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, ip: IpAddr, svc: &'a ServiceView) {
+        self.by_ip.entry(ip).or_default().push(svc);
+    }
+
+    fn release(&mut self, ip: &IpAddr, svc: &ServiceView) {
+        if let Some(v) = self.by_ip.get_mut(ip) {
+            v.retain(|h| h.key() != svc.key());
+        }
+    }
+
+    /// An address already held by Services `svc` may share with, in one of `pools`.
+    fn shareable(
+        &self,
+        svc: &ServiceView,
+        fam: Family,
+        pools: &[&Pool<'_>],
+    ) -> Option<(IpAddr, String)> {
+        svc.sharing.as_ref()?;
+        let mut ips: Vec<&IpAddr> = self
+            .by_ip
+            .keys()
+            .filter(|ip| Family::of(ip) == fam)
+            .collect();
+        ips.sort();
+        for ip in ips {
+            if self.is_free(ip) || self.admits(ip, svc).is_err() {
+                continue;
+            }
+            if let Some(p) = pools.iter().find(|p| p.contains(ip)) {
+                return Some((*ip, p.view.name.clone()));
+            }
+        }
+        None
+    }
+}
+
+impl ServiceView {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The families it should get an address of.
+    fn wanted_families(&self) -> Vec<Family> {
+        let mut fams = self.families.clone();
+        if fams.is_empty() {
+            fams.push(Family::V4);
+        }
+        match self.family_policy {
+            FamilyPolicy::SingleStack => fams.truncate(1),
+            FamilyPolicy::PreferDualStack | FamilyPolicy::RequireDualStack => fams.truncate(2),
+        }
+        fams
+    }
+}
+
+/// Why a Service has no (or not every) address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// No pool it may use has addresses of this family.
+    NoPool(Family),
+    /// The pools it may use have no free address of this family.
+    PoolExhausted(Family),
+    /// The requested pool does not exist, is disabled, overlapping or invalid.
+    PoolUnusable(String),
+    /// A requested address is kept by another Service.
+    AddressTaken(IpAddr, String),
+    /// A requested address is in no pool the Service may use.
+    AddressOutsidePools(IpAddr),
+    /// RequireDualStack but `ipFamilies` lists fewer than two families.
+    NotDualStack,
+    /// A port's protocol cannot be forwarded.
+    UnsupportedProtocol(String),
+    /// A requested address is held by a Service with the same sharing key that may not share
+    /// it (address, holder, why).
+    SharingRefused(IpAddr, String, String),
+}
+
+impl Failure {
+    /// Machine-readable reason, for the Service condition and the Event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Failure::NoPool(_) => "NoPool",
+            Failure::PoolExhausted(_) => "PoolExhausted",
+            Failure::PoolUnusable(_) => "PoolUnusable",
+            Failure::AddressTaken(..) => "AddressInUse",
+            Failure::AddressOutsidePools(_) => "AddressOutsidePools",
+            Failure::NotDualStack => "NotDualStack",
+            Failure::UnsupportedProtocol(_) => "UnsupportedProtocol",
+            Failure::SharingRefused(..) => "SharingRefused",
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::NoPool(fam) => {
+                write!(f, "no AddressPool this Service may use has {fam} addresses")
+            }
+            Failure::PoolExhausted(fam) => write!(
+                f,
+                "every AddressPool this Service may use is out of {fam} addresses"
+            ),
+            Failure::PoolUnusable(p) => write!(
+                f,
+                "the requested AddressPool {p} does not exist or gives out no addresses (disabled, invalid or overlapping)"
+            ),
+            Failure::AddressTaken(ip, by) => {
+                write!(f, "the requested address {ip} is assigned to {by}")
+            }
+            Failure::AddressOutsidePools(ip) => write!(
+                f,
+                "the requested address {ip} is in no AddressPool this Service may use"
+            ),
+            Failure::NotDualStack => {
+                f.write_str("ipFamilyPolicy RequireDualStack needs two ipFamilies")
+            }
+            Failure::UnsupportedProtocol(p) => write!(f, "protocol {p} is not supported by Rivora"),
+            Failure::SharingRefused(ip, by, why) => write!(
+                f,
+                "the requested address {ip} is assigned to {by}, which it may not share: {why}"
+            ),
+        }
+    }
+}
+
+/// What one Service should have.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Assignment {
+    /// The addresses (with the pool each came from), in `ipFamilies` order.
+    pub addresses: Vec<(IpAddr, String)>,
+    /// Why it has none or fewer than wanted (empty: everything it wanted).
+    pub failures: Vec<Failure>,
+}
+
+/// Counts and conditions of one pool.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PoolReport {
+    /// Why the pool is invalid (a bad block), if it is.
+    pub invalid: Option<String>,
+    /// The older pool it overlaps, if any.
+    pub overlaps: Option<String>,
+    /// Usable addresses per family (after avoidBuggyIPs).
+    pub total: BTreeMap<Family, u128>,
+    /// Assigned addresses per family.
+    pub used: BTreeMap<Family, u128>,
+}
+
+impl PoolReport {
+    /// Whether no address of any family it has is left.
+    pub fn exhausted(&self) -> bool {
+        !self.total.is_empty()
+            && self
+                .total
+                .iter()
+                .all(|(f, t)| self.used.get(f).copied().unwrap_or(0) >= *t)
+    }
+}
+
+/// The whole result.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outcome {
+    /// Per Service key (`namespace/name`).
+    pub services: BTreeMap<String, Assignment>,
+    /// Per pool name.
+    pub pools: BTreeMap<String, PoolReport>,
+}
+
+struct Pool<'a> {
+    view: &'a PoolView,
+    blocks: Vec<Block>,
+    /// Gives out new addresses (valid, not overlapping an older pool, not disabled).
+    allocates: bool,
+    /// May hold imported addresses (valid, not overlapping).
+    usable: bool,
+}
+
+impl Pool<'_> {
+    fn may_serve(&self, svc: &ServiceView) -> bool {
+        selector::matches(self.view.service_selector.as_ref(), &svc.labels)
+            && selector::matches(self.view.namespace_selector.as_ref(), &svc.namespace_labels)
+    }
+
+    fn contains(&self, ip: &IpAddr) -> bool {
+        self.blocks.iter().any(|b| b.contains(ip)) && self.offers(ip)
+    }
+
+    /// Whether the pool hands out `ip` at all (avoidBuggyIPs), block membership aside.
+    fn offers(&self, ip: &IpAddr) -> bool {
+        !self.view.avoid_buggy_ips || !is_buggy(ip)
+    }
+}
+
+/// Computes the assignments. See the module documentation for the order of work.
+pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
+    let mut out = Outcome::default();
+    let pools = prepare_pools(pools, &mut out);
+    let mut services: Vec<&ServiceView> = services.iter().collect();
+    services.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+
+    let mut taken = Holders::default();
+    let mut kept: BTreeMap<String, Vec<(IpAddr, String)>> = BTreeMap::new();
+
+    // 2. Import what Services already have.
+    for svc in &services {
+        if svc.unsupported_protocol.is_some() {
+            continue;
+        }
+        let key = svc.key();
+        let wanted = svc.wanted_families();
+        let mut mine: Vec<(IpAddr, String)> = Vec::new();
+        for ip in &svc.current {
+            let fam = Family::of(ip);
+            let acceptable = wanted.contains(&fam)
+                && !mine.iter().any(|(m, _)| Family::of(m) == fam)
+                && taken.admits(ip, svc).is_ok()
+                && (svc.requested.is_empty() || svc.requested.contains(ip));
+            if !acceptable {
+                continue;
+            }
+            if let Some(pool) = pools
+                .iter()
+                .find(|p| p.usable && pool_allowed(p, svc) && p.contains(ip))
+            {
+                taken.take(*ip, svc);
+                mine.push((*ip, pool.view.name.clone()));
+            }
+        }
+        kept.insert(key, mine);
+    }
+
+    // 3 and 4: requested addresses first, then generic requests.
+    let (with_requests, generic): (Vec<&ServiceView>, Vec<&ServiceView>) =
+        services.iter().partition(|s| !s.requested.is_empty());
+    for svc in with_requests.into_iter().chain(generic) {
+        let key = svc.key();
+        let mut assignment = Assignment {
+            addresses: kept.remove(&key).unwrap_or_default(),
+            failures: Vec::new(),
+        };
+        if let Some(p) = &svc.unsupported_protocol {
+            assignment
+                .failures
+                .push(Failure::UnsupportedProtocol(p.clone()));
+            out.services.insert(key, assignment);
+            continue;
+        }
+        if svc.family_policy == FamilyPolicy::RequireDualStack && svc.families.len() < 2 {
+            release(&mut assignment, &mut taken, svc);
+            assignment.failures.push(Failure::NotDualStack);
+            out.services.insert(key, assignment);
+            continue;
+        }
+        if let Some(name) = &svc.requested_pool
+            && !pools.iter().any(|p| &p.view.name == name && p.allocates)
+            && assignment.addresses.is_empty()
+        {
+            assignment
+                .failures
+                .push(Failure::PoolUnusable(name.clone()));
+            out.services.insert(key, assignment);
+            continue;
+        }
+        for fam in svc.wanted_families() {
+            if assignment
+                .addresses
+                .iter()
+                .any(|(a, _)| Family::of(a) == fam)
+            {
+                continue;
+            }
+            match pick(&pools, svc, fam, &taken) {
+                Ok((ip, pool)) => {
+                    taken.take(ip, svc);
+                    assignment.addresses.push((ip, pool));
+                }
+                Err(f) => assignment.failures.push(f),
+            }
+        }
+        let satisfied = match svc.family_policy {
+            FamilyPolicy::RequireDualStack => assignment.failures.is_empty(),
+            _ => !assignment.addresses.is_empty(),
+        };
+        if !satisfied {
+            release(&mut assignment, &mut taken, svc);
+        }
+        if svc.family_policy == FamilyPolicy::PreferDualStack && !assignment.addresses.is_empty() {
+            // One family is enough; say nothing about a family that had no pool at all.
+            assignment
+                .failures
+                .retain(|f| !matches!(f, Failure::NoPool(_)));
+        }
+        let order = svc.wanted_families();
+        assignment
+            .addresses
+            .sort_by_key(|(a, _)| order.iter().position(|f| *f == Family::of(a)));
+        out.services.insert(key, assignment);
+    }
+
+    for pool in &pools {
+        let report = out.pools.entry(pool.view.name.clone()).or_default();
+        for ip in taken
+            .by_ip
+            .iter()
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(ip, _)| ip)
+        {
+            if pool.usable && pool.contains(ip) {
+                *report.used.entry(Family::of(ip)).or_default() += 1;
+            }
+        }
+    }
+    out
+}
+
+fn release(assignment: &mut Assignment, taken: &mut Holders<'_>, svc: &ServiceView) {
+    for (ip, _) in assignment.addresses.drain(..) {
+        taken.release(&ip, svc);
+    }
+}
+
+/// Whether the Service may have addresses of this pool (its request and the pool's selectors).
+fn pool_allowed(pool: &Pool<'_>, svc: &ServiceView) -> bool {
+    match &svc.requested_pool {
+        Some(name) => &pool.view.name == name,
+        None => pool.may_serve(svc),
+    }
+}
+
+/// The address to give `svc` for family `fam`.
+fn pick(
+    pools: &[Pool<'_>],
+    svc: &ServiceView,
+    fam: Family,
+    taken: &Holders<'_>,
+) -> Result<(IpAddr, String), Failure> {
+    let candidates: Vec<&Pool<'_>> = pools
+        .iter()
+        .filter(|p| p.allocates && pool_allowed(p, svc))
+        .filter(|p| svc.requested_pool.is_some() || p.view.auto_assign || !svc.requested.is_empty())
+        .collect();
+    let requested: Vec<&IpAddr> = svc
+        .requested
+        .iter()
+        .filter(|ip| Family::of(ip) == fam)
+        .collect();
+    if let Some(ip) = requested.first() {
+        taken.admits(ip, svc)?;
+        return candidates
+            .iter()
+            .find(|p| p.contains(ip))
+            .map(|p| (**ip, p.view.name.clone()))
+            .ok_or(Failure::AddressOutsidePools(**ip));
+    }
+    if !svc.requested.is_empty() {
+        // Requested addresses only of the other family: this family is not wanted.
+        return Err(Failure::NoPool(fam));
+    }
+    if let Some(shared) = taken.shareable(svc, fam, &candidates) {
+        return Ok(shared);
+    }
+    let mut any = false;
+    for pool in candidates {
+        for block in pool.blocks.iter().filter(|b| b.family == fam) {
+            any = true;
+            let mut n = block.first;
+            loop {
+                let ip = from_int(fam, n);
+                if pool.offers(&ip) && taken.is_free(&ip) {
+                    return Ok((ip, pool.view.name.clone()));
+                }
+                if n == block.last {
+                    break;
+                }
+                n += 1;
+            }
+        }
+    }
+    Err(if any {
+        Failure::PoolExhausted(fam)
+    } else {
+        Failure::NoPool(fam)
+    })
+}
+
+/// Parses pools, settles overlaps (older wins) and sorts them by preference.
+fn prepare_pools<'a>(views: &'a [PoolView], out: &mut Outcome) -> Vec<Pool<'a>> {
+    let mut by_age: Vec<&PoolView> = views.iter().collect();
+    by_age.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
+    let mut pools: Vec<Pool<'a>> = Vec::new();
+    for view in by_age {
+        let mut report = PoolReport::default();
+        let parsed: Result<Vec<Block>, String> =
+            view.addresses.iter().map(|a| Block::parse(a)).collect();
+        let blocks = match parsed {
+            Ok(b) => b,
+            Err(e) => {
+                report.invalid = Some(e);
+                Vec::new()
+            }
+        };
+        if report.invalid.is_none() {
+            report.overlaps = pools
+                .iter()
+                .filter(|p| p.usable)
+                .find(|p| {
+                    p.blocks
+                        .iter()
+                        .any(|a| blocks.iter().any(|b| a.overlaps(b)))
+                })
+                .map(|p| p.view.name.clone());
+        }
+        let usable = report.invalid.is_none() && report.overlaps.is_none();
+        for b in &blocks {
+            let mut n = b.size();
+            if view.avoid_buggy_ips && b.family == Family::V4 {
+                n -= buggy_count(b.first, b.last);
+            }
+            *report.total.entry(b.family).or_default() += n;
+        }
+        out.pools.insert(view.name.clone(), report);
+        pools.push(Pool {
+            view,
+            blocks,
+            allocates: usable && !view.disabled,
+            usable,
+        });
+    }
+    pools.sort_by(|a, b| {
+        b.view
+            .priority
+            .cmp(&a.view.priority)
+            .then_with(|| a.view.name.cmp(&b.view.name))
+    });
+    pools
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,441 @@
+//! The allocator's rules over plain values.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use super::*;
+
+fn pool(name: &str, addresses: &[&str]) -> PoolView {
+    PoolView {
+        name: name.into(),
+        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        auto_assign: true,
+        avoid_buggy_ips: false,
+        service_selector: None,
+        namespace_selector: None,
+        priority: 0,
+        disabled: false,
+        created: "2026-01-01T00:00:00Z".into(),
+    }
+}
+
+fn selecting(mut p: PoolView, key: &str, value: &str) -> PoolView {
+    p.service_selector = Some(LabelSelector {
+        match_labels: Some([(key.to_string(), value.to_string())].into()),
+        match_expressions: None,
+    });
+    p
+}
+
+fn svc(name: &str) -> ServiceView {
+    ServiceView {
+        namespace: "ns".into(),
+        name: name.into(),
+        labels: BTreeMap::new(),
+        namespace_labels: BTreeMap::new(),
+        families: vec![Family::V4],
+        family_policy: FamilyPolicy::SingleStack,
+        requested: Vec::new(),
+        requested_pool: None,
+        current: Vec::new(),
+        unsupported_protocol: None,
+        sharing: None,
+    }
+}
+
+fn sharing(mut s: ServiceView, key: &str, ports: &[(&str, i32)], etp: &str) -> ServiceView {
+    s.sharing = Some(Sharing {
+        key: key.into(),
+        cross_namespace: Vec::new(),
+        ports: ports.iter().map(|(p, n)| (p.to_string(), *n)).collect(),
+        external_traffic_policy: etp.into(),
+        selector: [("app".to_string(), s.name.clone())].into(),
+    });
+    s
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn addrs(out: &Outcome, key: &str) -> Vec<IpAddr> {
+    out.services[key]
+        .addresses
+        .iter()
+        .map(|(a, _)| *a)
+        .collect()
+}
+
+/// Feeds an outcome back as the Services' current status (what the controller writes).
+fn with_status(services: &mut [ServiceView], out: &Outcome) {
+    for s in services {
+        s.current = addrs(out, &s.key());
+    }
+}
+
+fn three_pools_and_200_services() -> (Vec<PoolView>, Vec<ServiceView>) {
+    let pools = vec![
+        selecting(pool("v4", &["10.10.0.0/25"]), "want", "v4"),
+        selecting(pool("v6", &["fd00:10::/120"]), "want", "v6"),
+        selecting(
+            pool("dual", &["10.20.0.0-10.20.0.99", "fd00:20::/121"]),
+            "want",
+            "dual",
+        ),
+    ];
+    let mut services = Vec::new();
+    for i in 0..200 {
+        let mut s = svc(&format!("s{i:03}"));
+        let (want, fams, policy) = match i % 3 {
+            0 => ("v4", vec![Family::V4], FamilyPolicy::SingleStack),
+            1 => ("v6", vec![Family::V6], FamilyPolicy::SingleStack),
+            _ => (
+                "dual",
+                vec![Family::V6, Family::V4],
+                FamilyPolicy::RequireDualStack,
+            ),
+        };
+        s.labels.insert("want".into(), want.into());
+        s.families = fams;
+        s.family_policy = policy;
+        services.push(s);
+    }
+    (pools, services)
+}
+
+#[test]
+fn two_hundred_services_get_distinct_addresses_from_the_right_pools() {
+    let (pools, services) = three_pools_and_200_services();
+    let out = allocate(&pools, &services);
+    let mut seen = BTreeSet::new();
+    for s in &services {
+        let a = &out.services[&s.key()];
+        assert!(a.failures.is_empty(), "{}: {:?}", s.key(), a.failures);
+        assert_eq!(a.addresses.len(), s.families.len(), "{}", s.key());
+        for ((addr, from), fam) in a.addresses.iter().zip(&s.families) {
+            assert_eq!(Family::of(addr), *fam, "{} in ipFamilies order", s.key());
+            assert_eq!(from, &s.labels["want"], "{} from its pool", s.key());
+            assert!(seen.insert(*addr), "{addr} given twice");
+        }
+    }
+    assert_eq!(seen.len(), 67 + 67 + 66 * 2);
+    let dual = &out.pools["dual"];
+    assert_eq!(dual.total[&Family::V4], 100);
+    assert_eq!(dual.used[&Family::V4], 66);
+    assert_eq!(dual.used[&Family::V6], 66);
+}
+
+#[test]
+fn existing_addresses_never_move_whatever_changes_around_them() {
+    let (mut pools, mut services) = three_pools_and_200_services();
+    let first = allocate(&pools, &services);
+    with_status(&mut services, &first);
+    // Restart with everything different around the old Services: new Services that sort
+    // first, pools in another order with other priorities, Services listed in reverse.
+    for i in 0..50 {
+        let mut s = svc(&format!("a{i:02}"));
+        s.labels.insert("want".into(), "v4".into());
+        services.push(s);
+    }
+    services.reverse();
+    pools.reverse();
+    pools[0].priority = 100;
+    let second = allocate(&pools, &services);
+    for (key, a) in &first.services {
+        assert_eq!(second.services[key].addresses, a.addresses, "{key} moved");
+    }
+    let new: Vec<IpAddr> = (0..50)
+        .flat_map(|i| addrs(&second, &format!("ns/a{i:02}")))
+        .collect();
+    let old: BTreeSet<IpAddr> = first
+        .services
+        .values()
+        .flat_map(|a| a.addresses.iter().map(|x| x.0))
+        .collect();
+    assert!(
+        new.iter().all(|a| !old.contains(a)),
+        "a new Service got an old address"
+    );
+    assert_eq!(
+        new.iter().collect::<BTreeSet<_>>().len(),
+        50,
+        "distinct new addresses"
+    );
+}
+
+#[test]
+fn a_requested_address_is_given_or_refused_with_the_reason() {
+    let pools = vec![pool("p", &["10.0.0.0/29"])];
+    let mut generic = svc("a-generic");
+    generic.current = Vec::new();
+    let mut wants = svc("b-wants");
+    wants.requested = vec![ip("10.0.0.0")];
+    let mut clash = svc("c-clash");
+    clash.requested = vec![ip("10.0.0.0")];
+    let mut outside = svc("d-outside");
+    outside.requested = vec![ip("192.0.2.1")];
+    let out = allocate(&pools, &[generic, wants, clash, outside]);
+    // The generic Service sorts first but does not take the requested address.
+    assert_eq!(addrs(&out, "ns/b-wants"), [ip("10.0.0.0")]);
+    assert_eq!(addrs(&out, "ns/a-generic"), [ip("10.0.0.1")]);
+    assert_eq!(
+        out.services["ns/c-clash"].failures,
+        [Failure::AddressTaken(ip("10.0.0.0"), "ns/b-wants".into())]
+    );
+    assert!(addrs(&out, "ns/c-clash").is_empty());
+    assert_eq!(
+        out.services["ns/d-outside"].failures,
+        [Failure::AddressOutsidePools(ip("192.0.2.1"))]
+    );
+    assert_eq!(
+        out.services["ns/d-outside"].failures[0].reason(),
+        "AddressOutsidePools"
+    );
+}
+
+#[test]
+fn exhaustion_then_a_freed_address_goes_to_the_waiting_service() {
+    let pools = vec![pool("small", &["10.1.0.0/30"])];
+    let mut services: Vec<ServiceView> = (0..5).map(|i| svc(&format!("s{i}"))).collect();
+    let out = allocate(&pools, &services);
+    assert_eq!(
+        out.services["ns/s4"].failures,
+        [Failure::PoolExhausted(Family::V4)]
+    );
+    assert!(out.pools["small"].exhausted());
+    with_status(&mut services, &out);
+    let freed = addrs(&out, "ns/s1");
+    services.retain(|s| s.name != "s1");
+    let again = allocate(&pools, &services);
+    assert_eq!(addrs(&again, "ns/s4"), freed);
+    for k in ["ns/s0", "ns/s2", "ns/s3"] {
+        assert_eq!(addrs(&again, k), addrs(&out, k), "{k} unchanged");
+    }
+}
+
+#[test]
+fn dual_stack_policies() {
+    let v4_only = vec![pool("v4", &["10.2.0.0/24"])];
+    let both = vec![pool("v4", &["10.2.0.0/24"]), pool("v6", &["fd00:2::/120"])];
+    let mut prefer = svc("prefer");
+    prefer.families = vec![Family::V4, Family::V6];
+    prefer.family_policy = FamilyPolicy::PreferDualStack;
+    let mut require = prefer.clone();
+    require.name = "require".into();
+    require.family_policy = FamilyPolicy::RequireDualStack;
+    let mut single_family = require.clone();
+    single_family.name = "one".into();
+    single_family.families = vec![Family::V6];
+
+    let out = allocate(
+        &v4_only,
+        &[prefer.clone(), require.clone(), single_family.clone()],
+    );
+    assert_eq!(addrs(&out, "ns/prefer"), [ip("10.2.0.0")]);
+    assert!(out.services["ns/prefer"].failures.is_empty());
+    assert!(addrs(&out, "ns/require").is_empty(), "both or none");
+    assert_eq!(
+        out.services["ns/require"].failures,
+        [Failure::NoPool(Family::V6)]
+    );
+    assert_eq!(out.services["ns/one"].failures, [Failure::NotDualStack]);
+
+    let out = allocate(&both, &[prefer, require]);
+    assert_eq!(addrs(&out, "ns/prefer"), [ip("10.2.0.0"), ip("fd00:2::")]);
+    assert_eq!(addrs(&out, "ns/require"), [ip("10.2.0.1"), ip("fd00:2::1")]);
+}
+
+#[test]
+fn a_disabled_pool_keeps_its_addresses_and_gives_no_new_ones() {
+    let mut pools = vec![pool("p", &["10.3.0.0/24"])];
+    let mut services = vec![svc("old")];
+    let out = allocate(&pools, &services);
+    with_status(&mut services, &out);
+    pools[0].disabled = true;
+    services.push(svc("new"));
+    let out2 = allocate(&pools, &services);
+    assert_eq!(addrs(&out2, "ns/old"), addrs(&out, "ns/old"));
+    assert_eq!(
+        out2.services["ns/new"].failures,
+        [Failure::NoPool(Family::V4)]
+    );
+    assert_eq!(out2.pools["p"].used[&Family::V4], 1);
+}
+
+#[test]
+fn the_newer_of_two_overlapping_pools_gives_nothing() {
+    let mut older = pool("zz-older", &["10.4.0.0/24"]);
+    older.created = "2026-01-01T00:00:00Z".into();
+    let mut newer = pool("aa-newer", &["10.4.0.128/25", "10.5.0.0/24"]);
+    newer.created = "2026-02-01T00:00:00Z".into();
+    newer.priority = 10;
+    let out = allocate(&[newer, older], &[svc("s")]);
+    assert_eq!(out.pools["aa-newer"].overlaps.as_deref(), Some("zz-older"));
+    assert_eq!(
+        out.services["ns/s"].addresses,
+        [(ip("10.4.0.0"), "zz-older".into())]
+    );
+}
+
+#[test]
+fn avoid_buggy_ips_skips_dot_zero_and_dot_255() {
+    let mut p = pool("p", &["10.6.0.255-10.6.1.1"]);
+    p.avoid_buggy_ips = true;
+    let out = allocate(&[p], &[svc("s")]);
+    assert_eq!(addrs(&out, "ns/s"), [ip("10.6.1.1")]);
+    assert_eq!(out.pools["p"].total[&Family::V4], 1);
+}
+
+#[test]
+fn pool_choice_follows_requests_selectors_auto_assign_and_priority() {
+    let low = pool("low", &["10.7.0.0/24"]);
+    let mut high = pool("high", &["10.8.0.0/24"]);
+    high.priority = 5;
+    let mut manual = pool("manual", &["10.9.0.0/24"]);
+    manual.auto_assign = false;
+    let pools = vec![low, high, manual];
+    let mut by_pool = svc("by-pool");
+    by_pool.requested_pool = Some("manual".into());
+    let mut missing_pool = svc("missing-pool");
+    missing_pool.requested_pool = Some("nope".into());
+    let mut sctp = svc("sctp");
+    sctp.unsupported_protocol = Some("SCTP".into());
+    let out = allocate(&pools, &[svc("plain"), by_pool, missing_pool, sctp]);
+    assert_eq!(
+        out.services["ns/plain"].addresses,
+        [(ip("10.8.0.0"), "high".into())]
+    );
+    assert_eq!(
+        out.services["ns/by-pool"].addresses,
+        [(ip("10.9.0.0"), "manual".into())]
+    );
+    assert_eq!(
+        out.services["ns/missing-pool"].failures,
+        [Failure::PoolUnusable("nope".into())]
+    );
+    assert_eq!(
+        out.services["ns/sctp"].failures,
+        [Failure::UnsupportedProtocol("SCTP".into())]
+    );
+    assert!(addrs(&out, "ns/sctp").is_empty());
+}
+
+#[test]
+fn compatible_services_share_an_address_and_incompatible_ones_do_not() {
+    let pools = vec![pool("p", &["10.11.0.0/29"])];
+    let tcp = sharing(svc("dns-tcp"), "dns", &[("TCP", 53)], "Cluster");
+    let udp = sharing(svc("dns-udp"), "dns", &[("UDP", 53)], "Cluster");
+    let clash = sharing(svc("dns-tcp2"), "dns", &[("TCP", 53)], "Cluster");
+    let local = sharing(svc("dns-local"), "dns", &[("TCP", 853)], "Local");
+    let mut other_ns = sharing(svc("dns-other"), "dns", &[("TCP", 5353)], "Cluster");
+    other_ns.namespace = "elsewhere".into();
+    let out = allocate(
+        &pools,
+        &[
+            tcp.clone(),
+            udp.clone(),
+            clash.clone(),
+            local.clone(),
+            other_ns.clone(),
+        ],
+    );
+    let a = addrs(&out, "ns/dns-tcp");
+    assert_eq!(addrs(&out, "ns/dns-udp"), a, "TCP/53 and UDP/53 share");
+    for k in ["ns/dns-tcp2", "ns/dns-local", "elsewhere/dns-other"] {
+        assert_ne!(addrs(&out, k), a, "{k} must not share");
+        assert_eq!(
+            addrs(&out, k).len(),
+            1,
+            "{k} still gets an address of its own"
+        );
+    }
+    assert_eq!(
+        out.pools["p"].used[&Family::V4],
+        4,
+        "distinct addresses are counted once"
+    );
+
+    // Asking for the shared address explicitly: refused with the reason, or allowed across
+    // namespaces when both opt in.
+    let mut wants = clash.clone();
+    wants.requested = vec![a[0]];
+    let mut cross = other_ns.clone();
+    cross.requested = vec![a[0]];
+    if let Some(s) = cross.sharing.as_mut() {
+        s.cross_namespace = vec!["ns".into()];
+    }
+    let mut tcp_open = tcp.clone();
+    if let Some(s) = tcp_open.sharing.as_mut() {
+        s.cross_namespace = vec!["*".into()];
+    }
+    // The sharers already hold it (imported first), the requests come after.
+    tcp_open.current = a.clone();
+    let mut udp = udp;
+    udp.current = a.clone();
+    // Every holder must opt in: the UDP sharer names the other namespace.
+    if let Some(s) = udp.sharing.as_mut() {
+        s.cross_namespace = vec!["elsewhere".into()];
+    }
+    let out = allocate(&pools, &[tcp_open, udp, wants, cross]);
+    match &out.services["ns/dns-tcp2"].failures[..] {
+        [Failure::SharingRefused(ip, by, why)] => {
+            assert_eq!((*ip, by.as_str()), (a[0], "ns/dns-tcp"));
+            assert!(why.contains("TCP/53"), "{why}");
+        }
+        other => panic!("expected SharingRefused, got {other:?}"),
+    }
+    assert_eq!(
+        addrs(&out, "elsewhere/dns-other"),
+        a,
+        "cross-namespace sharing when both allow it"
+    );
+}
+
+#[test]
+fn cross_namespace_sharing_needs_every_holder_to_opt_in() {
+    let pools = vec![pool("p", &["10.13.0.0/29"])];
+    let mut open = sharing(svc("open"), "k", &[("TCP", 80)], "Cluster");
+    let mut closed = sharing(svc("closed"), "k", &[("TCP", 81)], "Cluster");
+    let held = vec![ip("10.13.0.1")];
+    open.current = held.clone();
+    closed.current = held.clone();
+    if let Some(s) = open.sharing.as_mut() {
+        s.cross_namespace = vec!["*".into()];
+    }
+    let mut guest = sharing(svc("guest"), "k", &[("TCP", 82)], "Cluster");
+    guest.namespace = "other".into();
+    guest.requested = held.clone();
+    if let Some(s) = guest.sharing.as_mut() {
+        s.cross_namespace = vec!["ns".into()];
+    }
+    let out = allocate(&pools, &[open, closed, guest]);
+    assert!(addrs(&out, "other/guest").is_empty());
+    assert!(
+        matches!(&out.services["other/guest"].failures[..], [Failure::SharingRefused(_, by, why)] if by == "ns/closed" && why.contains("namespaces")),
+        "{:?}",
+        out.services["other/guest"].failures
+    );
+}
+
+#[test]
+fn a_sharer_keeps_the_shared_address_across_restarts() {
+    let pools = vec![pool("p", &["10.12.0.0/29"])];
+    let mut services = vec![
+        sharing(svc("b"), "k", &[("TCP", 80)], "Cluster"),
+        sharing(svc("c"), "k", &[("TCP", 443)], "Cluster"),
+        svc("a-plain"),
+    ];
+    let out = allocate(&pools, &services);
+    assert_eq!(addrs(&out, "ns/b"), addrs(&out, "ns/c"));
+    with_status(&mut services, &out);
+    services.reverse();
+    let again = allocate(&pools, &services);
+    for s in &services {
+        assert_eq!(
+            addrs(&again, &s.key()),
+            addrs(&out, &s.key()),
+            "{}",
+            s.key()
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! rivora-controller: assigns LoadBalancer addresses from AddressPools, as the one leader of its
+//! replicas.
+//!
+//! * [`ipam`]: the allocator, a pure function of observed pools and Services;
+//! * [`leader`]: leader election over a `coordination.k8s.io` Lease (kube-lease-manager);
+//! * [`observe`]: Kubernetes objects to the allocator's views and back to status (pure);
+//! * [`run`]: the watches and the leader's write loop;
+//! * [`metrics`]: what `/metrics` serves.
+
+#![warn(missing_docs)]
+
+pub mod ipam;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod run;

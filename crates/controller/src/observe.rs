@@ -1,0 +1,354 @@
+//! From Kubernetes objects to the allocator's views, and from its result to the status to write.
+//! Pure functions: the API calls are in [`crate::run`].
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use rivora_k8s_api::AddressPool;
+use serde_json::{Value, json};
+
+use crate::ipam::blocks::Family;
+use crate::ipam::{Assignment, FamilyPolicy, PoolView, ServiceView, Sharing};
+
+/// `spec.loadBalancerClass` that marks a Service as Rivora's.
+pub const LOAD_BALANCER_CLASS: &str = "rivora.dev/lb";
+/// Annotation with requested addresses, comma-separated (one per family, for dual-stack).
+pub const ANNOTATION_IPS: &str = "rivora.dev/load-balancer-ips";
+/// Annotation naming the AddressPool to take the address from.
+pub const ANNOTATION_POOL: &str = "rivora.dev/address-pool";
+/// Annotation: Services with the same value may share one address (when compatible).
+pub const ANNOTATION_SHARING_KEY: &str = "rivora.dev/sharing-key";
+/// Annotation: comma-separated namespaces (or `*`) whose Services may share with this one.
+pub const ANNOTATION_SHARING_NAMESPACES: &str = "rivora.dev/sharing-cross-namespace";
+/// The Service condition rivora-controller owns.
+pub const CONDITION_TYPE: &str = "rivora.dev/AddressAssigned";
+/// The field manager of every write (one, so server-side apply tracks one owner).
+pub const FIELD_MANAGER: &str = "rivora-controller";
+
+/// Which Services are Rivora's.
+#[derive(Debug, Clone)]
+pub struct ClassConfig {
+    /// The class Services name (`spec.loadBalancerClass`).
+    pub class: String,
+    /// Whether Services without a class are Rivora's too (Rivora is the cluster's default).
+    pub default_class: bool,
+}
+
+impl Default for ClassConfig {
+    fn default() -> Self {
+        ClassConfig {
+            class: LOAD_BALANCER_CLASS.into(),
+            default_class: false,
+        }
+    }
+}
+
+/// Whether rivora-controller assigns this Service's address.
+pub fn is_ours(svc: &Service, cfg: &ClassConfig) -> bool {
+    let Some(spec) = &svc.spec else { return false };
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return false;
+    }
+    match spec.load_balancer_class.as_deref() {
+        Some(c) => c == cfg.class,
+        None => cfg.default_class,
+    }
+}
+
+/// The allocator's view of a Service of ours; `Err` names a bad annotation (reported as a
+/// failure by the caller, like any other).
+pub fn service_view(
+    svc: &Service,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Result<ServiceView, String> {
+    let spec = svc.spec.clone().unwrap_or_default();
+    let annotations = svc.metadata.annotations.clone().unwrap_or_default();
+    let mut requested = Vec::new();
+    if let Some(ip) = spec.load_balancer_ip.as_deref().filter(|s| !s.is_empty()) {
+        requested.push(
+            ip.parse::<IpAddr>()
+                .map_err(|_| format!("spec.loadBalancerIP {ip:?} is not an IP address"))?,
+        );
+    }
+    if let Some(list) = annotations.get(ANNOTATION_IPS) {
+        if !requested.is_empty() {
+            return Err(format!(
+                "set either spec.loadBalancerIP or the {ANNOTATION_IPS} annotation, not both"
+            ));
+        }
+        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            requested.push(part.parse::<IpAddr>().map_err(|_| {
+                format!("annotation {ANNOTATION_IPS}: {part:?} is not an IP address")
+            })?);
+        }
+    }
+    let families = spec
+        .ip_families
+        .unwrap_or_default()
+        .iter()
+        .map(|f| if f == "IPv6" { Family::V6 } else { Family::V4 })
+        .collect();
+    let family_policy = match spec.ip_family_policy.as_deref() {
+        Some("PreferDualStack") => FamilyPolicy::PreferDualStack,
+        Some("RequireDualStack") => FamilyPolicy::RequireDualStack,
+        _ => FamilyPolicy::SingleStack,
+    };
+    let ports = spec.ports.clone().unwrap_or_default();
+    let unsupported_protocol = ports
+        .iter()
+        .filter_map(|p| p.protocol.clone())
+        .find(|p| p != "TCP" && p != "UDP");
+    let sharing = annotations
+        .get(ANNOTATION_SHARING_KEY)
+        .filter(|k| !k.is_empty())
+        .map(|key| Sharing {
+            key: key.clone(),
+            cross_namespace: annotations
+                .get(ANNOTATION_SHARING_NAMESPACES)
+                .map(|l| {
+                    l.split(',')
+                        .map(|n| n.trim().to_string())
+                        .filter(|n| !n.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ports: ports
+                .iter()
+                .map(|p| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), p.port))
+                .collect(),
+            external_traffic_policy: spec
+                .external_traffic_policy
+                .clone()
+                .unwrap_or_else(|| "Cluster".into()),
+            selector: spec.selector.clone().unwrap_or_default(),
+        });
+    Ok(ServiceView {
+        namespace: svc.metadata.namespace.clone().unwrap_or_default(),
+        name: svc.metadata.name.clone().unwrap_or_default(),
+        labels: svc.metadata.labels.clone().unwrap_or_default(),
+        namespace_labels: namespace_labels.clone(),
+        families,
+        family_policy,
+        requested,
+        requested_pool: annotations.get(ANNOTATION_POOL).cloned(),
+        current: current_ingress(svc),
+        unsupported_protocol,
+        sharing,
+    })
+}
+
+/// The addresses in `status.loadBalancer.ingress`.
+pub fn current_ingress(svc: &Service) -> Vec<IpAddr> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(|ing| {
+            ing.iter()
+                .filter_map(|i| i.ip.as_deref()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The allocator's view of a pool.
+pub fn pool_view(pool: &AddressPool) -> PoolView {
+    PoolView {
+        name: pool.metadata.name.clone().unwrap_or_default(),
+        addresses: pool.spec.addresses.clone(),
+        auto_assign: pool.spec.auto_assign,
+        avoid_buggy_ips: pool.spec.avoid_buggy_ips,
+        service_selector: pool.spec.service_selector.clone(),
+        namespace_selector: pool.spec.namespace_selector.clone(),
+        priority: pool.spec.priority,
+        disabled: pool.spec.disabled,
+        created: pool
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+/// Our condition as it should be: True with the addresses, or False with the first failure.
+/// `lastTransitionTime` is kept from `previous` when the status did not change.
+pub fn desired_condition(
+    assignment: &Assignment,
+    generation: Option<i64>,
+    previous: Option<&Condition>,
+    now: Timestamp,
+) -> Condition {
+    let (status, reason, message) = match assignment.failures.first() {
+        None => (
+            "True",
+            "Assigned".to_string(),
+            format!(
+                "assigned {}",
+                assignment
+                    .addresses
+                    .iter()
+                    .map(|(a, p)| format!("{a} from AddressPool {p}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Some(f) if !assignment.addresses.is_empty() => (
+            "True",
+            "PartiallyAssigned".to_string(),
+            format!("assigned {} address(es); {f}", assignment.addresses.len()),
+        ),
+        Some(f) => ("False", f.reason().to_string(), f.to_string()),
+    };
+    let last_transition_time = previous
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+    Condition {
+        type_: CONDITION_TYPE.into(),
+        status: status.into(),
+        reason,
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// The status body rivora-controller applies to a Service (server-side apply, one manager):
+/// the whole ingress list (it is atomic) and our condition.
+pub fn service_status_patch(assignment: &Assignment, condition: &Condition) -> Value {
+    let ingress: Vec<Value> = assignment
+        .addresses
+        .iter()
+        .map(|(ip, _)| json!({ "ip": ip.to_string(), "ipMode": "VIP" }))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "status": {
+            "loadBalancer": { "ingress": ingress },
+            "conditions": [condition],
+        }
+    })
+}
+
+/// Our condition on a Service, if it has one.
+pub fn our_condition(svc: &Service) -> Option<&Condition> {
+    svc.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION_TYPE)
+}
+
+/// Whether the Service's status already says what `patch` would write (then nothing is sent).
+pub fn status_is_current(svc: &Service, assignment: &Assignment, condition: &Condition) -> bool {
+    let ips: Vec<IpAddr> = assignment.addresses.iter().map(|(a, _)| *a).collect();
+    current_ingress(svc) == ips
+        && our_condition(svc).is_some_and(|c| {
+            c.status == condition.status
+                && c.reason == condition.reason
+                && c.message == condition.message
+                && c.observed_generation == condition.observed_generation
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipam::Failure;
+
+    fn service(value: Value) -> Service {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn only_load_balancers_of_our_class_are_ours() {
+        let cfg = ClassConfig::default();
+        let default = ClassConfig {
+            default_class: true,
+            ..ClassConfig::default()
+        };
+        let lb = service(json!({"spec": {"type": "LoadBalancer"}}));
+        let ours = service(
+            json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": LOAD_BALANCER_CLASS}}),
+        );
+        let other = service(json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": "x/y"}}));
+        let cluster_ip = service(json!({"spec": {"type": "ClusterIP"}}));
+        assert!(is_ours(&ours, &cfg) && is_ours(&ours, &default));
+        assert!(!is_ours(&lb, &cfg) && is_ours(&lb, &default));
+        assert!(!is_ours(&other, &default));
+        assert!(!is_ours(&cluster_ip, &default));
+    }
+
+    #[test]
+    fn requests_families_and_protocols_are_read() {
+        let svc = service(json!({
+            "metadata": {"namespace": "n", "name": "s", "annotations": {
+                ANNOTATION_IPS: "10.0.0.5, fd00::5", ANNOTATION_POOL: "p"}},
+            "spec": {"type": "LoadBalancer", "ipFamilies": ["IPv6", "IPv4"],
+                     "ipFamilyPolicy": "RequireDualStack",
+                     "ports": [{"port": 80, "protocol": "TCP"}, {"port": 9, "protocol": "SCTP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.5"}]}}
+        }));
+        let v = service_view(&svc, &BTreeMap::new()).unwrap();
+        assert_eq!(v.families, [Family::V6, Family::V4]);
+        assert_eq!(v.family_policy, FamilyPolicy::RequireDualStack);
+        assert_eq!(v.requested.len(), 2);
+        assert_eq!(v.requested_pool.as_deref(), Some("p"));
+        assert_eq!(v.current, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
+        assert_eq!(v.unsupported_protocol.as_deref(), Some("SCTP"));
+
+        let both = service(
+            json!({"metadata": {"annotations": {ANNOTATION_IPS: "10.0.0.5"}},
+                                  "spec": {"loadBalancerIP": "10.0.0.6"}}),
+        );
+        assert!(
+            service_view(&both, &BTreeMap::new())
+                .unwrap_err()
+                .contains("not both")
+        );
+        let bad = service(json!({"metadata": {"annotations": {ANNOTATION_IPS: "ten"}}}));
+        assert!(
+            service_view(&bad, &BTreeMap::new())
+                .unwrap_err()
+                .contains("\"ten\"")
+        );
+    }
+
+    #[test]
+    fn the_condition_keeps_its_transition_time_while_unchanged() {
+        let t0: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let t1: Timestamp = "2026-12-01T11:00:00Z".parse().unwrap();
+        let failed = Assignment {
+            addresses: vec![],
+            failures: vec![Failure::PoolExhausted(Family::V4)],
+        };
+        let c0 = desired_condition(&failed, Some(3), None, t0);
+        assert_eq!(
+            (c0.status.as_str(), c0.reason.as_str()),
+            ("False", "PoolExhausted")
+        );
+        assert_eq!(c0.observed_generation, Some(3));
+        let c1 = desired_condition(&failed, Some(3), Some(&c0), t1);
+        assert_eq!(c1.last_transition_time.0, t0);
+        let ok = Assignment {
+            addresses: vec![("10.0.0.1".parse().unwrap(), "p".into())],
+            failures: vec![],
+        };
+        let c2 = desired_condition(&ok, Some(3), Some(&c1), t1);
+        assert_eq!(
+            (c2.status.as_str(), c2.last_transition_time.0),
+            ("True", t1)
+        );
+        let patch = service_status_patch(&ok, &c2);
+        assert_eq!(
+            patch["status"]["loadBalancer"]["ingress"],
+            json!([{"ip": "10.0.0.1", "ipMode": "VIP"}])
+        );
+    }
+}

@@ -1,0 +1,444 @@
+//! The API edge: watch Services, AddressPools and Namespaces, and — while this replica leads —
+//! recompute every assignment from the whole snapshot and write what differs.
+//!
+//! Why "recompute everything" instead of per-event patches: the allocator is a pure function of
+//! the snapshot, so a restart, a failover and a missed event all end in the same state, and the
+//! import-first rule holds by construction once the stores have their first full list (nothing is
+//! computed before every store is ready).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use rivora_k8s_api::AddressPool;
+use serde_json::json;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use crate::ipam::{self, Outcome, ServiceView};
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::observe::{self, ClassConfig, FIELD_MANAGER};
+
+/// How the loop behaves.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Which Services are ours.
+    pub class: ClassConfig,
+    /// This replica's identity (in Events).
+    pub identity: String,
+    /// Quiet time after a change before recomputing (batches bursts of events).
+    pub debounce: Duration,
+    /// Recompute at least this often even without events.
+    pub resync: Duration,
+    /// Where passes are recorded.
+    pub metrics: Arc<Metrics>,
+}
+
+/// The watched objects.
+#[derive(Clone)]
+pub struct Stores {
+    services: Store<Service>,
+    pools: Store<AddressPool>,
+    namespaces: Store<Namespace>,
+}
+
+/// Starts the three watches; `changed` is notified on every event.
+pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
+    fn spawn<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (store, writer) = reflector::store();
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                if let Err(e) = ev {
+                    warn!(error = %e, "watch error (retrying)");
+                }
+                changed.notify_one();
+            }
+        });
+        store
+    }
+    Stores {
+        services: spawn(Api::<Service>::all(client.clone()), Arc::clone(&changed)),
+        pools: spawn(
+            Api::<AddressPool>::all(client.clone()),
+            Arc::clone(&changed),
+        ),
+        namespaces: spawn(Api::<Namespace>::all(client.clone()), changed),
+    }
+}
+
+impl Stores {
+    /// Waits for the first full list of every kind (before that, nothing is computed).
+    pub async fn ready(&self) -> Result<()> {
+        self.services.wait_until_ready().await?;
+        self.pools.wait_until_ready().await?;
+        self.namespaces.wait_until_ready().await?;
+        Ok(())
+    }
+}
+
+/// Counters of one pass, for logs and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    /// Services of ours seen.
+    pub services: usize,
+    /// Service status writes.
+    pub service_writes: usize,
+    /// Pool status writes.
+    pub pool_writes: usize,
+    /// Whether the pass stopped because leadership could not be confirmed.
+    pub not_leader: bool,
+}
+
+/// What a replica does for its whole life: wait for leadership, lead until it cannot confirm it
+/// (or a write fails), pause briefly, and start over. Never returns unless the election ends.
+pub async fn serve(
+    client: Client,
+    leadership: &mut Leadership,
+    stores: &Stores,
+    changed: &Notify,
+    settings: &Settings,
+) -> Result<()> {
+    loop {
+        leadership.wait_until_leader().await?;
+        info!(identity = %settings.identity, "leading");
+        if let Err(e) = lead(client.clone(), leadership, stores, changed, settings).await {
+            warn!("{e:#}");
+        }
+        // Not confirmed (renewal late, or lost) or a failed write: look again shortly.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Runs passes until leadership cannot be confirmed (returns Ok) or a write fails.
+pub async fn lead(
+    client: Client,
+    leadership: &Leadership,
+    stores: &Stores,
+    changed: &Notify,
+    settings: &Settings,
+) -> Result<()> {
+    stores.ready().await?;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(settings.identity.clone()),
+        },
+    );
+    settings.metrics.set_leader(true);
+    let result = lead_passes(&client, leadership, stores, changed, settings, &recorder).await;
+    settings.metrics.set_leader(false);
+    result
+}
+
+async fn lead_passes(
+    client: &Client,
+    leadership: &Leadership,
+    stores: &Stores,
+    changed: &Notify,
+    settings: &Settings,
+    recorder: &Recorder,
+) -> Result<()> {
+    loop {
+        let report = pass(client, leadership, stores, recorder, settings).await?;
+        if report.not_leader {
+            info!("leadership not confirmed; stopping writes");
+            return Ok(());
+        }
+        if report.service_writes + report.pool_writes > 0 {
+            info!(?report, "pass");
+        }
+        let _ = tokio::time::timeout(settings.resync, changed.notified()).await;
+        tokio::time::sleep(settings.debounce).await;
+    }
+}
+
+/// One pass: snapshot, allocate, write what differs (re-confirming leadership as it goes).
+pub async fn pass(
+    client: &Client,
+    leadership: &Leadership,
+    stores: &Stores,
+    recorder: &Recorder,
+    settings: &Settings,
+) -> Result<PassReport> {
+    let mut report = PassReport::default();
+    let mut confirmed_at = Instant::now();
+    if !leadership.confirm().await? {
+        report.not_leader = true;
+        return Ok(report);
+    }
+    let ns_labels: BTreeMap<String, BTreeMap<String, String>> = stores
+        .namespaces
+        .state()
+        .iter()
+        .map(|n| (n.name_any(), n.labels().clone()))
+        .collect();
+    let all_services = stores.services.state();
+    let mut ours: Vec<Arc<Service>> = Vec::new();
+    let mut views: Vec<ServiceView> = Vec::new();
+    let mut bad: BTreeMap<String, String> = BTreeMap::new();
+    for svc in &all_services {
+        if !observe::is_ours(svc, &settings.class) {
+            continue;
+        }
+        let empty = BTreeMap::new();
+        let labels = ns_labels
+            .get(svc.namespace().as_deref().unwrap_or_default())
+            .unwrap_or(&empty);
+        match observe::service_view(svc, labels) {
+            Ok(v) => views.push(v),
+            Err(e) => {
+                bad.insert(key(svc), e);
+            }
+        }
+        ours.push(Arc::clone(svc));
+    }
+    report.services = ours.len();
+    let pools = stores.pools.state();
+    let pool_views: Vec<ipam::PoolView> = pools.iter().map(|p| observe::pool_view(p)).collect();
+    let outcome: Outcome = ipam::allocate(&pool_views, &views);
+
+    for svc in &ours {
+        if confirmed_at.elapsed() > Duration::from_millis(500) {
+            if !leadership.confirm().await? {
+                report.not_leader = true;
+                return Ok(report);
+            }
+            confirmed_at = Instant::now();
+        }
+        let k = key(svc);
+        let assignment = match (outcome.services.get(&k), bad.get(&k)) {
+            (Some(a), _) => a.clone(),
+            (None, Some(_)) | (None, None) => ipam::Assignment::default(),
+        };
+        let previous = observe::our_condition(svc);
+        let mut condition = observe::desired_condition(
+            &assignment,
+            svc.metadata.generation,
+            previous,
+            Timestamp::now(),
+        );
+        if let Some(e) = bad.get(&k) {
+            condition.status = "False".into();
+            condition.reason = "InvalidRequest".into();
+            condition.message = e.clone();
+        }
+        if observe::status_is_current(svc, &assignment, &condition) {
+            continue;
+        }
+        let api: Api<Service> = Api::namespaced(
+            client.clone(),
+            svc.namespace().as_deref().unwrap_or_default(),
+        );
+        api.patch_status(
+            &svc.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(observe::service_status_patch(&assignment, &condition)),
+        )
+        .await
+        .with_context(|| format!("writing the status of Service {k}"))?;
+        report.service_writes += 1;
+        if condition.status == "False" && previous.map(|c| &c.reason) != Some(&condition.reason) {
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: condition.reason.clone(),
+                note: Some(condition.message.clone()),
+                action: "AssignAddress".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&ev, &svc.object_ref(&())).await {
+                warn!(service = %k, error = %e, "could not record an Event");
+            }
+        }
+    }
+    // Services that stopped being ours (class or type changed) give their address back: an
+    // empty apply by our field manager removes every field only we owned.
+    for svc in &all_services {
+        if observe::is_ours(svc, &settings.class) || !managed_by_us(svc) {
+            continue;
+        }
+        if observe::current_ingress(svc).is_empty() && observe::our_condition(svc).is_none() {
+            continue;
+        }
+        let api: Api<Service> = Api::namespaced(
+            client.clone(),
+            svc.namespace().as_deref().unwrap_or_default(),
+        );
+        api.patch_status(
+            &svc.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "status": {}})),
+        )
+        .await
+        .with_context(|| format!("releasing the address of Service {}", key(svc)))?;
+        report.service_writes += 1;
+    }
+    report.pool_writes = write_pool_status(client, &pools, &outcome).await?;
+    settings
+        .metrics
+        .record_pass(&outcome, report.service_writes, report.pool_writes);
+    Ok(report)
+}
+
+fn key(svc: &Service) -> String {
+    format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any())
+}
+
+fn managed_by_us(svc: &Service) -> bool {
+    svc.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+}
+
+async fn write_pool_status(
+    client: &Client,
+    pools: &[Arc<AddressPool>],
+    outcome: &Outcome,
+) -> Result<usize> {
+    use crate::ipam::blocks::Family;
+    let mut writes = 0;
+    let api: Api<AddressPool> = Api::all(client.clone());
+    for pool in pools {
+        let name = pool.name_any();
+        let Some(r) = outcome.pools.get(&name) else {
+            continue;
+        };
+        let counts = |f: Family| {
+            r.total.get(&f).map(|t| {
+                let used = r.used.get(&f).copied().unwrap_or(0);
+                let sat = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
+                rivora_k8s_api::AddressCounts {
+                    total: sat(*t),
+                    used: sat(used),
+                    available: sat(t.saturating_sub(used)),
+                }
+            })
+        };
+        let cond = |type_: &str, on: bool, reason: &str, message: String| {
+            let previous = pool
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
+            let status = if on { "True" } else { "False" };
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: type_.into(),
+                status: status.into(),
+                reason: reason.into(),
+                message,
+                observed_generation: pool.metadata.generation,
+                last_transition_time: previous
+                    .filter(|c| c.status == status)
+                    .map(|c| c.last_transition_time.clone())
+                    .unwrap_or(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        Timestamp::now(),
+                    )),
+            }
+        };
+        use rivora_k8s_api::address_pool::condition as pc;
+        let status = rivora_k8s_api::AddressPoolStatus {
+            conditions: vec![
+                match &r.invalid {
+                    Some(e) => cond(pc::VALID, false, "InvalidAddresses", e.clone()),
+                    None => cond(
+                        pc::VALID,
+                        true,
+                        "Valid",
+                        "every address block is usable".into(),
+                    ),
+                },
+                match &r.overlaps {
+                    Some(o) => cond(
+                        pc::OVERLAPPING,
+                        true,
+                        "OverlapsOlderPool",
+                        format!(
+                            "shares addresses with the older AddressPool {o}; nothing is assigned from this one"
+                        ),
+                    ),
+                    None => cond(
+                        pc::OVERLAPPING,
+                        false,
+                        "NoOverlap",
+                        "no other pool shares its addresses".into(),
+                    ),
+                },
+                if r.exhausted() {
+                    cond(
+                        pc::EXHAUSTED,
+                        true,
+                        "NoFreeAddress",
+                        "every address is assigned".into(),
+                    )
+                } else {
+                    cond(
+                        pc::EXHAUSTED,
+                        false,
+                        "FreeAddresses",
+                        "addresses are left".into(),
+                    )
+                },
+            ],
+            ipv4: counts(Family::V4),
+            ipv6: counts(Family::V6),
+        };
+        if pool_status_is_current(pool.status.as_ref(), &status) {
+            continue;
+        }
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(json!({
+                "apiVersion": format!("{}/{}", rivora_k8s_api::GROUP, rivora_k8s_api::VERSION),
+                "kind": "AddressPool",
+                "status": status,
+            })),
+        )
+        .await
+        .with_context(|| format!("writing the status of AddressPool {name}"))?;
+        writes += 1;
+    }
+    Ok(writes)
+}
+
+fn pool_status_is_current(
+    current: Option<&rivora_k8s_api::AddressPoolStatus>,
+    want: &rivora_k8s_api::AddressPoolStatus,
+) -> bool {
+    let Some(cur) = current else { return false };
+    let same_conditions = cur.conditions.len() == want.conditions.len()
+        && want.conditions.iter().all(|w| {
+            cur.conditions.iter().any(|c| {
+                c.type_ == w.type_
+                    && c.status == w.status
+                    && c.reason == w.reason
+                    && c.message == w.message
+                    && c.observed_generation == w.observed_generation
+            })
+        });
+    same_conditions && cur.ipv4 == want.ipv4 && cur.ipv6 == want.ipv6
+}

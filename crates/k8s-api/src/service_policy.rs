@@ -1,0 +1,323 @@
+//! `ServicePolicy`: the per-VIP settings of the static YAML, attached to Services.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::schema::{DURATION_PATTERN, Rule, add_rules, communities, set};
+
+/// Most Services one policy may target.
+pub const MAX_TARGET_REFS: usize = 16;
+/// Largest SYN rate and burst (the datapath's limit, as in the static YAML).
+pub const MAX_SYN_RATE: i64 = 1_000_000;
+
+/// Settings for the NAT VIPs of the Services it targets: what a VIP entry of the static YAML sets
+/// beyond addresses, ports and backends (those come from the Service and its EndpointSlices).
+///
+/// Why policy attachment (Gateway API GEP-713) instead of annotations: the settings are typed and
+/// validated by the API server, one policy can serve many Services, and its status says per
+/// Service whether it took effect.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "rivora.dev",
+    version = "v1alpha1",
+    kind = "ServicePolicy",
+    plural = "servicepolicies",
+    shortname = "rvpol",
+    category = "rivora",
+    namespaced,
+    status = "ServicePolicyStatus",
+    printcolumn = r#"{"name":"Targets","type":"string","jsonPath":".spec.targetRefs[*].name","description":"Services this policy attaches to"}"#,
+    printcolumn = r#"{"name":"Health Check","type":"string","jsonPath":".spec.healthCheck.type"}"#,
+    printcolumn = r#"{"name":"NAT Forwarding","type":"string","jsonPath":".spec.natForwarding"}"#,
+    printcolumn = r#"{"name":"SYN Rate","type":"integer","jsonPath":".spec.synRateLimit.rate"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ServicePolicySpec {
+    /// The Services (in the policy's namespace) this policy applies to, 1-16, each once.
+    #[schemars(transform = target_refs_schema)]
+    pub target_refs: Vec<PolicyTargetRef>,
+    /// Active health check of the backends (default: none, every ready endpoint is used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+    /// Per-client-address SYN rate limit for the TCP ports of the VIP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syn_rate_limit: Option<SynRateLimit>,
+    /// Who routes the rewritten packets on to the backend (default kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat_forwarding: Option<NatForwarding>,
+    /// Whether the VIP is announced (BGP, L2); default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertise: Option<bool>,
+    /// BGP communities (`AS:VALUE`) attached to the VIP's routes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = communities)]
+    pub communities: Vec<String>,
+}
+
+/// A reference to a Service in the policy's namespace (GEP-713
+/// `LocalPolicyTargetReferenceWithSectionName`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = target_ref_schema)]
+pub struct PolicyTargetRef {
+    /// API group of the target: `""` (core).
+    #[serde(default)]
+    pub group: String,
+    /// Kind of the target: `Service`.
+    pub kind: String,
+    /// Name of the Service.
+    pub name: String,
+    /// A port name of the Service: the policy then applies to that port only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// How backends are probed (as `healthCheck` in the static YAML).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = health_check_schema)]
+pub struct HealthCheck {
+    /// What a probe does.
+    #[serde(rename = "type")]
+    pub kind: CheckType,
+    /// Port to probe instead of the endpoint's port (1-65535).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    /// HTTP only: request path, starting with `/` (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub path: Option<String>,
+    /// HTTP only: Host header (default: the probed address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub host: Option<String>,
+    /// HTTP only: accepted status codes, inclusive (default 200-399).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_status: Option<StatusRange>,
+    /// Time between probes, 100ms-1h (default 2s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = DURATION_PATTERN))]
+    pub interval: Option<String>,
+    /// Longest a probe may take, at most the interval (default 1s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), regex(pattern = DURATION_PATTERN))]
+    pub timeout: Option<String>,
+    /// Consecutive successes that bring a backend back, 1-100 (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub rise: Option<i32>,
+    /// Consecutive failures that take a backend down, 1-100 (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub fall: Option<i32>,
+}
+
+/// The probe of a [`HealthCheck`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckType {
+    /// A TCP connection that completes.
+    Tcp,
+    /// An HTTP/1.1 GET whose status is in `expectStatus`.
+    Http,
+    /// No probing: every ready endpoint is used.
+    None,
+}
+
+/// An inclusive range of HTTP status codes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = status_range_schema)]
+pub struct StatusRange {
+    /// Lowest accepted status (100-599).
+    #[schemars(range(min = 100, max = 599))]
+    pub from: i32,
+    /// Highest accepted status (100-599, at least `from`).
+    #[schemars(range(min = 100, max = 599))]
+    pub to: i32,
+}
+
+/// A per-source token bucket for TCP SYNs.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SynRateLimit {
+    /// New connections per second per client address (1-1000000).
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub rate: i64,
+    /// Bucket depth (1-1000000; default: the rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub burst: Option<i64>,
+}
+
+/// Who routes a NAT VIP's rewritten packet on to its backend (as `natForwarding` in the YAML).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NatForwarding {
+    /// The kernel's forwarding path (netfilter, policy routing apply).
+    Kernel,
+    /// The XDP program's own FIB lookup and redirect.
+    Fib,
+}
+
+/// Whether the policy took effect, per target.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServicePolicyStatus {
+    /// One entry per target reference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub targets: Vec<TargetStatus>,
+}
+
+/// The status of a policy for one of its targets (as Gateway API's `PolicyAncestorStatus`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetStatus {
+    /// The target this entry is about.
+    pub target_ref: PolicyTargetRef,
+    /// `Accepted` (the policy applies to the target) and `Conflicted` (True: another policy
+    /// targets the same Service and is older, so this one does not apply).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = crate::address_pool::conditions_schema)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Condition types of [`TargetStatus::conditions`].
+pub mod condition {
+    /// True when the policy applies to the target.
+    pub const ACCEPTED: &str = "Accepted";
+    /// True when an older policy targets the same Service.
+    pub const CONFLICTED: &str = "Conflicted";
+}
+
+fn target_refs_schema(schema: &mut Schema) {
+    set(
+        schema,
+        &[("minItems", json!(1)), ("maxItems", json!(MAX_TARGET_REFS))],
+    );
+    add_rules(
+        schema,
+        vec![Rule::new(
+            "self.all(a, self.exists_one(b, a.group == b.group && a.kind == b.kind && \
+             a.name == b.name && (has(a.sectionName) ? a.sectionName : '') == \
+             (has(b.sectionName) ? b.sectionName : '')))",
+            "each target may be listed once",
+        )],
+    );
+}
+
+fn target_ref_schema(schema: &mut Schema) {
+    if let Some(props) = schema
+        .ensure_object()
+        .get_mut("properties")
+        .and_then(|p| p.as_object_mut())
+    {
+        for (field, max) in [
+            ("name", 253),
+            ("sectionName", 63),
+            ("kind", 63),
+            ("group", 253),
+        ] {
+            if let Some(serde_json::Value::Object(p)) = props.get_mut(field) {
+                p.insert("maxLength".into(), json!(max));
+                if field == "name" {
+                    p.insert("minLength".into(), json!(1));
+                }
+            }
+        }
+    }
+    add_rules(
+        schema,
+        vec![
+            Rule::at(
+                "self.kind == 'Service'",
+                "a ServicePolicy attaches to Services only (kind: Service)",
+                ".kind",
+            ),
+            Rule::at(
+                "self.group == ''",
+                "a Service is in the core API group (group: \"\")",
+                ".group",
+            ),
+        ],
+    );
+}
+
+fn health_check_schema(schema: &mut Schema) {
+    // duration() fails on a malformed string; the pattern already reports those, so each
+    // duration rule only looks at well-formed values (and falls back to the defaults).
+    let well_formed =
+        |f: &str| format!("(has(self.{f}) && self.{f}.matches(r'{DURATION_PATTERN}'))");
+    let iv = format!(
+        "({} ? duration(self.interval) : duration('2s'))",
+        well_formed("interval")
+    );
+    let to = format!(
+        "({} ? duration(self.timeout) : duration('1s'))",
+        well_formed("timeout")
+    );
+    add_rules(
+        schema,
+        vec![
+            Rule::at(
+                "!has(self.path) || self.type == 'http'",
+                "path is only for type: http",
+                ".path",
+            ),
+            Rule::at(
+                "!has(self.host) || self.type == 'http'",
+                "host is only for type: http",
+                ".host",
+            ),
+            Rule::at(
+                "!has(self.expectStatus) || self.type == 'http'",
+                "expectStatus is only for type: http",
+                ".expectStatus",
+            ),
+            Rule::at(
+                "!has(self.path) || self.path.startsWith('/')",
+                "path must start with /",
+                ".path",
+            ),
+            Rule::at(
+                format!(
+                    "!{} || (duration(self.interval) >= duration('100ms') && \
+                     duration(self.interval) <= duration('1h'))",
+                    well_formed("interval")
+                ),
+                "interval must be between 100ms and 1h",
+                ".interval",
+            ),
+            Rule::at(
+                format!(
+                    "!{} || duration(self.timeout) >= duration('1ms')",
+                    well_formed("timeout")
+                ),
+                "timeout must be at least 1ms",
+                ".timeout",
+            ),
+            Rule::at(
+                format!("{to} <= {iv}"),
+                "timeout must not be longer than interval (defaults: 1s and 2s)",
+                ".timeout",
+            ),
+        ],
+    );
+}
+
+fn status_range_schema(schema: &mut Schema) {
+    add_rules(
+        schema,
+        vec![Rule::at(
+            "self.from <= self.to",
+            "from must not be above to",
+            ".to",
+        )],
+    );
+}

@@ -1,0 +1,169 @@
+//! Where the test bed finds etcd, kube-apiserver and the Gateway API CRDs.
+//!
+//! Why the versions come from `scripts/testdeps/*/go.mod` at compile time: that file is what
+//! `scripts/build-testdeps.sh` builds from, so the two can never disagree about which cache
+//! directory holds the binaries (a version bump in go.mod makes tests look for the new build).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+
+const KUBE_APISERVER_GO_MOD: &str = include_str!("../../../scripts/testdeps/kube-apiserver/go.mod");
+const ETCD_GO_MOD: &str = include_str!("../../../scripts/testdeps/etcd/go.mod");
+const GATEWAY_API_GO_MOD: &str = include_str!("../../../scripts/testdeps/gateway-api/go.mod");
+
+/// Environment variable that moves the cache (the build script honours the same one).
+pub const TESTDEPS_DIR_ENV: &str = "RIVORA_TESTDEPS_DIR";
+
+/// The Gateway API release channel whose CRDs to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatewayChannel {
+    /// `config/crd/standard`: TCPRoute/UDPRoute v1 only (v1alpha2 not served).
+    Standard,
+    /// `config/crd/experimental`: also the experimental kinds and versions.
+    Experimental,
+}
+
+/// Located test dependencies, all checked to exist.
+#[derive(Debug, Clone)]
+pub struct Assets {
+    /// The kube-apiserver binary.
+    pub kube_apiserver: PathBuf,
+    /// The etcd binary.
+    pub etcd: PathBuf,
+    /// `k8s.io/kubernetes` version it was built from (e.g. `v1.35.4`).
+    pub kubernetes_version: String,
+    /// etcd version (e.g. `v3.6.16`).
+    pub etcd_version: String,
+    /// Directory holding `standard/` and `experimental/` Gateway API CRD YAML files.
+    pub gateway_api_crds: PathBuf,
+    /// Gateway API version (e.g. `v1.6.3`).
+    pub gateway_api_version: String,
+}
+
+impl Assets {
+    /// Finds the binaries in the cache, or fails saying how to build them.
+    pub fn locate() -> Result<Assets> {
+        let cache = cache_dir();
+        let kubernetes_version = required_version(KUBE_APISERVER_GO_MOD, "k8s.io/kubernetes")?;
+        let etcd_version = required_version(ETCD_GO_MOD, "go.etcd.io/etcd/server/v3")?;
+        let gateway_api_version = required_version(GATEWAY_API_GO_MOD, "sigs.k8s.io/gateway-api")?;
+        let kube_apiserver = cache
+            .join(format!("kube-apiserver-{kubernetes_version}"))
+            .join("kube-apiserver");
+        let etcd = cache.join(format!("etcd-{etcd_version}")).join("etcd");
+        let gateway_api_crds = cache.join(format!("gateway-api-{gateway_api_version}"));
+        let missing: Vec<String> = [&kube_apiserver, &etcd, &gateway_api_crds.join("standard")]
+            .iter()
+            .filter(|p| !p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "the Kubernetes test dependencies are not built: missing {}. Run \
+                 `scripts/build-testdeps.sh` (or scripts/setup.sh) once; it builds kube-apiserver \
+                 {kubernetes_version} and etcd {etcd_version} from their Go modules into {} \
+                 (needs Go >= 1.26 and the Go module proxy)",
+                missing.join(", "),
+                cache.display()
+            );
+        }
+        Ok(Assets {
+            kube_apiserver,
+            etcd,
+            kubernetes_version,
+            etcd_version,
+            gateway_api_crds,
+            gateway_api_version,
+        })
+    }
+
+    /// The CRD YAML files of one Gateway API channel, sorted by name.
+    pub fn gateway_api_crd_files(&self, channel: GatewayChannel) -> Result<Vec<PathBuf>> {
+        let dir = self.gateway_api_crds.join(match channel {
+            GatewayChannel::Standard => "standard",
+            GatewayChannel::Experimental => "experimental",
+        });
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&dir)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "yaml") && is_crd_file(&path) {
+                files.push(path);
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+}
+
+/// Gateway API ships a ValidatingAdmissionPolicy next to its CRDs; only CRD files are wanted.
+fn is_crd_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| !n.contains("_vap_"))
+}
+
+/// `${RIVORA_TESTDEPS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rivora/testdeps}`, like the script.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os(TESTDEPS_DIR_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
+    base.join("rivora").join("testdeps")
+}
+
+/// The version `go_mod` requires for `module` (from a require line; replace and tool blocks are
+/// skipped), as the build script's `required_version` reads it.
+fn required_version(go_mod: &str, module: &str) -> Result<String> {
+    let mut skip = false;
+    for line in go_mod.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.first() {
+            Some(&"replace") | Some(&"tool") => {
+                skip = fields.get(1) == Some(&"(");
+                continue;
+            }
+            Some(&")") => {
+                skip = false;
+                continue;
+            }
+            _ if skip => continue,
+            _ => {}
+        }
+        for pair in fields.windows(2) {
+            if pair[0] == module && pair[1].starts_with('v') {
+                return Ok(pair[1].to_string());
+            }
+        }
+    }
+    bail!("no `require {module} vX` in scripts/testdeps go.mod")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_come_from_the_go_mod_files() {
+        let k = required_version(KUBE_APISERVER_GO_MOD, "k8s.io/kubernetes").unwrap();
+        assert!(k.starts_with("v1.35."), "{k}");
+        let e = required_version(ETCD_GO_MOD, "go.etcd.io/etcd/server/v3").unwrap();
+        assert!(e.starts_with("v3.6."), "{e}");
+        let g = required_version(GATEWAY_API_GO_MOD, "sigs.k8s.io/gateway-api").unwrap();
+        assert!(g.starts_with("v1.6."), "{g}");
+    }
+
+    #[test]
+    fn replace_lines_are_not_requirements() {
+        let m = "module x\nreplace (\n\tk8s.io/api => k8s.io/api v0.1.0\n)\nrequire k8s.io/api v0.2.0 // indirect\n";
+        assert_eq!(required_version(m, "k8s.io/api").unwrap(), "v0.2.0");
+        assert!(required_version("module x\n", "k8s.io/api").is_err());
+    }
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Builds the test-only dependencies of Rivora's Kubernetes tests (kube-apiserver, etcd) from their Go
+# modules and copies the Gateway API CRDs out of the Go module cache. Nothing here is shipped: the
+# product stays Rust and C; these exist so tests talk to a real API server instead of a mock.
+#
+# The exact versions live in scripts/testdeps/*/go.mod (and go.sum verifies every download). Results
+# go to a cache outside the clone, one directory per tool and version, so a fresh clone reuses them
+# and a version bump builds next to the old one:
+#   ${RIVORA_TESTDEPS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rivora/testdeps}/kube-apiserver-v1.35.4/kube-apiserver
+#   .../etcd-v3.6.16/etcd
+#   .../gateway-api-v1.6.3/{standard,experimental}/*.yaml
+# Each directory appears only when complete (built in a temporary sibling, then renamed), and a lock
+# keeps two concurrent runs from building the same thing twice. Present ⇒ nothing is done, silently.
+# The first build's time and peak memory (GNU time -v) are kept in <dir>/build-stats.txt.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mods="$repo/scripts/testdeps"
+cache="${RIVORA_TESTDEPS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rivora/testdeps}"
+
+go_bin="$(command -v go || true)"
+[ -n "$go_bin" ] || { [ -x /usr/local/go/bin/go ] && go_bin=/usr/local/go/bin/go; }
+# Never let Go fetch another toolchain; never rewrite our go.mod/go.sum.
+export GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0
+
+# The version a go.mod requires for module $2 (the require line, not a replace line).
+required_version() {
+  awk -v m="$2" '
+    $1 == "replace" || $1 == "tool" { skip = ($2 == "(") ; next }
+    $1 == ")" { skip = 0; next }
+    skip { next }
+    { for (i = 1; i < NF; i++) if ($i == m && $(i + 1) ~ /^v[0-9]/) { print $(i + 1); exit } }' "$1"
+}
+
+need_go() {
+  if [ -z "$go_bin" ]; then
+    echo "build-testdeps: no Go toolchain (go on PATH or /usr/local/go/bin/go); it is needed once to build $1" >&2
+    exit 1
+  fi
+}
+
+# build_tool NAME MODULE PACKAGE [LDFLAGS]: go build PACKAGE in scripts/testdeps/NAME into the cache.
+build_tool() {
+  local name="$1" module="$2" package="$3" ldflags="${4:-}"
+  local version dir tmp
+  version="$(required_version "$mods/$name/go.mod" "$module")"
+  [ -n "$version" ] || { echo "build-testdeps: no version of $module in $mods/$name/go.mod" >&2; exit 1; }
+  dir="$cache/$name-$version"
+  [ -x "$dir/$name" ] && return 0
+  need_go "$name"
+  mkdir -p "$cache"
+  exec 9>"$cache/.$name-$version.lock"
+  flock 9
+  if [ ! -x "$dir/$name" ]; then
+    echo "build-testdeps: building $name $version into $dir (first time only; takes minutes)" >&2
+    tmp="$(mktemp -d "$cache/.$name-$version.XXXXXX")"
+    if ! (cd "$mods/$name" && /usr/bin/time -v -o "$tmp/build-stats.txt" \
+        "$go_bin" build -trimpath -ldflags "-s -w $ldflags" -o "$tmp/$name" "$package") >"$tmp/build.log" 2>&1; then
+      cat "$tmp/build.log" >&2
+      rm -rf "$tmp"
+      echo "build-testdeps: building $name $version failed" >&2
+      exit 1
+    fi
+    rm -f "$tmp/build.log"
+    rm -rf "$dir"
+    mv "$tmp" "$dir"
+  fi
+  exec 9>&-
+}
+
+# copy_crds: the Gateway API CRDs of the version scripts/testdeps/gateway-api/go.mod pins.
+copy_crds() {
+  local module=sigs.k8s.io/gateway-api version dir tmp src
+  version="$(required_version "$mods/gateway-api/go.mod" "$module")"
+  dir="$cache/gateway-api-$version"
+  [ -f "$dir/standard/gateway.networking.k8s.io_tcproutes.yaml" ] && return 0
+  need_go "the Gateway API CRDs"
+  mkdir -p "$cache"
+  exec 9>"$cache/.gateway-api-$version.lock"
+  flock 9
+  if [ ! -f "$dir/standard/gateway.networking.k8s.io_tcproutes.yaml" ]; then
+    src="$(cd "$mods/gateway-api" && "$go_bin" mod download -json "$module" | awk -F'"' '$2 == "Dir" { print $4 }')"
+    [ -d "$src/config/crd/standard" ] || { echo "build-testdeps: $module $version has no config/crd/standard" >&2; exit 1; }
+    tmp="$(mktemp -d "$cache/.gateway-api-$version.XXXXXX")"
+    mkdir -p "$tmp/standard" "$tmp/experimental"
+    cp "$src"/config/crd/standard/*.yaml "$tmp/standard/"
+    cp "$src"/config/crd/experimental/*.yaml "$tmp/experimental/"
+    rm -f "$tmp"/*/kustomization.yaml
+    chmod -R u+w "$tmp"
+    rm -rf "$dir"
+    mv "$tmp" "$dir"
+  fi
+  exec 9>&-
+}
+
+k8s_version="$(required_version "$mods/kube-apiserver/go.mod" k8s.io/kubernetes)"
+k8s_minor="${k8s_version#v1.}"
+k8s_minor="${k8s_minor%%.*}"
+# What `kube-apiserver --version` and /version report; the Kubernetes build sets the same variables.
+k8s_ldflags="-X k8s.io/component-base/version.gitVersion=$k8s_version \
+-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor \
+-X k8s.io/component-base/version.gitTreeState=clean \
+-X k8s.io/client-go/pkg/version.gitVersion=$k8s_version \
+-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$k8s_minor"
+
+build_tool etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
+build_tool kube-apiserver k8s.io/kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
+copy_crds
