@@ -6,6 +6,7 @@
 //! [`rates`]). All logic about what the numbers mean lives in the daemon;
 //! this binary only samples and formats.
 
+mod keys;
 mod rates;
 mod render;
 
@@ -135,8 +136,9 @@ enum Command {
     ///
     /// Every INTERVAL, reads counters and backends and redraws the screen
     /// (when stdout is a terminal; otherwise prints each view after a
-    /// separator line). Rates are over the last interval. Stops on Ctrl-C or
-    /// after COUNT refreshes. With `-o json`: one JSON object per line per
+    /// separator line). Rates are over the last interval. Stops on `q`,
+    /// Ctrl-C or after COUNT refreshes (`q` is read from stdin, also when
+    /// it is a pipe). With `-o json`: one JSON object per line per
     /// refresh, `{"stats": <stats -o json>, "backends": [...]}`.
     Watch {
         /// Seconds between refreshes.
@@ -339,8 +341,9 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `rivoractl watch`: refresh every `interval` until Ctrl-C or `count`
-/// refreshes. Ctrl-C is a normal way to stop, so it exits successfully.
+/// `rivoractl watch`: refresh every `interval` until `q`, Ctrl-C or
+/// `count` refreshes. Both keys are a normal way to stop, so they exit
+/// successfully; the terminal's mode is restored either way (see [`keys`]).
 async fn watch(
     client: &Client,
     interval: Duration,
@@ -351,6 +354,7 @@ async fn watch(
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| Failure::Other(format!("cannot watch for Ctrl-C: {e}")))?;
     let redraw = !json && io::stdout().is_terminal();
+    let mut keys = keys::KeyReader::start();
     let refreshes = async {
         let mut ticker = tokio::time::interval(interval);
         // A slow daemon delays the next refresh rather than causing a burst.
@@ -393,6 +397,7 @@ async fn watch(
     tokio::select! {
         r = refreshes => r,
         _ = interrupt.recv() => Ok(()),
+        _ = keys.quit() => Ok(()),
     }
 }
 

@@ -440,7 +440,7 @@ pub fn stats(r: &StatsReport) -> String {
 pub fn watch(f: &WatchFrame, now_unix: u64) -> String {
     let r = &f.stats;
     let mut out = format!(
-        "rivorad at {}: rates over the last {} (Ctrl-C to stop)\n",
+        "rivorad at {}: rates over the last {} (q or Ctrl-C to stop)\n",
         utc(now_unix),
         r.interval_secs.map_or_else(|| NONE.to_string(), seconds)
     );
@@ -1465,7 +1465,7 @@ mod tests {
         let out = watch(&frame, 1_700_000_000);
         println!("{out}");
         assert!(out.starts_with(
-            "rivorad at 2023-11-14 22:13:20 UTC: rates over the last 2s (Ctrl-C to stop)\n"
+            "rivorad at 2023-11-14 22:13:20 UTC: rates over the last 2s (q or Ctrl-C to stop)\n"
         ));
         assert_eq!(
             row(&out, "web"),
