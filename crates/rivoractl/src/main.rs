@@ -116,7 +116,7 @@ enum Command {
     ///
     /// Prints the affected backends (JSON list with `-o json`).
     Drain {
-        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`).
+        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`). An unbracketed IPV6:PORT such as fd77:2::11:8080 is also a valid IPv6 address: it is taken as address and port only when no backend has it as its address and a backend has that address and port.
         #[arg(value_name = "BACKEND", value_parser = parse_backend)]
         backend: String,
     },
@@ -128,7 +128,7 @@ enum Command {
     ///
     /// Prints the affected backends (JSON list with `-o json`).
     Undrain {
-        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`).
+        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`). An unbracketed IPV6:PORT such as fd77:2::11:8080 is also a valid IPv6 address: it is taken as address and port only when no backend has it as its address and a backend has that address and port.
         #[arg(value_name = "BACKEND", value_parser = parse_backend)]
         backend: String,
     },
@@ -175,23 +175,29 @@ fn parse_refresh(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// A drain selector, checked and normalized (canonical address text, as the
-/// daemon prints it) before it is sent, so typos fail here with a clear
-/// message instead of as "no such backend".
+/// A drain selector, checked (and IPv4 forms normalized) before it is
+/// sent, so typos fail here with a clear message instead of as "no such
+/// backend".
 fn parse_backend(s: &str) -> Result<String, String> {
     let s = s.trim();
     if let Ok(id) = s.parse::<u32>() {
         return Ok(id.to_string());
     }
+    // IPv6 addresses go as written: whether `fd77:2::11:8080` is an
+    // address or an address and port, and whether brackets were used, is
+    // decided by the daemon against its backends (rivora_api::selector).
     if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok(ip.to_string());
+        return Ok(if ip.is_ipv4() {
+            ip.to_string()
+        } else {
+            s.into()
+        });
     }
-    if let Some(v6) = s
-        .strip_prefix('[')
+    if s.strip_prefix('[')
         .and_then(|r| r.strip_suffix(']'))
-        .and_then(|r| r.parse::<Ipv6Addr>().ok())
+        .is_some_and(|r| r.parse::<Ipv6Addr>().is_ok())
     {
-        return Ok(v6.to_string());
+        return Ok(s.into());
     }
     if let Ok(sa) = s.parse::<SocketAddr>() {
         return Ok(sa.to_string());
@@ -199,6 +205,18 @@ fn parse_backend(s: &str) -> Result<String, String> {
     Err(format!(
         "{s:?} is not ADDR:PORT, [IPV6]:PORT, ADDR or a numeric backend id"
     ))
+}
+
+/// A drain the daemon refused for its selector (HTTP 400 or 404) is the
+/// operator's mistake, and the daemon's message already says which
+/// selector and which forms it accepts: print that, not an HTTP status.
+fn selector_failure(e: ClientError) -> Failure {
+    match e {
+        ClientError::Api { status, message } if status == 400 || status == 404 => {
+            Failure::Other(message)
+        }
+        other => Failure::Api(other),
+    }
 }
 
 /// Why a command failed.
@@ -322,10 +340,11 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
         Command::Drain { ref backend } | Command::Undrain { ref backend } => {
             let drain = matches!(cli.command, Command::Drain { .. });
             let hit = if drain {
-                client.drain(backend).await?
+                client.drain(backend).await
             } else {
-                client.undrain(backend).await?
-            };
+                client.undrain(backend).await
+            }
+            .map_err(selector_failure)?;
             if json {
                 render::json(&hit)
             } else {

@@ -187,15 +187,20 @@ impl ApiSource for Fake {
         })
     }
     fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
+        // The daemon's own selector rules.
         let mut all = self.backends.lock().unwrap();
+        let refs: Vec<rivora_api::selector::BackendRef> = all
+            .iter()
+            .map(|b| rivora_api::selector::BackendRef {
+                id: b.backend_id,
+                addr: b.address.parse().unwrap(),
+                port: b.port,
+            })
+            .collect();
+        let picked = rivora_api::selector::resolve(backend, &refs)?;
         let mut hit = Vec::new();
         for b in all.iter_mut() {
-            let endpoint = if b.address.contains(':') {
-                format!("[{}]:{}", b.address, b.port)
-            } else {
-                format!("{}:{}", b.address, b.port)
-            };
-            if backend == b.backend_id.to_string() || backend == endpoint || backend == b.address {
+            if picked.iter().any(|p| p.id == b.backend_id) {
                 b.drained = drain;
                 if b.state != "down" {
                     b.state = if drain { "draining" } else { "healthy" }.into();
@@ -203,13 +208,7 @@ impl ApiSource for Fake {
                 hit.push(b.clone());
             }
         }
-        if hit.is_empty() {
-            Err(ApiFailure::NotFound(format!(
-                "no backend matches {backend}"
-            )))
-        } else {
-            Ok(hit)
-        }
+        Ok(hit)
     }
 }
 
@@ -406,13 +405,34 @@ fn drain_and_undrain() {
     assert!(text.starts_with("Undrained 1 backend"), "{text}");
     assert_eq!(row(&text, "2")[2], "down");
 
-    // Unknown backend: the daemon's 404, one line, exit 1.
+    // Unknown backend: one line naming the selector and the accepted
+    // forms (not an HTTP status), exit 1.
     let out = rivoractl(&socket, &["drain", "10.9.9.9"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
-        "rivoractl: rivorad returned HTTP 404: no backend matches 10.9.9.9\n"
+        format!(
+            "rivoractl: no backend matches \"10.9.9.9\"; accepted forms: {}\n",
+            rivora_api::selector::FORMS
+        )
+    );
+    // Unbracketed IPv6 and port: 2001:db8::10:80 is also an IPv6 address,
+    // but no backend has it and backend 2 is 2001:db8::10 port 80.
+    let text = stdout(rivoractl(&socket, &["drain", "2001:db8::10:80"]));
+    assert!(text.starts_with("Drained 1 backend"), "{text}");
+    assert_eq!(row(&text, "2")[2], "down (drained)");
+    // A port no backend has: the error says how to write it.
+    let out = rivoractl(&socket, &["drain", "2001:db8::10:81"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with(
+            "rivoractl: no backend matches \"2001:db8::10:81\" (as the IPv6 address \
+             2001:db8::10:81, nor as 2001:db8::10 port 81: write an IPv6 address with a \
+             port as [2001:db8::10]:81); accepted forms: "
+        ),
+        "{err}"
     );
     // Not a selector at all: a usage error before any call.
     let out = rivoractl(&socket, &["drain", "web"]);
