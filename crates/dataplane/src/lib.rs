@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod bpffs;
 pub mod compat;
+pub mod imbalance;
 pub mod loader;
 pub mod maps;
 pub mod model;
