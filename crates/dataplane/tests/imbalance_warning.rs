@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use rivora_dataplane::imbalance::IMBALANCE_WARN_THRESHOLD;
-use rivora_dataplane::{Datapath, Dataplane, LoadOptions, VipSpec, proto, remove_pins};
+use rivora_dataplane::{Datapath, Dataplane, LoadOptions, VipSpec, proto};
 
 fn vips() -> Vec<VipSpec> {
     (0..4000u32)
@@ -52,22 +52,29 @@ fn crowded_table_warns_once_with_a_table_size_that_fixes_it() {
 
     // The suggested table: every VIP gets its preferred slice, no warning.
     let dir = pin_dir("imbalance-big");
-    let (_datapath, maps, _) = Datapath::load(&LoadOptions {
+    let (datapath, maps, _) = Datapath::load(&LoadOptions {
         pin_dir: dir.clone(),
         maglev_table_size: size,
         reset_incompatible: false,
         object_dir: None,
     })
     .expect("load with the suggested table");
-    let result = (|| {
-        let mut dp = Dataplane::new(maps);
-        dp.apply(&vips()).unwrap();
-        let worst = dp.vips().map(|v| v.worst_imbalance).fold(0.0, f64::max);
-        let sizes: std::collections::BTreeSet<u32> = dp.vips().map(|v| v.slice.size).collect();
-        (dp.imbalance_warning(IMBALANCE_WARN_THRESHOLD), worst, sizes)
-    })();
-    let _ = remove_pins(&dir);
-    let (warning, worst, sizes) = result;
+    // A Rig removes the pins on drop, also when an assertion fails.
+    let mut big = Rig {
+        datapath,
+        dataplane: Dataplane::new(maps),
+        pin_dir: dir,
+        keep_pins: false,
+    };
+    big.dataplane.apply(&vips()).unwrap();
+    let worst = big
+        .dataplane
+        .vips()
+        .map(|v| v.worst_imbalance)
+        .fold(0.0, f64::max);
+    let sizes: std::collections::BTreeSet<u32> =
+        big.dataplane.vips().map(|v| v.slice.size).collect();
+    let warning = big.dataplane.imbalance_warning(IMBALANCE_WARN_THRESHOLD);
     assert_eq!(warning, None, "worst {worst}");
     assert_eq!(
         sizes.into_iter().collect::<Vec<_>>(),

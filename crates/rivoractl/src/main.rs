@@ -9,6 +9,7 @@
 mod keys;
 mod rates;
 mod render;
+mod summary;
 
 use std::io::{self, IsTerminal, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -464,13 +465,16 @@ mod tests {
         assert_eq!(parse_backend(" 10.0.0.1 ").unwrap(), "10.0.0.1");
         assert_eq!(parse_backend("42").unwrap(), "42");
         assert_eq!(parse_backend("007").unwrap(), "7");
-        // IPv6 is normalized to the daemon's textual form.
+        // IPv6 with a port is normalized; a bare IPv6 address goes as
+        // written (brackets kept), since `2001:db8::10:80` may be meant as
+        // address and port and the daemon decides against its backends.
         assert_eq!(
             parse_backend("[2001:DB8:0::10]:80").unwrap(),
             "[2001:db8::10]:80"
         );
         assert_eq!(parse_backend("2001:db8::10").unwrap(), "2001:db8::10");
-        assert_eq!(parse_backend("[2001:db8::10]").unwrap(), "2001:db8::10");
+        assert_eq!(parse_backend("2001:db8::10:80").unwrap(), "2001:db8::10:80");
+        assert_eq!(parse_backend("[2001:db8::10]").unwrap(), "[2001:db8::10]");
         for bad in [
             "",
             "web",

@@ -32,7 +32,7 @@ pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
 pub fn status(s: &Status, now_unix: u64) -> String {
     let mut t = table();
     let mut kv = |k: &str, v: String| {
-        t.add_row(vec![k.to_string(), v]);
+        t.add_row(vec![k.to_string(), crate::summary::row_value(&v)]);
     };
     kv("Version", s.version.clone());
     kv("ABI version", s.abi_version.to_string());
@@ -967,6 +967,20 @@ mod tests {
                 "rivora_egress: tcx egress on eth0 (prog id 42, no link)"
             ]
         );
+    }
+
+    #[test]
+    fn status_summarises_a_long_reload_report() {
+        let mut s = sample_status();
+        let names: Vec<String> = (0..4000).map(|i| format!("vip-{i}")).collect();
+        s.last_reload.changes = Some(format!("added {}", names.join(",")));
+        let out = status(&s, 1_700_003_660);
+        assert_eq!(
+            row(&out, "Reload changes")[1],
+            "added vip-0,vip-1,vip-2,vip-3,vip-4,vip-5,vip-6,vip-7,vip-8,vip-9 and 3,990 more"
+        );
+        let longest = out.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(longest < 200, "{longest} characters");
     }
 
     #[test]
