@@ -25,6 +25,7 @@ struct rv_abi_all {
 	struct rv_nat_value4 nat_value4;
 	struct rv_nat_value6 nat_value6;
 	struct rv_vip_stats vip_stats;
+	struct rv_backend_stats backend_stats;
 	struct rv_drop_stats drop_stats;
 	struct rv_meta meta;
 	struct rv_vip_range_key4 vip_range_key4;

@@ -134,6 +134,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } stats_map SEC(".maps");
 
+/* Per-backend counters (bpf/backend_stats.h), by backend ID. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RV_MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct rv_backend_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backend_stats_map SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, RV_DROP_REASON_SLOTS);

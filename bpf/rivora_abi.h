@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 6,
+	RV_ABI_VERSION = 7,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -454,6 +454,20 @@ struct rv_vip_stats {
 	__u64 drops;       /* packets to this VIP dropped, any reason */
 	__u64 reply_packets; /* replies restored by tc_nat */
 	__u64 reply_bytes;
+};
+
+/* backend_stats_map value (per CPU), indexed by backend ID: what
+ * xdp_ingress sent to one backend, in every mode, counted where the packet
+ * leaves for it (the same points as rv_vip_stats.packets). A backend listed
+ * by several VIPs counts all of them together. The control plane zeroes
+ * every CPU's entry when it gives the ID to a backend, so a reused ID never
+ * starts with another backend's counts. */
+struct rv_backend_stats {
+	__u64 packets;      /* client->backend packets (frames) */
+	__u64 bytes;        /* their frame sizes as received (before encapsulation) */
+	__u64 new_flows;    /* affinity misses that chose this backend */
+	__u64 last_jiffies; /* jiffies64 of this CPU's latest packet; 0 = none.
+			     * The reader takes the largest over CPUs. */
 };
 
 /* drop_stats_map value (per CPU), indexed by enum rv_drop_reason. */

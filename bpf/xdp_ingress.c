@@ -23,6 +23,7 @@
 #include "route.h"
 #include "encap.h"
 #include "icmp.h"
+#include "backend_stats.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -32,9 +33,13 @@ char LICENSE[] SEC("license") = "GPL";
 #define RV_RL_MAX_ELAPSED_NS (1000ULL * RV_NANO)
 
 
-static __always_inline void rv_count_forward(__u32 service_id, __u64 bytes, int new_flow)
+/* A packet forwarded to backend `backend_id`: the VIP's and the backend's
+ * counters. */
+static __always_inline void rv_count_forward(__u32 service_id, __u32 backend_id, __u64 bytes, int new_flow)
 {
 	struct rv_vip_stats *s = bpf_map_lookup_elem(&stats_map, &service_id);
+
+	rv_backend_count(backend_id, bytes, new_flow);
 
 	if (s) {
 		s->packets++;
@@ -412,7 +417,7 @@ static __always_inline int rv_forward_dsr(struct xdp_md *ctx, struct rv_pkt *p, 
 	int rc;
 
 	if (svc->mode == RV_MODE_DSR) {
-		rv_count_forward(service_id, len, new_flow);
+		rv_count_forward(service_id, be->id, len, new_flow);
 		return rv_dsr_l2(ctx, be->mac);
 	}
 	/* Per-flow entropy for the GRE key or the outer IPv6 flow label; an
@@ -423,14 +428,14 @@ static __always_inline int rv_forward_dsr(struct xdp_md *ctx, struct rv_pkt *p, 
 	rc = rv_encap(ctx, p, be->addr, be->id, be->generation, svc->mode == RV_MODE_DSR_GRE, h, &room, &egress, v6);
 	switch (rc) {
 	case RV_ENCAP_REDIRECT:
-		rv_count_forward(service_id, len, new_flow);
+		rv_count_forward(service_id, be->id, len, new_flow);
 		return bpf_redirect(egress, 0);
 	case RV_ENCAP_TO_KERNEL:
-		rv_count_forward(service_id, len, new_flow);
+		rv_count_forward(service_id, be->id, len, new_flow);
 		rv_count_event(RV_PASS_TUNNEL_TO_KERNEL);
 		return XDP_PASS;
 	case RV_ENCAP_FRAGMENT:
-		rv_count_forward(service_id, len, new_flow);
+		rv_count_forward(service_id, be->id, len, new_flow);
 		rv_count_event(RV_PASS_TOO_BIG_FRAGMENTED);
 		return XDP_PASS;
 	case RV_ENCAP_TOO_BIG:
@@ -505,7 +510,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
 	}
-	rv_count_forward(service_id, rv_frame_len(ctx), new_flow);
+	rv_count_forward(service_id, be.id, rv_frame_len(ctx), new_flow);
 	if (svc->flags & RV_SVC_F_NAT_FIB) {
 		job->be = be;
 		job->tick = tick;
@@ -544,7 +549,7 @@ static __always_inline int rv_ingress_frag(struct xdp_md *ctx, struct rv_pkt *p,
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
 	}
-	rv_count_forward(service_id, rv_frame_len(ctx), 0);
+	rv_count_forward(service_id, be.id, rv_frame_len(ctx), 0);
 	return XDP_PASS;
 }
 
@@ -573,7 +578,7 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
 	}
-	rv_count_forward(service_id, rv_frame_len(ctx), 0);
+	rv_count_forward(service_id, be.id, rv_frame_len(ctx), 0);
 	return XDP_PASS;
 }
 

@@ -12,13 +12,21 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
 pub const MAX_BACKENDS: u32 = 8192;
-/// Capacity of each affinity and NAT table.
+/// Default capacity of each affinity and NAT table (the spec's figure;
+/// `--flow-table-size` changes it at start).
 pub const MAX_FLOWS: u32 = 65536;
+/// Smallest `--flow-table-size`: below it a handful of clients evict each
+/// other's state.
+pub const MIN_FLOW_TABLE: u32 = 1024;
+/// Largest `--flow-table-size`: 16 Mi flows per table. The kernel
+/// allocates LRU tables whole, at creation: the four flow tables took 880
+/// MiB at 1 Mi flows (measured, e2e_hardening), so about 14 GiB here.
+pub const MAX_FLOW_TABLE: u32 = 1 << 24;
 /// Default length of the shared Maglev table (a prime).
 pub const MAGLEV_TABLE_DEFAULT: u32 = 65537;
 /// Slots the hot path probes past unusable backends before dropping.
@@ -482,6 +490,19 @@ pub struct VipStats {
     pub reply_bytes: u64,
 }
 
+/// `struct rv_backend_stats`: per-CPU counters of one backend ID
+/// (`backend_stats_map`): client->backend packets and bytes in every mode,
+/// new flows, and the jiffies of the CPU's latest packet (0 = none), so the
+/// spread over backends and the end of a drain are visible.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BackendStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_flows: u64,
+    pub last_jiffies: u64,
+}
+
 /// `struct rv_meta`: who wrote the pinned maps (rivora_meta, index 0).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -706,6 +727,7 @@ pod!(
     NatValue4,
     NatValue6,
     VipStats,
+    BackendStats,
     DropStats,
     Meta,
     VipRangeKey4,
@@ -796,6 +818,11 @@ pub fn layouts() -> Vec<StructLayout> {
             VipStats,
             "rv_vip_stats",
             [packets, bytes, new_flows, drops, reply_packets, reply_bytes]
+        ),
+        layout!(
+            BackendStats,
+            "rv_backend_stats",
+            [packets, bytes, new_flows, last_jiffies]
         ),
         layout!(DropStats, "rv_drop_stats", [packets]),
         layout!(

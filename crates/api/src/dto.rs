@@ -205,6 +205,51 @@ pub struct BackendInfo {
     /// When `state` last changed (Unix seconds; 0 = not since start).
     #[serde(default)]
     pub last_change_unix: u64,
+    /// What the datapath sent to it; None from an older rivorad or when the
+    /// counters could not be read.
+    #[serde(default)]
+    pub counters: Option<BackendCounters>,
+}
+
+/// Traffic the datapath sent to one backend, summed over CPUs, since the
+/// backend got its ID (counters survive rivorad restarts). A backend listed
+/// by several VIPs counts them all.
+///
+/// Exists to show how traffic spreads over the backends (`ipvsadm -Ln
+/// --stats`) and when a draining backend has gone quiet: a drain is over
+/// when its last packet is older than the clients' idle time.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct BackendCounters {
+    /// Client->backend packets forwarded, every mode.
+    pub packets: u64,
+    /// Their sizes as whole frames as received (before any encapsulation).
+    pub bytes: u64,
+    /// New flows (connections) whose backend was chosen: this one.
+    pub new_flows: u64,
+    /// How long ago its latest packet was, in milliseconds at the kernel
+    /// tick's resolution (4 ms at HZ=250); None: no packet since it got its
+    /// ID (or the kernel's clock could not be read).
+    pub last_packet_age_ms: Option<u64>,
+    /// When its latest packet was (Unix milliseconds; the read time minus
+    /// the age).
+    pub last_packet_unix_ms: Option<u64>,
+}
+
+/// One backend's counters in [`Stats`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct BackendStats {
+    /// Dataplane backend id (key of backend_stats_map).
+    pub backend_id: u32,
+    /// Backend address (IPv4 or IPv6 textual form, without brackets).
+    pub address: String,
+    /// Backend port.
+    pub port: u16,
+    /// `healthy`, `draining` or `down`, so a drain's progress reads in one
+    /// line.
+    pub state: String,
+    /// The counters.
+    #[serde(flatten)]
+    pub counters: BackendCounters,
 }
 
 /// The active health check of one backend and its latest result, so an
@@ -261,6 +306,10 @@ pub struct Stats {
     /// overflows (LRU tables then evict live flows).
     #[serde(default)]
     pub tables: Vec<TableUsage>,
+    /// Per-backend counters, in backend id order (empty from an older
+    /// rivorad).
+    #[serde(default)]
+    pub backends: Vec<BackendStats>,
 }
 
 /// Entries in use in one kernel table.

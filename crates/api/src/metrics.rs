@@ -35,6 +35,10 @@
 //! | `rivora_backend_probe_duration_seconds` | gauge | `backend` |
 //! | `rivora_backend_probes_total` | counter | `backend` |
 //! | `rivora_backend_probe_failures_total` | counter | `backend` |
+//! | `rivora_backend_packets_total` | counter | `backend` |
+//! | `rivora_backend_bytes_total` | counter | `backend` |
+//! | `rivora_backend_connections_total` | counter | `backend` |
+//! | `rivora_backend_last_packet_timestamp_seconds` | gauge | `backend` |
 //! | `rivora_table_entries` | gauge | `table` |
 //! | `rivora_table_capacity` | gauge | `table` |
 //! | `rivora_config_generation` | gauge | |
@@ -183,6 +187,16 @@ pub struct BackendMetrics {
     pub probes_total: u64,
     /// Probes that failed since the daemon started.
     pub probe_failures_total: u64,
+    /// Client->backend packets the datapath forwarded to it, every mode and
+    /// VIP, since it got its backend id.
+    pub packets: u64,
+    /// Their frame sizes as received.
+    pub bytes: u64,
+    /// New flows (connections) scheduled onto it.
+    pub new_flows: u64,
+    /// When its latest packet was (Unix seconds, tick resolution); `None`
+    /// (no series) before its first packet.
+    pub last_packet_unix: Option<f64>,
 }
 
 /// Renders `s` in the Prometheus text exposition format, version 0.0.4
@@ -273,6 +287,8 @@ fn infos<L: EncodeLabelSet + Clone + std::hash::Hash + Eq>(
 type VipLabels<'a> = [(&'static str, &'a str); 4];
 /// Reads one counter of a VIP.
 type VipCounter = fn(&VipMetrics) -> u64;
+/// Reads one counter of a backend.
+type BackendCounter = fn(&BackendMetrics) -> u64;
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
@@ -442,6 +458,48 @@ impl Collector for SnapshotCollector {
             s.backends
                 .iter()
                 .map(|b| ([("backend", b.backend.as_str())], b.probe_failures_total)),
+        )?;
+
+        let backend_counters: [(&str, Option<&Unit>, &str, BackendCounter); 3] = [
+            (
+                "rivora_backend_packets",
+                None,
+                "Packets forwarded from clients to the backend (every VIP that lists it)",
+                |b| b.packets,
+            ),
+            (
+                "rivora_backend",
+                Some(&bytes),
+                "Bytes forwarded from clients to the backend, as whole frames as received",
+                |b| b.bytes,
+            ),
+            (
+                "rivora_backend_connections",
+                None,
+                "New flows (connections) scheduled onto the backend",
+                |b| b.new_flows,
+            ),
+        ];
+        for (name, unit, help, read) in backend_counters {
+            counters(
+                &mut enc,
+                name,
+                help,
+                unit,
+                s.backends
+                    .iter()
+                    .map(|b| ([("backend", b.backend.as_str())], read(b))),
+            )?;
+        }
+        gauges(
+            &mut enc,
+            "rivora_backend_last_packet_timestamp",
+            "Unix time of the latest packet forwarded to the backend (kernel tick resolution); absent before the first",
+            Some(&seconds),
+            s.backends.iter().filter_map(|b| {
+                b.last_packet_unix
+                    .map(|t| ([("backend", b.backend.as_str())], t))
+            }),
         )?;
 
         // --- BPF tables ---

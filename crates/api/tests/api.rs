@@ -161,6 +161,7 @@ fn sample_backends() -> Vec<BackendInfo> {
                 last_probe_unix: 1_700_000_200,
             }),
             last_change_unix: 1_700_000_050,
+            counters: None,
         },
         BackendInfo {
             backend_id: 2,
@@ -184,6 +185,7 @@ fn sample_backends() -> Vec<BackendInfo> {
                 last_probe_unix: 1_700_000_201,
             }),
             last_change_unix: 1_700_000_190,
+            counters: None,
         },
         BackendInfo {
             backend_id: 3,
@@ -195,6 +197,7 @@ fn sample_backends() -> Vec<BackendInfo> {
             retiring: true,
             probe: None,
             last_change_unix: 0,
+            counters: None,
         },
     ]
 }
@@ -227,6 +230,7 @@ fn sample_stats() -> Stats {
             packets: 5,
         }],
         at_unix_ms: 1_700_000_201_250,
+        backends: vec![],
         tables: vec![
             TableUsage {
                 name: "connection_affinity_map".into(),

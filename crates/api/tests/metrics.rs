@@ -75,6 +75,10 @@ fn sample_snapshot() -> MetricsSnapshot {
                 probe_latency_seconds: Some(0.0025),
                 probes_total: 120,
                 probe_failures_total: 2,
+                packets: 123_456_789_012_345,
+                bytes: 123_456_789_012,
+                new_flows: 4_321,
+                last_packet_unix: Some(1_700_000_099.996),
             },
             BackendMetrics {
                 backend: "10.0.0.2:8080".into(),
@@ -85,6 +89,10 @@ fn sample_snapshot() -> MetricsSnapshot {
                 probe_latency_seconds: None,
                 probes_total: 0,
                 probe_failures_total: 0,
+                packets: 17,
+                bytes: 1_700,
+                new_flows: 3,
+                last_packet_unix: Some(1_699_999_000.0),
             },
             BackendMetrics {
                 backend: "[2001:db8::2]:53".into(),
@@ -95,6 +103,10 @@ fn sample_snapshot() -> MetricsSnapshot {
                 probe_latency_seconds: Some(1.5),
                 probes_total: 60,
                 probe_failures_total: 60,
+                packets: 0,
+                bytes: 0,
+                new_flows: 0,
+                last_packet_unix: None,
             },
         ],
         tables: vec![
@@ -220,9 +232,24 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
         put(
             "rivora_backend_probe_failures_total",
             Kind::Counter,
-            be,
+            be.clone(),
             b.probe_failures_total as f64,
         );
+        for (family, value) in [
+            ("rivora_backend_packets_total", b.packets),
+            ("rivora_backend_bytes_total", b.bytes),
+            ("rivora_backend_connections_total", b.new_flows),
+        ] {
+            put(family, Kind::Counter, be.clone(), value as f64);
+        }
+        if let Some(t) = b.last_packet_unix {
+            put(
+                "rivora_backend_last_packet_timestamp_seconds",
+                Kind::Gauge,
+                be,
+                t,
+            );
+        }
     }
     for (table, entries, capacity) in &s.tables {
         let l = labels(&[("table", table)]);

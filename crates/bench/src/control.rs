@@ -102,6 +102,7 @@ pub(crate) fn fresh(tag: &str) -> Result<(PinDir, Datapath, Dataplane, f64)> {
     let (datapath, maps, _) = Datapath::load(&LoadOptions {
         pin_dir: dir,
         maglev_table_size: abi::MAGLEV_TABLE_DEFAULT,
+        flow_table_size: rivora_abi::MAX_FLOWS,
         reset_incompatible: false,
         object_dir: None,
     })

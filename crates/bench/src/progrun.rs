@@ -364,6 +364,7 @@ impl Rig {
         let (datapath, maps, _) = Datapath::load(&LoadOptions {
             pin_dir: pin_dir.clone(),
             maglev_table_size: abi::MAGLEV_TABLE_DEFAULT,
+            flow_table_size: rivora_abi::MAX_FLOWS,
             reset_incompatible: false,
             object_dir: None,
         })

@@ -25,9 +25,39 @@ pub struct MapSpec {
     pub max_entries: u32,
 }
 
-/// Every map this build pins, as this build defines it (`bpf/maps.h`); a
-/// test checks the table against freshly created maps.
-pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
+/// The capacities an operator chooses at start (`--maglev-table-size`,
+/// `--flow-table-size`): pinned maps of other sizes cannot be adopted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSizes {
+    /// Length of the shared Maglev table (a prime).
+    pub maglev_table: u32,
+    /// Capacity of each flow table (affinity and reverse NAT, per family).
+    pub flow_table: u32,
+}
+
+impl TableSizes {
+    /// The defaults: the spec's Maglev table and flow-table capacities.
+    pub fn defaults() -> Self {
+        Self {
+            maglev_table: abi::MAGLEV_TABLE_DEFAULT,
+            flow_table: abi::MAX_FLOWS,
+        }
+    }
+}
+
+/// The flow tables, sized by [`TableSizes::flow_table`].
+pub const FLOW_TABLES: [&str; 4] = [
+    "connection_affinity_map",
+    "connection_affinity_map6",
+    "nat_reverse_map",
+    "nat_reverse_map6",
+];
+
+/// Every map this build pins, as this build defines it (`bpf/maps.h`) with
+/// the operator's `sizes`; a test checks the table against freshly created
+/// maps.
+pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
+    let maglev_table_size = sizes.maglev_table;
     let s = |name, map_type, key: usize, value: usize, max_entries| MapSpec {
         name,
         map_type,
@@ -84,28 +114,28 @@ pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
             MapType::LruHash,
             size_of::<abi::Flow4>(),
             size_of::<abi::Affinity>(),
-            abi::MAX_FLOWS,
+            sizes.flow_table,
         ),
         s(
             "connection_affinity_map6",
             MapType::LruHash,
             size_of::<abi::Flow6>(),
             size_of::<abi::Affinity>(),
-            abi::MAX_FLOWS,
+            sizes.flow_table,
         ),
         s(
             "nat_reverse_map",
             MapType::LruHash,
             size_of::<abi::NatKey4>(),
             size_of::<abi::NatValue4>(),
-            abi::MAX_FLOWS,
+            sizes.flow_table,
         ),
         s(
             "nat_reverse_map6",
             MapType::LruHash,
             size_of::<abi::NatKey6>(),
             size_of::<abi::NatValue6>(),
-            abi::MAX_FLOWS,
+            sizes.flow_table,
         ),
         s(
             "stats_map",
@@ -113,6 +143,13 @@ pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
             4,
             size_of::<abi::VipStats>(),
             abi::MAX_VIPS,
+        ),
+        s(
+            "backend_stats_map",
+            MapType::PerCpuArray,
+            4,
+            size_of::<abi::BackendStats>(),
+            abi::MAX_BACKENDS,
         ),
         s(
             "drop_stats_map",
@@ -223,6 +260,12 @@ pub fn expected_maps(maglev_table_size: u32) -> Vec<MapSpec> {
     ]
 }
 
+/// Maps added by an ABI version whose other layouts are those of the version
+/// before it: (version, maps it added). Maps pinned by that earlier version
+/// are adopted as they are and the added maps are created empty, so an
+/// upgrade keeps the flow tables (no `--reset-pinned-state`).
+pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[(7, &["backend_stats_map"])];
+
 /// What the pin directory holds.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PinnedState {
@@ -230,13 +273,18 @@ pub enum PinnedState {
     Empty,
     /// Every map is pinned and matches this build: adopt them.
     Compatible,
+    /// Maps of the previous ABI version, which differs from this one only
+    /// by the maps [`ADDITIVE_UPGRADES`] lists (missing or already
+    /// created): adopt them, create the missing ones and record this
+    /// version. Holds the version found.
+    Upgradable(u32),
     /// Maps are pinned but cannot be used by this build; each line says why.
     Incompatible(Vec<String>),
 }
 
 /// Inspects `pin_dir` without modifying anything.
-pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
-    let specs = expected_maps(maglev_table_size);
+pub fn inspect(pin_dir: &Path, sizes: &TableSizes) -> PinnedState {
+    let specs = expected_maps(sizes);
     let present: Vec<&MapSpec> = specs
         .iter()
         .filter(|s| pin_dir.join(s.name).exists())
@@ -244,9 +292,19 @@ pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
     if present.is_empty() {
         return PinnedState::Empty;
     }
+    let added: &[&str] = ADDITIVE_UPGRADES
+        .iter()
+        .find(|(v, _)| *v == abi::ABI_VERSION)
+        .map(|(_, maps)| *maps)
+        .unwrap_or(&[]);
     let mut problems = Vec::new();
+    let mut missing_added = Vec::new();
     for spec in &specs {
         let path = pin_dir.join(spec.name);
+        if !path.exists() && added.contains(&spec.name) {
+            missing_added.push(spec.name);
+            continue;
+        }
         if !path.exists() {
             problems.push(format!(
                 "map {} is missing while others are pinned",
@@ -266,7 +324,20 @@ pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
                 }
                 let got = (info.key_size(), info.value_size(), info.max_entries());
                 let want = (spec.key_size, spec.value_size, spec.max_entries);
-                if got != want {
+                let only_size = got.0 == want.0 && got.1 == want.1;
+                if got != want && only_size && FLOW_TABLES.contains(&spec.name) {
+                    problems.push(format!(
+                        "map {}: the pinned flow table holds {} flows, --flow-table-size asks for {} \
+                         (start with --flow-table-size {} to keep the flows)",
+                        spec.name, got.2, want.2, got.2
+                    ));
+                } else if got != want && only_size && spec.name == "maglev_table" {
+                    problems.push(format!(
+                        "map maglev_table: the pinned Maglev table has {} slots, \
+                         --maglev-table-size asks for {} (start with --maglev-table-size {} to keep it)",
+                        got.2, want.2, got.2
+                    ));
+                } else if got != want {
                     problems.push(format!(
                         "map {}: key/value size and capacity {}/{}/{}, this build needs {}/{}/{}",
                         spec.name, got.0, got.1, got.2, want.0, want.1, want.2
@@ -277,7 +348,15 @@ pub fn inspect(pin_dir: &Path, maglev_table_size: u32) -> PinnedState {
     }
     if problems.is_empty() {
         match read_meta(pin_dir) {
-            Ok(meta) if meta.abi_version == abi::ABI_VERSION => {}
+            Ok(meta) if meta.abi_version == abi::ABI_VERSION && missing_added.is_empty() => {}
+            Ok(meta) if meta.abi_version == abi::ABI_VERSION => {
+                for name in missing_added {
+                    problems.push(format!("map {name} is missing while others are pinned"));
+                }
+            }
+            Ok(meta) if !added.is_empty() && meta.abi_version + 1 == abi::ABI_VERSION => {
+                return PinnedState::Upgradable(meta.abi_version);
+            }
             Ok(meta) if meta.abi_version == 0 => problems
                 .push("rivora_meta records no ABI version (maps of an unfinished start)".into()),
             Ok(meta) => problems.push(format!(

@@ -10,6 +10,7 @@ pub mod bpffs;
 pub mod compat;
 pub mod holder;
 pub mod imbalance;
+pub mod jiffies;
 pub mod loader;
 pub mod maps;
 pub mod model;
@@ -17,7 +18,7 @@ pub mod objects;
 pub mod vip_index;
 pub mod writer;
 
-pub use bpffs::ensure_bpffs;
+pub use bpffs::{ensure_bpffs, private_bpffs_reason};
 pub use loader::{
     AttachOptions, Attachment, Datapath, LoadOptions, LoadOutcome, XdpModeActual, XdpModeRequest,
     interface_index, interface_mac, remove_link_pins, remove_map_pins, remove_pins,
@@ -27,7 +28,8 @@ pub use model::{
     BackendKey, BackendSpec, KEEP_DESTINATION_PORT, Mode, RateLimit, VipKey, VipSpec, proto,
 };
 pub use writer::{
-    AdoptReport, ApplyReport, BackendState, Dataplane, VipCounters, VipIndexStatus, VipState,
+    AdoptReport, ApplyReport, BackendCounters, BackendState, Dataplane, VipCounters,
+    VipIndexStatus, VipState,
 };
 
 /// Everything that can go wrong loading or programming the datapath. Each

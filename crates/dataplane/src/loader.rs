@@ -26,6 +26,10 @@ pub struct LoadOptions {
     pub pin_dir: PathBuf,
     /// Length of the shared Maglev table (a prime).
     pub maglev_table_size: u32,
+    /// Capacity of each flow table (connection_affinity_map(6),
+    /// nat_reverse_map(6)): how many concurrent flows per family keep their
+    /// state before the least recently used are evicted.
+    pub flow_table_size: u32,
     /// When the pinned maps cannot be adopted (another ABI version or
     /// layout): remove them and start empty instead of refusing. Established
     /// flows through NAT VIPs lose their state.
@@ -61,6 +65,7 @@ pub const MAP_NAMES: &[&str] = &[
     "nat_reverse_map",
     "nat_reverse_map6",
     "stats_map",
+    "backend_stats_map",
     "drop_stats_map",
     "rivora_meta",
     "iface_mac_map",
@@ -191,9 +196,18 @@ impl Datapath {
             what: format!("create pin directory {}", opts.pin_dir.display()),
             source: e,
         })?;
-        let outcome = match compat::inspect(&opts.pin_dir, opts.maglev_table_size) {
+        let mut upgrade_from = None;
+        let sizes = compat::TableSizes {
+            maglev_table: opts.maglev_table_size,
+            flow_table: opts.flow_table_size,
+        };
+        let outcome = match compat::inspect(&opts.pin_dir, &sizes) {
             compat::PinnedState::Empty => LoadOutcome::Fresh,
             compat::PinnedState::Compatible => LoadOutcome::Reused,
+            compat::PinnedState::Upgradable(from) => {
+                upgrade_from = Some(from);
+                LoadOutcome::Reused
+            }
             compat::PinnedState::Incompatible(problems) if opts.reset_incompatible => {
                 remove_map_pins(&opts.pin_dir)?;
                 LoadOutcome::Reset(problems)
@@ -206,14 +220,17 @@ impl Datapath {
             }
         };
         let load = |bytes: &[u8], what: &'static str| -> Result<Ebpf, Error> {
-            EbpfLoader::new()
+            let mut loader = EbpfLoader::new();
+            loader
                 .default_map_pin_directory(&opts.pin_dir)
-                .map_max_entries("maglev_table", opts.maglev_table_size)
-                .load(bytes)
-                .map_err(|e| Error::Load {
-                    what,
-                    source: Box::new(e),
-                })
+                .map_max_entries("maglev_table", opts.maglev_table_size);
+            for name in compat::FLOW_TABLES {
+                loader.map_max_entries(name, opts.flow_table_size);
+            }
+            loader.load(bytes).map_err(|e| Error::Load {
+                what,
+                source: Box::new(e),
+            })
         };
         // A start that fails from here on must not leave the pins it created
         // (pins it found belong to a running datapath and stay).
@@ -257,6 +274,24 @@ impl Datapath {
             }
         };
         let mut maps = Maps::take_from(&mut xdp)?;
+        if let Some(from) = upgrade_from {
+            // The added maps were created (empty) and pinned by the load;
+            // the rest are the earlier version's, adopted as they are.
+            let mut meta = maps.meta.get(&0, 0).map_err(|e| Error::Map {
+                map: "rivora_meta",
+                source: e,
+            })?;
+            meta.abi_version = abi::ABI_VERSION;
+            maps.meta.set(0, meta, 0).map_err(|e| Error::Map {
+                map: "rivora_meta",
+                source: e,
+            })?;
+            tracing::info!(
+                from,
+                to = abi::ABI_VERSION,
+                "upgraded the pinned maps in place: the maps this ABI version adds were created empty, the rest adopted"
+            );
+        }
         if outcome != LoadOutcome::Reused {
             let meta = abi::Meta {
                 abi_version: abi::ABI_VERSION,

@@ -11,6 +11,9 @@ use crate::Error;
 
 /// All maps the control plane writes or reads.
 pub struct Maps {
+    /// Capacity of each flow table as created (or pinned): what
+    /// `--flow-table-size` asked for when the maps were made.
+    pub flow_capacity: u32,
     /// IPv4 exact VIPs.
     pub vip_map: HashMap<MapData, abi::VipKey4, abi::VipValue>,
     /// IPv6 exact VIPs.
@@ -35,6 +38,8 @@ pub struct Maps {
     pub nat_reverse6: HashMap<MapData, abi::NatKey6, abi::NatValue6>,
     /// Per-service per-CPU counters.
     pub stats: PerCpuArray<MapData, abi::VipStats>,
+    /// Per-backend per-CPU counters, by backend ID.
+    pub backend_stats: PerCpuArray<MapData, abi::BackendStats>,
     /// Per-reason per-CPU drop counters.
     pub drop_stats: PerCpuArray<MapData, abi::DropStats>,
     /// Who wrote the maps (ABI version, table size, XDP mode).
@@ -177,7 +182,17 @@ impl Maps {
             Map::Array(data) => MaglevTable::map(data)?,
             _ => return Err(Error::MissingMap("maglev_table")),
         };
+        let affinity: HashMap<MapData, abi::Flow4, abi::Affinity> =
+            typed!(ebpf, "connection_affinity_map");
+        let flow_capacity = aya::maps::IterableMap::map(&affinity)
+            .info()
+            .map(|i| i.max_entries())
+            .map_err(|e| Error::Map {
+                map: "connection_affinity_map",
+                source: e,
+            })?;
         Ok(Self {
+            flow_capacity,
             vip_map: typed!(ebpf, "vip_map"),
             vip_map6: typed!(ebpf, "vip_map6"),
             service_config: typed!(ebpf, "service_config_map"),
@@ -185,11 +200,12 @@ impl Maps {
             backend_map: typed!(ebpf, "backend_map"),
             backend_map6: typed!(ebpf, "backend_map6"),
             backend_health: typed!(ebpf, "backend_health_map"),
-            affinity: typed!(ebpf, "connection_affinity_map"),
+            affinity,
             affinity6: typed!(ebpf, "connection_affinity_map6"),
             nat_reverse: typed!(ebpf, "nat_reverse_map"),
             nat_reverse6: typed!(ebpf, "nat_reverse_map6"),
             stats: typed!(ebpf, "stats_map"),
+            backend_stats: typed!(ebpf, "backend_stats_map"),
             drop_stats: typed!(ebpf, "drop_stats_map"),
             meta: typed!(ebpf, "rivora_meta"),
             iface: typed!(ebpf, "iface_mac_map"),

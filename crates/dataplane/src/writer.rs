@@ -226,6 +226,33 @@ pub struct VipCounters {
     pub stats: abi::VipStats,
 }
 
+/// Summed (over CPUs) counters of one backend (`backend_stats_map`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendCounters {
+    /// The backend.
+    pub key: BackendKey,
+    /// Its backend ID.
+    pub id: u32,
+    /// Client->backend packets, every mode, every VIP that lists it.
+    pub packets: u64,
+    /// Their frame sizes as received.
+    pub bytes: u64,
+    /// Flows whose backend was chosen: this one.
+    pub new_flows: u64,
+    /// The largest last-packet jiffies over CPUs (0: no packet since the ID
+    /// was given to this backend).
+    pub last_jiffies: u64,
+}
+
+impl BackendCounters {
+    /// How long before `clock` was read the backend's latest packet was
+    /// (one tick resolution); None with no packet since the backend got its
+    /// ID (see [`crate::jiffies`]).
+    pub fn last_packet_age(&self, clock: &crate::jiffies::Clock) -> Option<Duration> {
+        clock.age_of(self.last_jiffies)
+    }
+}
+
 /// The state of the VIP index (vip_index_map), for the API and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VipIndexStatus {
@@ -531,7 +558,7 @@ impl Dataplane {
                     && ids.as_ref().is_none_or(|ids| !ids.contains(&backend_id))
             })
         };
-        let bound = 4 * abi::MAX_FLOWS as usize;
+        let bound = 4 * self.maps.flow_capacity as usize;
         let mut forgotten = 0;
         if members.keys().any(|k| k.addr.is_ipv4()) {
             let doomed: Vec<abi::Flow4> = self
@@ -815,6 +842,8 @@ impl Dataplane {
         self.slices = slices;
         for (key, id, mac) in new_backends {
             let generation = self.generation();
+            // A reused ID must not hand its previous owner's counts on.
+            self.zero_backend_stats(id)?;
             self.write_backend(key, id, mac, generation)?;
             self.backends.insert(
                 key,
@@ -1493,12 +1522,41 @@ impl Dataplane {
         Ok(out)
     }
 
+    /// Per-backend counters summed over CPUs (last-packet time: the latest
+    /// CPU's), in backend order.
+    pub fn backend_counters(&self) -> Result<Vec<BackendCounters>, Error> {
+        let mut out = Vec::with_capacity(self.backends.len());
+        for b in self.backends.values() {
+            let per_cpu = self
+                .maps
+                .backend_stats
+                .get(&b.id, 0)
+                .map_err(|e| map_err("backend_stats_map", e))?;
+            let mut c = BackendCounters {
+                key: b.key,
+                id: b.id,
+                packets: 0,
+                bytes: 0,
+                new_flows: 0,
+                last_jiffies: 0,
+            };
+            for s in per_cpu.iter() {
+                c.packets += s.packets;
+                c.bytes += s.bytes;
+                c.new_flows += s.new_flows;
+                c.last_jiffies = c.last_jiffies.max(s.last_jiffies);
+            }
+            out.push(c);
+        }
+        Ok(out)
+    }
+
     /// Entries in use in each flow table and its capacity, so an operator
     /// sees a table filling before LRU eviction starts dropping live flows.
     /// Counts by walking the keys: one syscall per entry, so call it at
     /// scrape or CLI rate, not in a loop.
     pub fn table_usage(&self) -> Vec<(&'static str, u64, u64)> {
-        let cap = abi::MAX_FLOWS as u64;
+        let cap = self.maps.flow_capacity as u64;
         vec![
             (
                 "connection_affinity_map",
@@ -1788,6 +1846,24 @@ impl Dataplane {
             prefixes.sort();
         }
         Ok((groups, bad))
+    }
+
+    fn zero_backend_stats(&mut self, id: u32) -> Result<(), Error> {
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| Error::Io {
+            what: what.to_string(),
+            source: e,
+        })?;
+        let zeros =
+            PerCpuValues::try_from(vec![abi::BackendStats::default(); cpus]).map_err(|e| {
+                Error::Io {
+                    what: "per-CPU backend stats buffer".into(),
+                    source: e,
+                }
+            })?;
+        self.maps
+            .backend_stats
+            .set(id, zeros, 0)
+            .map_err(|e| map_err("backend_stats_map", e))
     }
 
     fn zero_stats(&mut self, service_id: u32) -> Result<(), Error> {

@@ -55,6 +55,7 @@ fn crowded_table_warns_once_with_a_table_size_that_fixes_it() {
     let (datapath, maps, _) = Datapath::load(&LoadOptions {
         pin_dir: dir.clone(),
         maglev_table_size: size,
+        flow_table_size: rivora_abi::MAX_FLOWS,
         reset_incompatible: false,
         object_dir: None,
     })

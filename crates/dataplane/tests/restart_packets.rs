@@ -215,6 +215,7 @@ fn incompatible_pins_are_refused_with_the_reason() {
     let opts = |size, reset| LoadOptions {
         pin_dir: dir.clone(),
         maglev_table_size: size,
+        flow_table_size: rivora_abi::MAX_FLOWS,
         reset_incompatible: reset,
         object_dir: None,
     };
@@ -263,10 +264,15 @@ fn incompatible_pins_are_refused_with_the_reason() {
 fn the_expected_map_table_matches_what_the_objects_create() {
     let r = rig("mapspec");
     assert_eq!(
-        rivora_dataplane::compat::inspect(&r.pin_dir, 65537),
+        rivora_dataplane::compat::inspect(
+            &r.pin_dir,
+            &rivora_dataplane::compat::TableSizes::defaults()
+        ),
         rivora_dataplane::compat::PinnedState::Compatible
     );
-    for spec in rivora_dataplane::compat::expected_maps(65537) {
+    for spec in
+        rivora_dataplane::compat::expected_maps(&rivora_dataplane::compat::TableSizes::defaults())
+    {
         assert!(r.pin_dir.join(spec.name).exists(), "{} pinned", spec.name);
     }
 }

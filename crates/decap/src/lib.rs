@@ -417,6 +417,11 @@ pub fn attach(
     mode: AttachMode,
 ) -> Result<AttachReport> {
     if pin_root.starts_with(BPFFS_MOUNT) {
+        // The attachment lives only in its pin: one made in a private mount
+        // namespace (`ip netns exec`) would vanish when the command exits.
+        if let Some(why) = rivora_dataplane::private_bpffs_reason(Path::new(BPFFS_MOUNT)) {
+            bail!("refusing to attach: {why}");
+        }
         rivora_dataplane::ensure_bpffs(Path::new(BPFFS_MOUNT)).context("mount bpffs")?;
     }
     let ifindex = rivora_dataplane::loader::interface_index(interface)

@@ -137,10 +137,118 @@ fn attach_status_detach_on_a_real_interface() {
 
     let out = run(&["detach", "--interface", "v0"]);
     assert!(out.contains("detached from v0"), "{out}");
-    assert_eq!(xdp_prog_on(&ns, "v0"), None, "program gone from v0");
+    // The link goes when its pin's inode is freed, after an RCU grace
+    // period: the program leaves the interface shortly after the command.
+    let every = std::time::Duration::from_millis(10);
+    rivora_lab::poll_until(
+        "the program gone from v0",
+        std::time::Duration::from_secs(5),
+        every,
+        || match xdp_prog_on(&ns, "v0") {
+            None => Ok(()),
+            Some(id) => Err(format!("program {id} still on v0")),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert!(!Path::new(pin_root).join("v0").exists(), "pins removed");
     let out = run(&["detach", "--interface", "v0"]);
     assert!(out.contains("was not attached"), "{out}");
     let out = run(&["status"]);
     assert!(out.contains("no attachments"), "{out}");
+}
+
+/// `ip netns exec NS rivora-decap attach` would pin into the private /sys
+/// that `ip netns exec` mounts, where the attachment vanishes when the
+/// command exits: it is refused with the nsenter command to use instead,
+/// and nothing is left on the interface; the same attach through nsenter
+/// works and stays.
+#[test]
+fn attach_under_ip_netns_exec_is_refused_with_the_way_out() {
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test attaches XDP programs and must run as root"
+    );
+    rivora_lab::ensure_bpffs().unwrap();
+    let ns = Netns::new("dnse").unwrap();
+    ns.run(&["ip", "link", "set", "lo", "up"]).unwrap();
+    static N: AtomicU32 = AtomicU32::new(0);
+    let root = Root(PathBuf::from(format!(
+        "/sys/fs/bpf/rivora-decap-nse-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )));
+    let pin_root = root.0.display().to_string();
+    let attach = [
+        "attach",
+        "--interface",
+        "lo",
+        "--address",
+        "127.0.0.1",
+        "--pin-root",
+        &pin_root,
+    ];
+    let mut out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns.name(), BIN])
+        .args(attach)
+        .output()
+        .unwrap();
+    if String::from_utf8_lossy(&out.stderr).contains("mount --make-rslave") {
+        // In a chroot "/" is no mount point and `ip netns exec` cannot set
+        // up its mount namespace. Do what it does by hand: a private mount
+        // namespace whose /sys is a fresh sysfs named after the network
+        // namespace (made private first, so nothing propagates back).
+        eprintln!("ip netns exec cannot run here (chroot?); reproducing its mounts with unshare");
+        let script = format!(
+            "mount --make-rprivate /sys && mount -t sysfs {} /sys && exec \"$@\"",
+            ns.name()
+        );
+        let netns = format!("--net=/run/netns/{}", ns.name());
+        out = std::process::Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "unchanged",
+                "--",
+                "nsenter",
+                &netns,
+                "--",
+            ])
+            .args(["sh", "-c", &script, "sh", BIN])
+            .args(attach)
+            .output()
+            .unwrap();
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{err}");
+    assert!(!out.status.success(), "must refuse: {err}");
+    assert!(
+        err.contains(&format!("nsenter --net=/run/netns/{}", ns.name())),
+        "names the way out: {err}"
+    );
+    assert_eq!(xdp_prog_on(&ns, "lo"), None, "nothing attached");
+    assert!(!Path::new(&pin_root).join("lo").exists());
+
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", ns.name()))
+        .arg(BIN)
+        .args(attach)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(xdp_prog_on(&ns, "lo").is_some(), "attached and still there");
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", ns.name()))
+        .args([BIN, "detach", "--interface", "lo", "--pin-root", &pin_root])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -550,6 +550,7 @@ fn round_trip_through_the_balancers_encapsulation() {
         let (mut datapath, maps, _) = Datapath::load(&LoadOptions {
             pin_dir: lb_dir.clone(),
             maglev_table_size: 65537,
+            flow_table_size: rivora_abi::MAX_FLOWS,
             reset_incompatible: false,
             object_dir: None,
         })

@@ -79,18 +79,22 @@ enum Command {
     ///
     /// One row per backend: id, state (healthy/draining/down, marked
     /// `(drained)` when an operator drained it and `(retiring)` when it left
-    /// the config and is finishing its flows), its health probe and the
-    /// probe's last result (`ok 0.4 ms`, `fail: <reason>`, `pending`), when
-    /// the state last changed, and the VIPs it serves.
+    /// the config and is finishing its flows), the packets, bytes and new
+    /// flows the datapath sent it (every VIP that lists it) and when its last
+    /// packet was, its health probe and the probe's last result (`ok 0.4
+    /// ms`, `fail: <reason>`, `pending`), when the state last changed, and
+    /// the VIPs it serves.
     Backends,
     /// Show traffic rates, counters, drops and flow-table usage.
     ///
     /// Takes two samples INTERVAL apart and shows, per VIP, packets/s,
     /// bytes/s and new flows/s next to the totals since the programs were
-    /// loaded (summed over all CPUs); then drops by reason, then how full the
-    /// flow tables are (`!` marks 90% or more: a full LRU table evicts live
-    /// flows). With `-o json`: the second sample plus `interval_secs` and
-    /// per-VIP `rates`.
+    /// loaded (summed over all CPUs); the same per backend, with its last
+    /// packet (at most 50 backends: those not healthy first, then the
+    /// busiest; one line sums up the rest); then drops by reason, then how
+    /// full the flow tables are (`!` marks 90% or more: a full LRU table
+    /// evicts live flows). With `-o json`: the second sample plus
+    /// `interval_secs`, per-VIP `rates` and per-backend `backend_rates`.
     Stats {
         /// Seconds between the two samples; 0 shows totals only, without waiting.
         #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_interval)]
@@ -111,7 +115,9 @@ enum Command {
     /// Use before maintenance of a backend host: draining lets the flows
     /// already established with the backend finish (existing connections are
     /// not broken) while no new flow is sent to it; watch them wind down with
-    /// `rivoractl watch`. A drain does not keep a broken backend in service:
+    /// `rivoractl watch`, whose DRAIN column shows `active` while packets
+    /// still reach the backend and `quiet for 12s` once none has (the drain
+    /// is over when that exceeds the clients' idle time). A drain does not keep a broken backend in service:
     /// a failed health probe still turns it down. The drain is kept by
     /// rivorad and survives a rivorad restart, until `rivoractl undrain`.
     ///
@@ -133,13 +139,17 @@ enum Command {
         #[arg(value_name = "BACKEND", value_parser = parse_backend)]
         backend: String,
     },
-    /// Live view of per-VIP rates, flow tables and backend states.
+    /// Live view of per-VIP and per-backend rates, flow tables, backend states and drains.
     ///
     /// Every INTERVAL, reads counters and backends and redraws the screen
     /// (when stdout is a terminal; otherwise prints each view after a
-    /// separator line). Rates are over the last interval. Stops on `q`,
-    /// Ctrl-C or after COUNT refreshes (`q` is read from stdin, also when
-    /// it is a pipe). With `-o json`: one JSON object per line per
+    /// separator line). Rates are over the last interval. Per backend (at
+    /// most 20: those not healthy first, then the busiest): packets/s,
+    /// bytes/s, new flows/s, its last packet, and for a draining backend
+    /// the DRAIN column: `active` while packets still reach it, `quiet for
+    /// 12s` once none has during the interval. Stops on `q`, Ctrl-C or
+    /// after COUNT refreshes (`q` is read from stdin, also when it is a
+    /// pipe). With `-o json`: one JSON object per line per
     /// refresh, `{"stats": <stats -o json>, "backends": [...]}`.
     Watch {
         /// Seconds between refreshes.

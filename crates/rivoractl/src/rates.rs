@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use rivora_api::{BackendInfo, Stats, VipStats};
+use rivora_api::{BackendInfo, BackendStats, Stats, VipStats};
 use serde::{Deserialize, Serialize};
 
 /// `rivoractl stats -o json`: the API's [`Stats`] (the later sample), with
@@ -25,6 +25,24 @@ pub struct StatsReport {
     pub interval_secs: Option<f64>,
     /// Per-VIP rates, in the order of `vips`; empty without an interval.
     pub rates: Vec<VipRates>,
+    /// Per-backend rates, in the order of `backends`; empty without an
+    /// interval.
+    #[serde(default)]
+    pub backend_rates: Vec<BackendRates>,
+}
+
+/// Per-second rates of one backend's counters; None as for [`VipRates`]
+/// (and when the backend id now names another backend).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct BackendRates {
+    /// Dataplane backend id.
+    pub backend_id: u32,
+    /// Packets forwarded to it per second.
+    pub packets_per_sec: Option<f64>,
+    /// Bytes forwarded to it per second.
+    pub bytes_per_sec: Option<f64>,
+    /// New flows scheduled onto it per second.
+    pub new_flows_per_sec: Option<f64>,
 }
 
 /// Per-second rates of one VIP's counters.
@@ -67,6 +85,7 @@ pub fn totals_only(stats: Stats) -> StatsReport {
         stats,
         interval_secs: None,
         rates: Vec::new(),
+        backend_rates: Vec::new(),
     }
 }
 
@@ -91,10 +110,38 @@ pub fn with_rates(earlier: &Stats, later: Stats, measured: Duration) -> StatsRep
             vip_rates(before, v, secs)
         })
         .collect();
+    let backend_rates = later
+        .backends
+        .iter()
+        .map(|b| {
+            // Same id and address: a reused id has fresh counters.
+            let before = earlier.backends.iter().find(|p| {
+                p.backend_id == b.backend_id && p.address == b.address && p.port == b.port
+            });
+            backend_rates(before, b, secs)
+        })
+        .collect();
     StatsReport {
         stats: later,
         interval_secs: Some(secs),
         rates,
+        backend_rates,
+    }
+}
+
+fn backend_rates(before: Option<&BackendStats>, now: &BackendStats, secs: f64) -> BackendRates {
+    let rate = |get: fn(&BackendStats) -> u64| {
+        let before = before?;
+        if secs <= 0.0 {
+            return None;
+        }
+        Some(get(now).checked_sub(get(before))? as f64 / secs)
+    };
+    BackendRates {
+        backend_id: now.backend_id,
+        packets_per_sec: rate(|b| b.counters.packets),
+        bytes_per_sec: rate(|b| b.counters.bytes),
+        new_flows_per_sec: rate(|b| b.counters.new_flows),
     }
 }
 
@@ -158,6 +205,7 @@ pub(crate) mod tests {
                 entries: 10,
                 capacity: 100,
             }],
+            backends: vec![],
         }
     }
 

@@ -9,10 +9,13 @@ use std::net::Ipv6Addr;
 
 use comfy_table::presets::ASCII_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
-use rivora_api::{BackendInfo, BgpStatus, SpeakerStatus, Status, TableUsage, VipInfo, VipStats};
+use rivora_api::{
+    BackendCounters, BackendInfo, BackendStats, BgpStatus, SpeakerStatus, Status, TableUsage,
+    VipInfo, VipStats,
+};
 use serde::Serialize;
 
-use crate::rates::{StatsReport, VipRates, WatchFrame};
+use crate::rates::{BackendRates, StatsReport, VipRates, WatchFrame};
 
 /// Placeholder for absent values, so empty cells are never ambiguous.
 const NONE: &str = "-";
@@ -20,6 +23,13 @@ const NONE: &str = "-";
 /// Flow-table fill level (percent) from which a table is flagged: an LRU
 /// table that fills up evicts live flows, so it is worth noticing before.
 const FULL_WARN_PCT: u64 = 90;
+
+/// Backend rows `rivoractl stats` shows at most; the rest are summed up in
+/// one line (all of them: `rivoractl backends`, `-o json`).
+pub const STATS_BACKEND_ROWS: usize = 50;
+
+/// Backend rows `rivoractl watch` shows at most (a screen).
+pub const WATCH_BACKEND_ROWS: usize = 20;
 
 /// Pretty JSON of any API answer, newline-terminated.
 pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
@@ -190,6 +200,10 @@ pub fn backends(backends: &[BackendInfo], now_unix: u64) -> String {
         "BACKEND ID",
         "BACKEND",
         "STATE",
+        "PACKETS",
+        "BYTES",
+        "NEW FLOWS",
+        "LAST PACKET",
         "PROBE",
         "LAST RESULT",
         "LAST CHANGE",
@@ -201,10 +215,15 @@ pub fn backends(backends: &[BackendInfo], now_unix: u64) -> String {
         } else {
             b.vips.join(", ")
         };
+        let c = b.counters.as_ref();
         t.add_row(vec![
             b.backend_id.to_string(),
             backend_endpoint(&b.address, b.port),
             backend_state(b),
+            c.map_or_else(|| NONE.to_string(), |c| c.packets.to_string()),
+            c.map_or_else(|| NONE.to_string(), |c| human_bytes(c.bytes)),
+            c.map_or_else(|| NONE.to_string(), |c| c.new_flows.to_string()),
+            c.map_or_else(|| NONE.to_string(), last_packet),
             b.probe
                 .as_ref()
                 .map_or_else(|| NONE.to_string(), |p| format!("{} {}", p.kind, p.target)),
@@ -216,8 +235,75 @@ pub fn backends(backends: &[BackendInfo], now_unix: u64) -> String {
             vips,
         ]);
     }
-    right_align(&mut t, &[0]);
+    right_align(&mut t, &[0, 3, 4, 5]);
     finish(t)
+}
+
+/// When a backend's latest packet was: `0.3s ago`, `12s ago`, `3m ago`;
+/// `never` before its first packet; `-` when the daemon could not tell.
+pub fn last_packet(c: &BackendCounters) -> String {
+    match c.last_packet_age_ms {
+        None if c.packets == 0 => "never".into(),
+        None => NONE.to_string(),
+        Some(ms) if ms < 10_000 => format!("{:.1}s ago", ms as f64 / 1000.0),
+        Some(ms) => ago(1, 1 + ms / 1000),
+    }
+}
+
+/// Which backends a table of at most `cap` rows shows: all when they fit;
+/// otherwise those not healthy first (a drain or an outage is what an
+/// operator looks for), then the busiest (by `busy`). Returned in backend id
+/// order, with the number left out.
+fn pick_backends(
+    backends: &[BackendStats],
+    cap: usize,
+    busy: impl Fn(&BackendStats) -> f64,
+) -> (Vec<&BackendStats>, usize) {
+    let mut picked: Vec<&BackendStats> = backends.iter().collect();
+    if picked.len() > cap {
+        picked.sort_by(|a, b| {
+            (a.state == "healthy")
+                .cmp(&(b.state == "healthy"))
+                .then(busy(b).total_cmp(&busy(a)))
+        });
+        picked.truncate(cap);
+    }
+    picked.sort_by_key(|b| b.backend_id);
+    let hidden = backends.len() - picked.len();
+    (picked, hidden)
+}
+
+fn backend_rates_of<'a>(r: &'a StatsReport, b: &BackendStats) -> Option<&'a BackendRates> {
+    r.backend_rates
+        .iter()
+        .find(|x| x.backend_id == b.backend_id)
+}
+
+/// A line summing up the backends a table left out.
+fn hidden_backends(r: &StatsReport, shown: &[&BackendStats], hidden: usize) -> String {
+    if hidden == 0 {
+        return String::new();
+    }
+    let rest = r
+        .stats
+        .backends
+        .iter()
+        .filter(|b| !shown.iter().any(|s| s.backend_id == b.backend_id));
+    let (mut packets, mut pps) = (0u64, 0f64);
+    for b in rest {
+        packets += b.counters.packets;
+        pps += backend_rates_of(r, b)
+            .and_then(|x| x.packets_per_sec)
+            .unwrap_or(0.0);
+    }
+    let rate = if r.interval_secs.is_some() {
+        format!(", {}", per_sec(Some(pps)))
+    } else {
+        String::new()
+    };
+    format!(
+        "... and {hidden} more backends ({packets} packets{rate}); all: rivoractl backends, or -o json\n"
+    )
 }
 
 /// `rivoractl bgp`: the speaker, one row per peer, then the announced routes.
@@ -419,6 +505,7 @@ pub fn stats(r: &StatsReport) -> String {
         }
         out.push_str(&finish(t));
     }
+    out.push_str(&backend_traffic(r));
     if s.drops.is_empty() {
         out.push_str("\nDrops by reason: none\n");
     } else {
@@ -432,6 +519,156 @@ pub fn stats(r: &StatsReport) -> String {
         out.push_str(&finish(d));
     }
     out.push_str(&flow_tables(&s.tables));
+    out
+}
+
+/// `rivoractl stats`' per-backend table (empty from an older daemon).
+fn backend_traffic(r: &StatsReport) -> String {
+    let bs = &r.stats.backends;
+    if bs.is_empty() {
+        return String::new();
+    }
+    let rated = r.interval_secs.is_some();
+    let (shown, hidden) = pick_backends(bs, STATS_BACKEND_ROWS, |b| {
+        if rated {
+            backend_rates_of(r, b)
+                .and_then(|x| x.packets_per_sec)
+                .unwrap_or(0.0)
+        } else {
+            b.counters.packets as f64
+        }
+    });
+    let mut t = table();
+    if rated {
+        t.set_header(vec![
+            "BACKEND ID",
+            "BACKEND",
+            "STATE",
+            "PACKETS",
+            "PKT/S",
+            "BYTES",
+            "BYTES/S",
+            "NEW FLOWS",
+            "FLOWS/S",
+            "LAST PACKET",
+        ]);
+        for b in &shown {
+            let rate = backend_rates_of(r, b);
+            let c = &b.counters;
+            t.add_row(vec![
+                b.backend_id.to_string(),
+                backend_endpoint(&b.address, b.port),
+                b.state.clone(),
+                c.packets.to_string(),
+                per_sec(rate.and_then(|x| x.packets_per_sec)),
+                human_bytes(c.bytes),
+                bytes_per_sec(rate.and_then(|x| x.bytes_per_sec)),
+                c.new_flows.to_string(),
+                per_sec(rate.and_then(|x| x.new_flows_per_sec)),
+                last_packet(c),
+            ]);
+        }
+        right_align(&mut t, &[0, 3, 4, 5, 6, 7, 8]);
+    } else {
+        t.set_header(vec![
+            "BACKEND ID",
+            "BACKEND",
+            "STATE",
+            "PACKETS",
+            "BYTES",
+            "NEW FLOWS",
+            "LAST PACKET",
+        ]);
+        for b in &shown {
+            let c = &b.counters;
+            t.add_row(vec![
+                b.backend_id.to_string(),
+                backend_endpoint(&b.address, b.port),
+                b.state.clone(),
+                c.packets.to_string(),
+                human_bytes(c.bytes),
+                c.new_flows.to_string(),
+                last_packet(c),
+            ]);
+        }
+        right_align(&mut t, &[0, 3, 4, 5]);
+    }
+    let mut out =
+        String::from("\nBackends (client->backend traffic, every VIP that lists them):\n");
+    out.push_str(&finish(t));
+    out.push_str(&hidden_backends(r, &shown, hidden));
+    out
+}
+
+/// `rivoractl watch`'s DRAIN cell of a draining backend: `active` while
+/// packets still reach it, `quiet for 12s` once none has for a whole
+/// interval (the drain is over when that exceeds the clients' idle time);
+/// `-` for other backends.
+fn drain_progress(b: &BackendStats, rate: Option<&BackendRates>) -> String {
+    if b.state != "draining" {
+        return NONE.to_string();
+    }
+    let pps = rate.and_then(|x| x.packets_per_sec);
+    match (pps, b.counters.last_packet_age_ms) {
+        (Some(x), _) if x > 0.0 => "active".into(),
+        (_, None) if b.counters.packets == 0 => "quiet (no packets yet)".into(),
+        (Some(_), Some(ms)) => format!("quiet for {}", quiet_for(ms)),
+        _ => NONE.to_string(),
+    }
+}
+
+/// `0.4s`, `12s`, `3m 20s`, `2h 5m`.
+fn quiet_for(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..10 => format!("{:.1}s", ms as f64 / 1000.0),
+        10..60 => format!("{secs}s"),
+        60..3600 => format!("{}m {}s", secs / 60, secs % 60),
+        _ => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+/// `rivoractl watch`'s backend table: rates, last packet and the progress
+/// of drains; state reasons (drained, retiring) from `info`.
+fn watch_backends(r: &StatsReport, info: &[BackendInfo]) -> String {
+    let (shown, hidden) = pick_backends(&r.stats.backends, WATCH_BACKEND_ROWS, |b| {
+        backend_rates_of(r, b)
+            .and_then(|x| x.packets_per_sec)
+            .unwrap_or(0.0)
+    });
+    let mut t = table();
+    t.set_header(vec![
+        "BACKEND ID",
+        "BACKEND",
+        "STATE",
+        "PKT/S",
+        "BYTES/S",
+        "NEW FLOWS/S",
+        "PACKETS",
+        "LAST PACKET",
+        "DRAIN",
+    ]);
+    for b in &shown {
+        let rate = backend_rates_of(r, b);
+        let state = info
+            .iter()
+            .find(|i| i.backend_id == b.backend_id && i.address == b.address && i.port == b.port)
+            .map_or_else(|| b.state.clone(), backend_state);
+        t.add_row(vec![
+            b.backend_id.to_string(),
+            backend_endpoint(&b.address, b.port),
+            state,
+            per_sec(rate.and_then(|x| x.packets_per_sec)),
+            bytes_per_sec(rate.and_then(|x| x.bytes_per_sec)),
+            per_sec(rate.and_then(|x| x.new_flows_per_sec)),
+            b.counters.packets.to_string(),
+            last_packet(&b.counters),
+            drain_progress(b, rate),
+        ]);
+    }
+    right_align(&mut t, &[0, 3, 4, 5, 6]);
+    let mut out = finish(t);
+    out.push_str(&hidden_backends(r, &shown, hidden));
     out
 }
 
@@ -478,7 +715,12 @@ pub fn watch(f: &WatchFrame, now_unix: u64) -> String {
     }
     out.push_str(&flow_tables(&r.stats.tables));
     out.push('\n');
-    out.push_str(&backends(&f.backends, now_unix));
+    if r.stats.backends.is_empty() {
+        // An older daemon: no per-backend counters.
+        out.push_str(&backends(&f.backends, now_unix));
+    } else {
+        out.push_str(&watch_backends(r, &f.backends));
+    }
     out
 }
 
@@ -1126,6 +1368,13 @@ mod tests {
                     0.42,
                 )),
                 last_change_unix: 1_700_000_000 - 180,
+                counters: Some(BackendCounters {
+                    packets: 1_234_567,
+                    bytes: 1_258_291,
+                    new_flows: 4_321,
+                    last_packet_age_ms: Some(300),
+                    last_packet_unix_ms: None,
+                }),
             },
             BackendInfo {
                 backend_id: 2,
@@ -1137,6 +1386,13 @@ mod tests {
                 retiring: false,
                 probe: Some(probe("tcp", "192.168.1.11:8080", "ok", 12.3)),
                 last_change_unix: 1_700_000_000 - 45,
+                counters: Some(BackendCounters {
+                    packets: 20,
+                    bytes: 2_000,
+                    new_flows: 2,
+                    last_packet_age_ms: Some(45_000),
+                    last_packet_unix_ms: None,
+                }),
             },
             BackendInfo {
                 backend_id: 3,
@@ -1153,6 +1409,13 @@ mod tests {
                     0.1,
                 )),
                 last_change_unix: 1_700_000_000 - 2 * 86_400,
+                counters: Some(BackendCounters {
+                    packets: 0,
+                    bytes: 0,
+                    new_flows: 0,
+                    last_packet_age_ms: None,
+                    last_packet_unix_ms: None,
+                }),
             },
             BackendInfo {
                 backend_id: 4,
@@ -1164,6 +1427,13 @@ mod tests {
                 retiring: true,
                 probe: Some(probe("tcp", "192.168.1.13:8080", "pending", 0.0)),
                 last_change_unix: 1_700_000_000 - 7200,
+                counters: Some(BackendCounters {
+                    packets: 9,
+                    bytes: 900,
+                    new_flows: 1,
+                    last_packet_age_ms: Some(7_200_000),
+                    last_packet_unix_ms: None,
+                }),
             },
             BackendInfo {
                 backend_id: 12,
@@ -1175,6 +1445,7 @@ mod tests {
                 retiring: false,
                 probe: None,
                 last_change_unix: 0,
+                counters: None,
             },
         ]
     }
@@ -1189,6 +1460,10 @@ mod tests {
                 "BACKEND ID",
                 "BACKEND",
                 "STATE",
+                "PACKETS",
+                "BYTES",
+                "NEW FLOWS",
+                "LAST PACKET",
                 "PROBE",
                 "LAST RESULT",
                 "LAST CHANGE",
@@ -1201,6 +1476,10 @@ mod tests {
                 "1",
                 "192.168.1.10:8080",
                 "healthy",
+                "1234567",
+                "1.2 MiB",
+                "4321",
+                "0.3s ago",
                 "http http://192.168.1.10:8080/healthz",
                 "ok 0.4 ms",
                 "3m ago",
@@ -1213,6 +1492,10 @@ mod tests {
                 "2",
                 "192.168.1.11:8080",
                 "draining (drained)",
+                "20",
+                "2.0 KiB",
+                "2",
+                "45s ago",
                 "tcp 192.168.1.11:8080",
                 "ok 12 ms",
                 "45s ago",
@@ -1225,6 +1508,10 @@ mod tests {
                 "3",
                 "192.168.1.12:8080",
                 "down (drained, retiring)",
+                "0",
+                "0 B",
+                "0",
+                "never",
                 "tcp 192.168.1.12:8080",
                 "fail: connect: refused",
                 "2d ago",
@@ -1237,6 +1524,10 @@ mod tests {
                 "4",
                 "192.168.1.13:8080",
                 "draining (retiring)",
+                "9",
+                "900 B",
+                "1",
+                "2h ago",
                 "tcp 192.168.1.13:8080",
                 "pending",
                 "2h ago",
@@ -1249,6 +1540,10 @@ mod tests {
                 "12",
                 "[2001:db8::1:10]:53",
                 "healthy",
+                "-",
+                "-",
+                "-",
+                "-",
                 "-",
                 "-",
                 "-",
@@ -1312,6 +1607,7 @@ mod tests {
             ],
             at_unix_ms: 1_700_000_000_000,
             tables: vec![],
+            backends: vec![],
         };
         let out = stats(&totals_only(s));
         println!("{out}");
@@ -1353,6 +1649,7 @@ mod tests {
             drops: vec![],
             at_unix_ms: 0,
             tables: vec![],
+            backends: vec![],
         }));
         assert_eq!(none, "No VIP counters.\n\nDrops by reason: none\n");
     }
@@ -1497,6 +1794,106 @@ mod tests {
         );
         assert_eq!(row(&out, "connection_affinity_map")[3], "10.0%");
         assert_eq!(row(&out, "2")[2], "draining (drained)");
+    }
+
+    /// 200 backends: `stats` shows 50 rows, the draining and down ones
+    /// first, then the busiest, and sums the rest up in one line.
+    #[test]
+    fn many_backends_are_summed_up() {
+        let b = |id: u32, state: &str, packets: u64| BackendStats {
+            backend_id: id,
+            address: format!("10.0.{}.{}", id / 256, id % 256),
+            port: 80,
+            state: state.into(),
+            counters: BackendCounters {
+                packets,
+                bytes: packets * 100,
+                new_flows: packets / 10,
+                last_packet_age_ms: (packets > 0).then_some(1_000),
+                last_packet_unix_ms: None,
+            },
+        };
+        let backends = |step: u64| -> Vec<BackendStats> {
+            (0..200u32)
+                .map(|id| match id {
+                    7 => b(id, "draining", 5),
+                    150 => b(id, "down", 0),
+                    // Backend id N gets N packets per step.
+                    _ => b(id, "healthy", 1_000 + u64::from(id) * step),
+                })
+                .collect()
+        };
+        let mut earlier = sample(1_000, vec![]);
+        earlier.backends = backends(0);
+        let mut later = sample(2_000, vec![]);
+        later.backends = backends(1);
+        let r = with_rates(&earlier, later.clone(), Duration::from_secs(1));
+        let out = stats(&r);
+        println!("{out}");
+        let ids: Vec<u32> = out
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .filter_map(|l| l.trim_matches('|').split('|').next()?.trim().parse().ok())
+            .collect();
+        // Not healthy first, then the 48 busiest (ids 199 down to 152, 150
+        // being down), shown in id order.
+        let mut want: Vec<u32> = vec![7, 150];
+        want.extend((151..200).filter(|id| *id != 150).rev().take(48));
+        want.sort();
+        assert_eq!(ids, want);
+        // The 150 others: ids 0..151 but 7 and 150, 1,000 + id packets each.
+        let rest: Vec<u64> = (0..152u64).filter(|id| *id != 7 && *id != 150).collect();
+        let packets: u64 = rest.iter().map(|id| 1_000 + id).sum();
+        let pps: u64 = rest.iter().sum();
+        assert!(
+            out.contains(&format!(
+                "... and 150 more backends ({packets} packets, {}); all: rivoractl backends, or -o json\n",
+                per_sec(Some(pps as f64))
+            )),
+            "{out}"
+        );
+        assert_eq!(row(&out, "7")[2], "draining");
+        assert_eq!(row(&out, "199")[4], "199/s");
+
+        // watch: 20 rows, the draining one's drain shown as quiet.
+        let frame = WatchFrame {
+            stats: r,
+            backends: vec![],
+        };
+        let out = watch(&frame, 1_700_000_000);
+        println!("{out}");
+        let seven = row(&out, "7");
+        assert_eq!(seven[3], "0/s");
+        assert_eq!(seven[8], "quiet for 1.0s");
+        assert!(out.contains("... and 180 more backends"), "{out}");
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.starts_with('|'))
+                .filter(|l| l.contains("10.0."))
+                .count(),
+            WATCH_BACKEND_ROWS
+        );
+        // Totals only (no interval): the busiest by packets.
+        let out = stats(&totals_only(later));
+        assert!(out.contains("... and 150 more backends ("), "{out}");
+        assert!(!out.contains("pkt/s"), "{out}");
+    }
+
+    #[test]
+    fn last_packet_ages() {
+        let c = |packets, age| BackendCounters {
+            packets,
+            last_packet_age_ms: age,
+            ..Default::default()
+        };
+        assert_eq!(last_packet(&c(0, None)), "never");
+        assert_eq!(last_packet(&c(5, None)), "-");
+        assert_eq!(last_packet(&c(5, Some(40))), "0.0s ago");
+        assert_eq!(last_packet(&c(5, Some(9_949))), "9.9s ago");
+        assert_eq!(last_packet(&c(5, Some(12_000))), "12s ago");
+        assert_eq!(last_packet(&c(5, Some(7_200_000))), "2h ago");
+        assert_eq!(quiet_for(125_000), "2m 5s");
+        assert_eq!(quiet_for(7_500_000), "2h 5m");
     }
 
     #[test]

@@ -53,6 +53,13 @@ fn initial_backends() -> Vec<BackendInfo> {
                 last_probe_unix: 1_700_000_000,
             }),
             last_change_unix: 0,
+            counters: Some(BackendCounters {
+                packets: 1_234_567,
+                bytes: 3 << 30,
+                new_flows: 4_321,
+                last_packet_age_ms: Some(300),
+                last_packet_unix_ms: Some(1_700_000_000_000),
+            }),
         },
         BackendInfo {
             backend_id: 2,
@@ -76,6 +83,19 @@ fn initial_backends() -> Vec<BackendInfo> {
                 last_probe_unix: 1_700_000_000,
             }),
             last_change_unix: 1_700_000_000,
+            counters: Some(BackendCounters::default()),
+        },
+        BackendInfo {
+            backend_id: 3,
+            address: "192.168.1.11".into(),
+            port: 8080,
+            state: "healthy".into(),
+            vips: vec!["web".into()],
+            drained: false,
+            retiring: false,
+            probe: None,
+            last_change_unix: 0,
+            counters: None,
         },
     ]
 }
@@ -166,6 +186,44 @@ impl ApiSource for Fake {
             return Err("stats map unreadable".into());
         }
         let n = self.stats_reads.fetch_add(1, Ordering::SeqCst);
+        // Backend 1 takes 300 packets/s and 30 new flows/s; backend 3 has
+        // been quiet for 15 s (and stays so); backend 2 never had a packet.
+        let state = |id: u32| self.backends.lock().unwrap()[id as usize - 1].state.clone();
+        let backends = vec![
+            BackendStats {
+                backend_id: 1,
+                address: "192.168.1.10".into(),
+                port: 8080,
+                state: state(1),
+                counters: BackendCounters {
+                    packets: 600 + 60 * n,
+                    bytes: 61_440 * n,
+                    new_flows: 6 * n,
+                    last_packet_age_ms: Some(3),
+                    last_packet_unix_ms: Some(1_700_000_000_000 + 200 * n),
+                },
+            },
+            BackendStats {
+                backend_id: 2,
+                address: "2001:db8::10".into(),
+                port: 80,
+                state: state(2),
+                counters: BackendCounters::default(),
+            },
+            BackendStats {
+                backend_id: 3,
+                address: "192.168.1.11".into(),
+                port: 8080,
+                state: state(3),
+                counters: BackendCounters {
+                    packets: 400,
+                    bytes: 40_000,
+                    new_flows: 4,
+                    last_packet_age_ms: Some(15_000 + 200 * n),
+                    last_packet_unix_ms: Some(1_699_999_985_000),
+                },
+            },
+        ];
         Ok(Stats {
             vips: vec![VipStats {
                 name: "web".into(),
@@ -184,6 +242,7 @@ impl ApiSource for Fake {
                 entries: 95,
                 capacity: 100,
             }],
+            backends,
         })
     }
     fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
@@ -304,6 +363,10 @@ fn cli_against_live_server() {
             "1",
             "192.168.1.10:8080",
             "healthy",
+            "1234567",
+            "3.0 GiB",
+            "4321",
+            "0.3s ago",
             "tcp 192.168.1.10:8080",
             "ok 0.4 ms",
             "-",
@@ -312,15 +375,25 @@ fn cli_against_live_server() {
     );
     let v6 = row(&text, "2");
     assert_eq!(
-        v6[1..5],
+        v6[1..9],
         [
             "[2001:db8::10]:80",
             "down",
+            "0",
+            "0 B",
+            "0",
+            "never",
             "tcp [2001:db8::10]:80",
             "fail: connect: refused"
         ]
     );
-    assert!(v6[5].ends_with(" ago"), "{v6:?}");
+    assert!(v6[9].ends_with(" ago"), "{v6:?}");
+    // An older daemon: no counters, dashes.
+    assert_eq!(row(&text, "3")[3..7], ["-", "-", "-", "-"]);
+    // The counters are in the JSON too.
+    let out = stdout(rivoractl(&socket, &["backends", "-o", "json"]));
+    let bs: Vec<BackendInfo> = serde_json::from_str(&out).unwrap();
+    assert_eq!(bs, initial_backends());
 
     let text = stdout(rivoractl(&socket, &["bgp"]));
     assert!(
@@ -464,6 +537,32 @@ fn stats_rates_and_watch() {
         row(&text, "connection_affinity_map"),
         ["connection_affinity_map", "95", "100", "95.0% !"]
     );
+    // Per backend: totals of the later sample, rates over the interval.
+    assert!(
+        text.contains("\nBackends (client->backend traffic, every VIP that lists them):\n"),
+        "{text}"
+    );
+    assert_eq!(
+        row(&text, "1"),
+        [
+            "1",
+            "192.168.1.10:8080",
+            "healthy",
+            "660",
+            "300/s",
+            "60.0 KiB",
+            "300.0 KiB/s",
+            "6",
+            "30/s",
+            "0.0s ago"
+        ]
+    );
+    assert_eq!(
+        row(&text, "2")[3..],
+        ["0", "0/s", "0 B", "0 B/s", "0", "0/s", "never"]
+    );
+    assert_eq!(row(&text, "3")[4], "0/s");
+    assert_eq!(row(&text, "3")[9], "15s ago");
 
     // Totals only: no wait, no rates.
     let out = stdout(rivoractl(
@@ -483,6 +582,14 @@ fn stats_rates_and_watch() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["interval_secs"], 0.2);
     assert_eq!(v["rates"][0]["packets_per_sec"], 500.0);
+    assert_eq!(v["backends"][0]["backend_id"], 1);
+    // The fake's read number, from the sample's own timestamp.
+    let n = (v["at_unix_ms"].as_u64().unwrap() - 1_700_000_000_000) / 200;
+    assert_eq!(v["backends"][0]["packets"], 600 + 60 * n);
+    assert_eq!(v["backends"][2]["last_packet_age_ms"], 15_000 + 200 * n);
+    assert_eq!(v["backend_rates"][0]["packets_per_sec"], 300.0);
+    assert_eq!(v["backend_rates"][0]["new_flows_per_sec"], 30.0);
+    assert_eq!(v["backend_rates"][2]["packets_per_sec"], 0.0);
 
     // watch -o json: exactly one JSON object per line per refresh.
     let out = stdout(rivoractl(
@@ -497,7 +604,8 @@ fn stats_rates_and_watch() {
         assert_eq!(v["stats"]["rates"][0]["packets_per_sec"], 500.0);
         assert_eq!(v["stats"]["rates"][0]["new_flows_per_sec"], 50.0);
         assert_eq!(v["stats"]["vips"][0]["name"], "web");
-        assert_eq!(v["backends"].as_array().unwrap().len(), 2);
+        assert_eq!(v["backends"].as_array().unwrap().len(), 3);
+        assert_eq!(v["stats"]["backend_rates"][0]["packets_per_sec"], 300.0);
     }
 
     // Table watch into a pipe: no screen clearing, a separator between views.
@@ -514,6 +622,33 @@ fn stats_rates_and_watch() {
     assert_eq!(text.lines().filter(|l| *l == "=".repeat(72)).count(), 1);
     assert_eq!(row(&text, "web")[1], "500/s");
     assert_eq!(row(&text, "1")[2], "healthy");
+    assert_eq!(row(&text, "1")[3], "300/s");
+    assert_eq!(row(&text, "1")[8], "-", "not draining");
+
+    // Drains as watch shows them: backend 1 still gets packets, backend 3
+    // has been quiet for 15 s and more: its drain is over.
+    stdout(rivoractl(&socket, &["drain", "1"]));
+    stdout(rivoractl(&socket, &["drain", "3"]));
+    let text = stdout(rivoractl(
+        &socket,
+        &["watch", "--count", "1", "--interval", "0.1"],
+    ));
+    let one = row(&text, "1");
+    assert_eq!(
+        (one[2].as_str(), one[8].as_str()),
+        ("draining (drained)", "active"),
+        "{text}"
+    );
+    let three = row(&text, "3");
+    assert_eq!(three[2], "draining (drained)", "{text}");
+    assert_eq!(three[3], "0/s", "{text}");
+    let quiet: u64 = three[8]
+        .strip_prefix("quiet for ")
+        .and_then(|q| q.strip_suffix('s'))
+        .and_then(|q| q.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(quiet >= 15, "{text}");
+    assert_eq!(row(&text, "2")[8], "-", "down, not draining: {text}");
 
     server.stop();
 }

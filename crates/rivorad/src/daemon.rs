@@ -42,6 +42,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.maglev_table_size
         );
     }
+    if args.pin_dir.starts_with("/sys/fs/bpf")
+        && let Some(why) = rivora_dataplane::private_bpffs_reason(Path::new("/sys/fs/bpf"))
+    {
+        // Pins in a private bpffs die with the namespace: a persistent
+        // datapath would vanish at the first stop, adoption never happens.
+        if args.persist_datapath || args.uninstall {
+            bail!("refusing to run: {why}");
+        }
+        warn!("{why}; without --persist-datapath this rivorad works, but a restart adopts nothing");
+    }
     if args.pin_dir.starts_with("/sys/fs/bpf") && ensure_bpffs(Path::new("/sys/fs/bpf"))? {
         info!("mounted bpffs at /sys/fs/bpf");
     }
@@ -70,6 +80,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (mut datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: args.pin_dir.clone(),
         maglev_table_size: args.maglev_table_size,
+        flow_table_size: args.flow_table_size,
         reset_incompatible: args.reset_pinned_state,
         object_dir: args.bpf_object_dir.clone(),
     })
@@ -108,6 +119,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
+    // The kernel's tick rate may have to be measured (200 ms): do it now,
+    // off the API's path, so the first stats read does not wait for it.
+    std::thread::spawn(|| {
+        if rivora_dataplane::jiffies::hz().is_none() {
+            warn!(
+                "cannot read the kernel's jiffies (/proc/timer_list): backends' last-packet ages are not shown"
+            );
+        }
+    });
     // L2 DSR and ICMP answers leave with the interface's own MAC.
     let ifindex = rivora_dataplane::interface_index(&interface).unwrap_or(0);
     match rivora_dataplane::interface_mac(&interface) {
@@ -246,6 +266,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    let mut occupancy = FlowTableWatch::default();
     let mut tick = tokio::time::interval(Duration::from_millis(args.config_poll_ms.max(50)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -268,6 +289,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     }
                     let Shared { dataplane, prober, announcer, .. } = &mut *s;
                     announcer.refresh(dataplane, prober);
+                    occupancy.check(dataplane);
                 }
                 if watch.changed() && watch.settled().await {
                     info!("{} changed: re-reading", config_path.display());
@@ -553,6 +575,50 @@ fn reload(
         }
     };
     applied
+}
+
+/// Watches the flow tables' fill level and warns once when one passes
+/// [`FLOW_TABLE_WARN_PCT`]: beyond full, every new flow evicts the least
+/// recently used entry, which may belong to a live but idle connection.
+/// Counting walks every key (one syscall each), so it runs every
+/// [`FLOW_TABLE_CHECK_EVERY`], not every tick.
+#[derive(Default)]
+struct FlowTableWatch {
+    next: Option<std::time::Instant>,
+    warned: BTreeSet<&'static str>,
+}
+
+/// Fill level (percent) above which rivorad warns about a flow table.
+const FLOW_TABLE_WARN_PCT: u64 = 90;
+/// How often the flow tables are counted.
+const FLOW_TABLE_CHECK_EVERY: Duration = Duration::from_secs(30);
+
+impl FlowTableWatch {
+    fn check(&mut self, dataplane: &rivora_dataplane::Dataplane) {
+        let now = std::time::Instant::now();
+        if self.next.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next = Some(now + FLOW_TABLE_CHECK_EVERY);
+        for (name, entries, capacity) in dataplane.table_usage() {
+            let full = capacity > 0 && entries * 100 >= capacity * FLOW_TABLE_WARN_PCT;
+            if full && self.warned.insert(name) {
+                warn!(
+                    table = name,
+                    entries,
+                    capacity,
+                    "flow table {name} is {}% full: once full, each new flow evicts the least \
+                     recently used entry, which may be a live idle connection's; entries of \
+                     closed flows also stay until evicted. If live flows exceed it, start with a \
+                     larger --flow-table-size (docs/operations.md)",
+                    entries * 100 / capacity
+                );
+            } else if !full && capacity > 0 && entries * 100 < capacity * (FLOW_TABLE_WARN_PCT - 10)
+            {
+                self.warned.remove(name);
+            }
+        }
+    }
 }
 
 /// What a reload reports when the file is back to the text in force after

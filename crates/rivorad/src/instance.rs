@@ -256,14 +256,26 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("api.sock");
         let first = InstanceLock::for_daemon(&dir, &socket).expect("first lock");
-        let err = InstanceLock::for_daemon(&dir, &socket)
+        let me = format!("PID {}", std::process::id());
+        // Same pin directory, another socket.
+        let err = InstanceLock::for_daemon(&dir, &dir.join("other.sock"))
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains(&format!("PID {}", std::process::id())),
+            err.contains(&me) && err.contains("pin directory"),
             "names the holder: {err}"
         );
         assert!(err.contains("--check-config"), "{err}");
+        // Same socket, another pin directory (never created: refused first).
+        let other_dir = dir.join("other-pins");
+        let err = InstanceLock::for_daemon(&other_dir, &socket)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&me) && err.contains("API socket"), "{err}");
+        assert!(
+            !other_dir.exists(),
+            "a refused lock creates no pin directory"
+        );
         let err = InstanceLock::for_uninstall(&dir).unwrap_err().to_string();
         assert!(err.contains("refusing to uninstall"), "{err}");
         drop(first);

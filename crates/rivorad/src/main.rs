@@ -87,6 +87,14 @@ pub struct Args {
     #[arg(long, value_name = "SLOTS", default_value_t = rivora_abi::MAGLEV_TABLE_DEFAULT)]
     pub maglev_table_size: u32,
 
+    /// Capacity of each flow table (per family: the affinity table and the NAT reverse table),
+    /// in flows. Flows beyond it evict the least recently used ones' state (a NAT connection
+    /// whose state is evicted breaks). Memory grows with it (docs/operations.md). Pinned tables
+    /// of another size are refused at start: keep the old size, or --reset-pinned-state.
+    #[arg(long, value_name = "FLOWS", default_value_t = rivora_abi::MAX_FLOWS,
+          value_parser = clap::value_parser!(u32).range(rivora_abi::MIN_FLOW_TABLE as i64..=rivora_abi::MAX_FLOW_TABLE as i64))]
+    pub flow_table_size: u32,
+
     /// Seconds a backend that the config no longer lists keeps draining (its established
     /// flows continue, it takes no new ones) before its ID is released. 0 releases at once.
     #[arg(long, value_name = "SECS", default_value_t = 30)]

@@ -55,10 +55,12 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
         .collect();
     let probes: BTreeMap<BackendKey, rivora_health::ProbeStatus> =
         s.prober.snapshot().into_iter().collect();
+    let traffic = crate::source::backend_counters(dp)?;
     let backends = dp
         .backends()
         .map(|b| {
             let p = probes.get(&b.key);
+            let t = traffic.get(&b.key).cloned().unwrap_or_default();
             BackendMetrics {
                 backend: b.key.to_string(),
                 backend_id: b.id,
@@ -70,6 +72,10 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
                     .map(|o| o.latency.as_secs_f64()),
                 probes_total: p.map(|p| p.probes).unwrap_or(0),
                 probe_failures_total: p.map(|p| p.failures).unwrap_or(0),
+                packets: t.packets,
+                bytes: t.bytes,
+                new_flows: t.new_flows,
+                last_packet_unix: t.last_packet_unix_ms.map(|ms| ms as f64 / 1000.0),
             }
         })
         .collect();

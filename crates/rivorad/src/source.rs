@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use rivora_abi as abi;
 use rivora_api::server::ApiFailure;
 use rivora_api::{
-    ApiSource, BackendInfo, DropCount, Stats, Status, TableUsage, VipBackend, VipInfo, VipStats,
+    ApiSource, BackendCounters, BackendInfo, BackendStats, DropCount, Stats, Status, TableUsage,
+    VipBackend, VipInfo, VipStats,
 };
 use rivora_dataplane::model::RateLimit;
 use rivora_dataplane::{BackendKey, Dataplane, Mode, proto};
@@ -22,6 +23,35 @@ pub struct Shared {
     pub status: Status,
     /// The BGP speaker and the ARP/NDP responder.
     pub announcer: crate::announce::Announcer,
+}
+
+/// Every backend's counters in the API's form, read at one instant (the
+/// kernel's clock is read once for all of them).
+pub fn backend_counters(dp: &Dataplane) -> Result<BTreeMap<BackendKey, BackendCounters>, String> {
+    let clock = rivora_dataplane::jiffies::Clock::read();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Ok(dp
+        .backend_counters()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|c| {
+            let age_ms = clock
+                .as_ref()
+                .and_then(|k| c.last_packet_age(k))
+                .map(|a| a.as_millis() as u64);
+            let counters = BackendCounters {
+                packets: c.packets,
+                bytes: c.bytes,
+                new_flows: c.new_flows,
+                last_packet_age_ms: age_ms,
+                last_packet_unix_ms: age_ms.map(|a| now_ms.saturating_sub(a)),
+            };
+            (c.key, counters)
+        })
+        .collect())
 }
 
 /// The API's view of [`Shared`].
@@ -132,6 +162,7 @@ impl ApiSource for StateSource {
             .collect();
         let probes: BTreeMap<BackendKey, rivora_health::ProbeStatus> =
             s.prober.snapshot().into_iter().collect();
+        let mut counters = backend_counters(&s.dataplane).unwrap_or_default();
         let mut out: Vec<BackendInfo> = s
             .dataplane
             .backends()
@@ -149,6 +180,7 @@ impl ApiSource for StateSource {
                 retiring: b.retired_at.is_some(),
                 probe: probes.get(&b.key).map(crate::health::probe_info),
                 last_change_unix: b.last_change.map(unix_secs).unwrap_or(0),
+                counters: counters.remove(&b.key),
             })
             .collect();
         out.sort_by_key(|b| b.backend_id);
@@ -198,11 +230,27 @@ impl ApiSource for StateSource {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
+        let counters = backend_counters(&s.dataplane)?;
+        let mut backends: Vec<BackendStats> = s
+            .dataplane
+            .backends()
+            .filter_map(|b| {
+                Some(BackendStats {
+                    backend_id: b.id,
+                    address: b.key.addr.to_string(),
+                    port: b.key.port,
+                    state: state_name(b.state).to_string(),
+                    counters: counters.get(&b.key)?.clone(),
+                })
+            })
+            .collect();
+        backends.sort_by_key(|b| b.backend_id);
         Ok(Stats {
             vips,
             drops,
             at_unix_ms,
             tables,
+            backends,
         })
     }
 

@@ -196,6 +196,16 @@ impl Harness {
         self.rt.block_on(c.stats()).expect("API stats")
     }
 
+    /// The per-backend counters of backend `addr` (port [`PORT`]).
+    fn backend_counters(&self, addr: IpAddr) -> rivora_api::BackendCounters {
+        self.stats()
+            .backends
+            .into_iter()
+            .find(|b| b.address == addr.to_string() && b.port == PORT)
+            .unwrap_or_else(|| panic!("backend {addr} in stats"))
+            .counters
+    }
+
     fn vip_stats(&self, name: &str) -> rivora_api::VipStats {
         self.stats()
             .vips
@@ -428,6 +438,21 @@ fn dsr_l2_backends_on_the_segment_answer_the_client_directly() {
         eprintln!("{name}:\n{r}");
         assert_round(&r, &even(&["l1", "l2", "l3"]), 0.05);
         assert_request_path_only(&h, &paths, name);
+        // Per backend: its new flows are the connections it answered, and
+        // the backends' packets add up to the VIP's (the client's).
+        let mut packets = 0;
+        for i in 1..=3 {
+            let addr: IpAddr = if vip.is_ipv6() {
+                dsr::l2_v6(i).into()
+            } else {
+                dsr::l2_v4(i).into()
+            };
+            let c = h.backend_counters(addr);
+            let answered = r.per_backend.get(&format!("l{i}")).copied().unwrap_or(0);
+            assert_eq!(c.new_flows, answered as u64, "{name} {addr}: {c:?}\n{r}");
+            packets += c.packets;
+        }
+        assert_eq!(packets, h.vip_stats(name).packets, "{name}");
     }
     assert_no_reply_crossed_the_balancer(&paths.lb);
 }
@@ -512,6 +537,29 @@ fn dsr_ipip_and_gre_backends_one_routed_hop_away() {
             per_backend
                 .iter()
                 .all(|c| c.decapsulated > 0 && c.malformed == 0 && c.fragments == 0)
+        );
+    }
+    // The balancer's per-backend counters against each backend's own count
+    // of what it decapsulated: backend i (one address per family, listed by
+    // the IP-in-IP and the GRE VIP of that family) got exactly those.
+    use rivora_abi::decap::{GRE, GRE6, IP6TNL, IPIP};
+    for i in 1..=3 {
+        let d = h.decap_counters(i);
+        let v4 = h.backend_counters(dsr::l3_v4(i).into());
+        let v6 = h.backend_counters(dsr::l3_v6(i).into());
+        eprintln!(
+            "r{i}: balancer sent {} (v4) and {} (v6) packets",
+            v4.packets, v6.packets
+        );
+        assert_eq!(
+            v4.packets,
+            d[IPIP as usize].decapsulated + d[GRE as usize].decapsulated,
+            "r{i} IPv4"
+        );
+        assert_eq!(
+            v6.packets,
+            d[IP6TNL as usize].decapsulated + d[GRE6 as usize].decapsulated,
+            "r{i} IPv6"
         );
     }
 }

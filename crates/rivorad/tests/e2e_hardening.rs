@@ -78,16 +78,7 @@ fn a_second_rivorad_and_uninstall_are_refused_while_one_runs() {
     let other_socket = lab.work.join("other.sock").display().to_string();
     let cfg = other.display().to_string();
     // Same pin directory, its own socket: the mistake of the bug report.
-    let (ok, err) = lab.run_rivorad(&[
-        "--config",
-        &cfg,
-        "--interface",
-        "eth0",
-        "--pin-dir",
-        &pin,
-        "--api-socket",
-        &other_socket,
-    ]);
+    let (ok, err) = lab.run_rivorad(&daemon_args(&cfg, &pin, &other_socket));
     eprintln!("second rivorad, same pin directory:\n{err}");
     assert!(!ok, "the second rivorad must fail");
     assert!(
@@ -99,16 +90,7 @@ fn a_second_rivorad_and_uninstall_are_refused_while_one_runs() {
     // Its own pin directory, the first one's socket: refused too.
     let other_pin = format!("{pin}-second");
     let sock = lab.socket.display().to_string();
-    let (ok, err) = lab.run_rivorad(&[
-        "--config",
-        &cfg,
-        "--interface",
-        "eth0",
-        "--pin-dir",
-        &other_pin,
-        "--api-socket",
-        &sock,
-    ]);
+    let (ok, err) = lab.run_rivorad(&daemon_args(&cfg, &other_pin, &sock));
     eprintln!("second rivorad, same API socket:\n{err}");
     assert!(
         !ok && err.contains(&format!("PID {pid}")) && err.contains("API socket"),
@@ -149,7 +131,7 @@ fn a_second_rivorad_and_uninstall_are_refused_while_one_runs() {
     let (ok, err) = lab.run_rivorad(&["--uninstall", "--pin-dir", &pin]);
     assert!(ok, "--uninstall after the stop: {err}");
     assert!(!lab.pin_dir.exists(), "{err}");
-    assert_eq!(lab.attached_programs(), (None, vec![]), "nothing attached");
+    lab.wait_detached();
 }
 
 const SAY_NOTHING: [(&str, &str); 4] = [
@@ -170,16 +152,7 @@ fn files_that_say_nothing_are_refused_at_start_and_on_reload() {
     for (what, text) in SAY_NOTHING {
         lab.write_raw_config(text);
         let cfg = lab.config.display().to_string();
-        let (ok, err) = lab.run_rivorad(&[
-            "--config",
-            &cfg,
-            "--interface",
-            "eth0",
-            "--pin-dir",
-            &pin,
-            "--api-socket",
-            &sock,
-        ]);
+        let (ok, err) = lab.run_rivorad(&daemon_args(&cfg, &pin, &sock));
         eprintln!("start on a file that is {what}:\n{err}");
         assert!(!ok, "{what}: start must fail");
         assert!(
@@ -199,7 +172,7 @@ fn files_that_say_nothing_are_refused_at_start_and_on_reload() {
     all_four_answer(&lab, 20000, 50, "started");
     let generation = lab.status().config_generation;
     for (i, (what, text)) in SAY_NOTHING.into_iter().enumerate() {
-        let since = lab_now();
+        let since = unix_now();
         lab.write_raw_config(text);
         let s = lab.wait_reload(generation, since);
         assert!(!s.last_reload.ok, "{what}: reload must be refused");
@@ -217,7 +190,7 @@ fn files_that_say_nothing_are_refused_at_start_and_on_reload() {
         );
     }
     // `vips: []` on purpose does remove every VIP.
-    let since = lab_now();
+    let since = unix_now();
     lab.write_raw_config("vips: []\n");
     let s = lab.wait_reload(generation, since);
     assert!(s.last_reload.ok, "{:?}", s.last_reload);
@@ -386,9 +359,69 @@ fn check_config_validates_and_compares_without_touching_anything() {
     assert!(lab.tcp(VIP4, 80, 20000, 50).all_ok());
 }
 
-fn lab_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+/// `--flow-table-size`: the tables are created at the asked size (shown by
+/// the stats), traffic flows, and a restart asking for another size than
+/// the pinned tables is refused with the size to use.
+#[test]
+fn flow_table_size_is_set_at_start_and_kept_across_restarts() {
+    let mut lab = Lab::new("flowsz");
+    lab.write_config(&[vip_yaml(
+        "web4",
+        VIP4,
+        80,
+        "tcp",
+        &backends_yaml(false, &[(1, 1), (2, 1)]),
+    )]);
+    lab.start(&["--flow-table-size", "1048576"]);
+    let pid = lab.rivorad.as_ref().unwrap().pid();
+    let tables = lab.stats().tables;
+    assert_eq!(tables.len(), 4, "{tables:?}");
+    assert!(tables.iter().all(|t| t.capacity == 1 << 20), "{tables:?}");
+    assert!(lab.tcp(VIP4, 80, 20000, 100).all_ok());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or("");
+    // Kernel memory of the flow tables: the memlock of rivorad's map fds
+    // whose capacity is the flow-table size.
+    let mut memlock = 0u64;
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
         .unwrap()
-        .as_secs()
+        .flatten()
+    {
+        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+        if info.lines().any(|l| l == "max_entries:\t1048576") {
+            memlock += info
+                .lines()
+                .find_map(|l| l.strip_prefix("memlock:\t"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    eprintln!(
+        "rivorad with 1,048,576-flow tables: {hwm}; the four flow tables hold {} MiB of kernel memory",
+        memlock >> 20
+    );
+    assert!(memlock > 0, "the flow tables' memory is visible in fdinfo");
+
+    lab.kill(libc::SIGKILL); // leaves the pins, as a crash would
+    let cfg = lab.config.display().to_string();
+    let pin = lab.pin_dir.display().to_string();
+    let sock = lab.socket.display().to_string();
+    let (ok, err) = lab.run_rivorad(&daemon_args(&cfg, &pin, &sock));
+    eprintln!("restart with the default size:\n{err}");
+    assert!(!ok && err.contains("--flow-table-size 1048576"), "{err}");
+    lab.start(&["--flow-table-size", "1048576"]);
+    assert!(
+        lab.log().contains("adopted the maps pinned"),
+        "{}",
+        lab.log()
+    );
+    assert!(lab.tcp(VIP4, 80, 21000, 50).all_ok());
+    let (ok, err) = lab.run_rivorad(&["--flow-table-size", "100", "--check-config", &cfg]);
+    assert!(
+        !ok && err.contains("--flow-table-size"),
+        "a size below the minimum: {err}"
+    );
 }

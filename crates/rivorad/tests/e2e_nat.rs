@@ -157,7 +157,7 @@ fn config_changes_apply_live_and_an_invalid_file_changes_nothing() {
 fn changes(lab: &Lab) {
     let mut generation = lab.status().config_generation;
     let mut step = |lab: &Lab, vips: Vec<String>| {
-        let since = rivorad_now();
+        let since = unix_now();
         lab.write_config(&vips);
         let s = lab.wait_reload(generation, since);
         assert!(
@@ -241,7 +241,7 @@ fn changes(lab: &Lab) {
     assert_eq!(gone.ok, 0, "a removed VIP must not answer:\n{gone}");
 
     // 6. An invalid file: rejected with field and line, nothing changes.
-    let since = rivorad_now();
+    let since = unix_now();
     lab.write_raw_config("vips:\n  - name: web4\n    address: 10.200.100.1\n    port: 70000\n");
     let s = lab.wait_reload(generation, since);
     assert!(!s.last_reload.ok);
@@ -311,13 +311,6 @@ fn changes(lab: &Lab) {
             .collect::<Vec<_>>(),
         vec![3, 1]
     );
-}
-
-fn rivorad_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
 }
 
 /// Replies that carry a partial (offloaded) checksum: the backends' veths

@@ -64,6 +64,7 @@ pub fn rig_at(pin_dir: &std::path::Path) -> (Rig, LoadOutcome, AdoptReport) {
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: pin_dir.to_path_buf(),
         maglev_table_size: 65537,
+        flow_table_size: rivora_abi::MAX_FLOWS,
         reset_incompatible: false,
         object_dir: None,
     })
@@ -88,6 +89,7 @@ pub fn rig(test: &str) -> Rig {
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: dir.clone(),
         maglev_table_size: 65537,
+        flow_table_size: rivora_abi::MAX_FLOWS,
         reset_incompatible: false,
         object_dir: None,
     })

@@ -38,6 +38,29 @@ pub fn vip_yaml(name: &str, addr: &str, port: u16, proto: &str, backends: &str) 
     )
 }
 
+/// The command line of a rivorad on the lb's `eth0` with the given file,
+/// pin directory and API socket, for [`Lab::run_rivorad`].
+pub fn daemon_args<'a>(config: &'a str, pin_dir: &'a str, socket: &'a str) -> [&'a str; 8] {
+    [
+        "--config",
+        config,
+        "--interface",
+        "eth0",
+        "--pin-dir",
+        pin_dir,
+        "--api-socket",
+        socket,
+    ]
+}
+
+/// Seconds since the epoch, as rivorad's reload times are stamped.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
 pub struct Lab {
     pub topo: Topology,
     servers: Vec<Option<IdentityServer>>,
@@ -215,6 +238,24 @@ impl Lab {
             })
             .expect("enter lb namespace");
         (xdp, tcx)
+    }
+
+    /// Waits (up to 5 s) until neither XDP nor TCX has a program on the lb
+    /// interface. After `--uninstall` the links go when their pins' inodes
+    /// are freed, an RCU grace period after the command returned, so the
+    /// check must wait rather than look once.
+    pub fn wait_detached(&self) {
+        let every = Duration::from_millis(10);
+        rivora_lab::poll_until(
+            "XDP and TCX detached",
+            Duration::from_secs(5),
+            every,
+            || match self.attached_programs() {
+                (None, tcx) if tcx.is_empty() => Ok(()),
+                other => Err(format!("attached: {other:?}")),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Stops rivorad with SIGTERM and returns whether it exited cleanly.
