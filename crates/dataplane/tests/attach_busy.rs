@@ -21,8 +21,17 @@ SEC("xdp") int stray_pass(struct xdp_md *ctx) { return 2; }
 char _license[] SEC("license") = "GPL";
 "#;
 
+/// A scratch directory removed on drop, also when an assertion fails.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Compiles STRAY_C to a BPF object in a scratch directory; returns it.
-pub fn stray_object(tag: &str) -> PathBuf {
+fn stray_object(tag: &str) -> (Scratch, PathBuf) {
     let dir = std::env::temp_dir().join(format!("rivora-stray-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("stray.c");
@@ -36,7 +45,7 @@ pub fn stray_object(tag: &str) -> PathBuf {
         .output()
         .expect("clang-19 (the BPF build needs it too)");
     assert!(out.status.success(), "clang: {out:?}");
-    obj
+    (Scratch(dir), obj)
 }
 
 /// The XDP program ID `ip -d link` shows for `ifname` ("prog/xdp id N").
@@ -67,7 +76,7 @@ fn a_foreign_xdp_program_is_named_with_the_command_that_removes_it() {
     .unwrap();
     ns.run(&["ip", "link", "set", "v0", "up"]).unwrap();
     ns.run(&["ip", "link", "set", "v1", "up"]).unwrap();
-    let obj = stray_object("dp");
+    let (_scratch, obj) = stray_object("dp");
     ns.run(&[
         "ip",
         "link",
@@ -130,7 +139,6 @@ fn a_foreign_xdp_program_is_named_with_the_command_that_removes_it() {
     .unwrap()
     .expect("attaches once the stray program is gone");
     drop(r);
-    let _ = std::fs::remove_dir_all(obj.parent().unwrap());
 }
 
 #[test]

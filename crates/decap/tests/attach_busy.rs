@@ -18,10 +18,15 @@ SEC("xdp") int stray_pass(struct xdp_md *ctx) { return 2; }
 char _license[] SEC("license") = "GPL";
 "#;
 
-struct Scratch(Vec<PathBuf>);
+/// Pin roots whose attachments are removed on drop, and a scratch
+/// directory removed with them, also when an assertion fails.
+struct Scratch(Vec<PathBuf>, Option<PathBuf>);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        if let Some(d) = &self.1 {
+            let _ = std::fs::remove_dir_all(d);
+        }
         for root in &self.0 {
             for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
                 let _ = rivora_decap::remove_pins(&e.path());
@@ -40,7 +45,8 @@ fn unique(what: &str) -> String {
     )
 }
 
-fn stray_object() -> PathBuf {
+/// Compiles STRAY_C; the object's directory goes with the returned guard.
+fn stray_object() -> (Scratch, PathBuf) {
     let dir = std::env::temp_dir().join(unique("rivora-decap-stray"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("stray.c"), STRAY_C).unwrap();
@@ -52,7 +58,8 @@ fn stray_object() -> PathBuf {
         .output()
         .expect("clang-19");
     assert!(out.status.success(), "clang: {out:?}");
-    dir.join("stray.o")
+    let obj = dir.join("stray.o");
+    (Scratch(vec![], Some(dir)), obj)
 }
 
 /// Runs rivora-decap in `ns`; (success, stderr).
@@ -84,15 +91,18 @@ fn an_occupied_hook_is_named_with_the_way_out() {
     ns.run(&["ip", "link", "set", "v0", "up"]).unwrap();
     ns.run(&["ip", "addr", "add", "10.78.0.1/24", "dev", "v0"])
         .unwrap();
-    let roots = Scratch(vec![
-        PathBuf::from(format!("/sys/fs/bpf/{}", unique("rivora-decap-busy-a"))),
-        PathBuf::from(format!("/sys/fs/bpf/{}", unique("rivora-decap-busy-b"))),
-    ]);
+    let roots = Scratch(
+        vec![
+            PathBuf::from(format!("/sys/fs/bpf/{}", unique("rivora-decap-busy-a"))),
+            PathBuf::from(format!("/sys/fs/bpf/{}", unique("rivora-decap-busy-b"))),
+        ],
+        None,
+    );
     let (a, b) = (roots.0[0].to_str().unwrap(), roots.0[1].to_str().unwrap());
 
     // A stray netlink-attached program in driver mode; auto tries driver
     // (EBUSY) then skb (EEXIST: the other mode is taken).
-    let obj = stray_object();
+    let (_scratch, obj) = stray_object();
     ns.run(&[
         "ip",
         "link",
@@ -143,5 +153,4 @@ fn an_occupied_hook_is_named_with_the_way_out() {
     }
     let (ok, _) = decap(&ns, b, &["detach", "--interface", "v0"]);
     assert!(ok);
-    let _ = std::fs::remove_dir_all(obj.parent().unwrap());
 }
