@@ -22,6 +22,7 @@
 pub mod client;
 pub mod dto;
 pub mod metrics;
+pub mod selector;
 pub mod server;
 
 pub use client::{Client, ClientError};

@@ -8,6 +8,8 @@
 pub mod alloc;
 pub mod bpffs;
 pub mod compat;
+pub mod holder;
+pub mod imbalance;
 pub mod jiffies;
 pub mod loader;
 pub mod maps;
@@ -57,12 +59,14 @@ pub enum Error {
         source: Box<aya::programs::ProgramError>,
     },
     /// Attaching failed.
-    #[error("attaching {what}: {source}")]
+    #[error("attaching {what}: {cause}")]
     Attach {
         /// What to where.
         what: String,
-        /// Cause.
-        source: Box<aya::programs::ProgramError>,
+        /// The kernel's answer in one line (each cause once: aya's own
+        /// wrappers repeat it) and, when another program holds the hook,
+        /// which one and how to free it (see [`holder`]).
+        cause: String,
     },
     /// A map operation failed.
     #[error("map {map}: {source}")]

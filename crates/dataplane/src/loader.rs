@@ -14,6 +14,7 @@ use aya::{Ebpf, EbpfLoader};
 
 use crate::Error;
 use crate::compat;
+use crate::holder;
 use crate::maps::Maps;
 use crate::objects;
 use rivora_abi as abi;
@@ -340,7 +341,7 @@ impl Datapath {
         let attach_err = |what: String| {
             move |e: aya::programs::ProgramError| Error::Attach {
                 what,
-                source: Box::new(e),
+                cause: holder::flatten(&e),
             }
         };
 
@@ -387,21 +388,16 @@ impl Datapath {
                 Err(e)
                     if opts.xdp_mode == XdpModeRequest::Auto && mode == XdpModeActual::Native =>
                 {
-                    let id = xdp
-                        .attach(interface, XdpMode::Skb)
-                        .map_err(attach_err(format!("xdp_ingress (generic) on {interface}")))?;
+                    let id = xdp.attach(interface, XdpMode::Skb).map_err(|e| {
+                        xdp_attach_error(interface, ifindex, XdpModeActual::Generic, &e)
+                    })?;
                     (
                         id,
                         XdpModeActual::Generic,
                         format!("driver refused native XDP ({e}); fell back to generic"),
                     )
                 }
-                Err(e) => {
-                    return Err(attach_err(format!(
-                        "xdp_ingress ({}) on {interface}",
-                        mode.as_str()
-                    ))(e));
-                }
+                Err(e) => return Err(xdp_attach_error(interface, ifindex, mode, &e)),
             };
             let link: FdLink = xdp
                 .take_link(id)
@@ -485,7 +481,7 @@ impl Datapath {
         let attach_err = |what: String| {
             move |e: aya::programs::ProgramError| Error::Attach {
                 what,
-                source: Box::new(e),
+                cause: holder::flatten(&e),
             }
         };
         let tc: &mut SchedClassifier = program(&mut self.tc, "tc_nat")?;
@@ -572,6 +568,34 @@ impl Datapath {
     /// and links stay alive while this process holds them.
     pub fn unpin_all(&self) -> Result<(), Error> {
         remove_pins(&self.pin_dir)
+    }
+}
+
+/// A refused fresh attach of xdp_ingress, with the holder of the hook and
+/// the way out when the kernel says it is occupied (EBUSY, EEXIST).
+fn xdp_attach_error(
+    interface: &str,
+    ifindex: u32,
+    mode: XdpModeActual,
+    e: &aya::programs::ProgramError,
+) -> Error {
+    let mut cause = holder::flatten(e);
+    let wanted = match mode {
+        XdpModeActual::Native => holder::HookMode::Native,
+        XdpModeActual::Generic => holder::HookMode::Generic,
+    };
+    if let Some(why) = holder::explain_busy(
+        interface,
+        ifindex,
+        holder::errno_of(e),
+        wanted,
+        holder::Attacher::Rivorad,
+    ) {
+        cause = format!("{cause}: {why}");
+    }
+    Error::Attach {
+        what: format!("xdp_ingress ({}) on {interface}", mode.as_str()),
+        cause,
     }
 }
 

@@ -131,11 +131,49 @@ impl ApplyReport {
     }
 }
 
+/// How many names of one list [`ApplyReport`]'s Display shows before
+/// "and N more": with thousands of VIPs a full list made one log line (and
+/// the status row built from it) over 20,000 characters.
+pub const REPORT_NAMES_SHOWN: usize = 10;
+
+/// `names` joined with commas, the first `shown` of them only, then
+/// " and N more" (N with thousands separators) for the rest.
+pub fn summarize_names(names: &[String], shown: usize) -> String {
+    if names.len() <= shown {
+        return names.join(",");
+    }
+    format!(
+        "{} and {} more",
+        names[..shown].join(","),
+        thousands((names.len() - shown) as u64)
+    )
+}
+
+/// `n` with a comma every three digits: 3990 -> "3,990".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The one-line summary logged after every apply: each list shows at most
+/// [`REPORT_NAMES_SHOWN`] names; the alternate form (`{:#}`) shows them all.
 impl fmt::Display for ApplyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_empty() {
             return write!(f, "no change");
         }
+        let shown = if f.alternate() {
+            usize::MAX
+        } else {
+            REPORT_NAMES_SHOWN
+        };
         let mut parts = Vec::new();
         for (label, list) in [
             ("added", &self.added),
@@ -146,7 +184,7 @@ impl fmt::Display for ApplyReport {
             ("kept from pinned maps", &self.adopted),
         ] {
             if !list.is_empty() {
-                parts.push(format!("{label} {}", list.join(",")));
+                parts.push(format!("{label} {}", summarize_names(list, shown)));
             }
         }
         if self.backends_added > 0 {
@@ -609,6 +647,25 @@ impl Dataplane {
     /// Length of the shared Maglev table.
     pub fn maglev_table_len(&self) -> u32 {
         self.slices.len()
+    }
+
+    /// The one warning to log after an apply when VIPs balance worse than
+    /// `threshold` because the table is crowded (see [`crate::imbalance`]).
+    pub fn imbalance_warning(&self, threshold: f64) -> Option<crate::imbalance::ImbalanceWarning> {
+        let vips: Vec<crate::imbalance::VipBalance> = self
+            .vips
+            .values()
+            .map(|v| {
+                let weights: Vec<u32> = v.spec.backends.iter().map(|b| b.weight).collect();
+                crate::imbalance::VipBalance::new(
+                    &v.spec.name,
+                    v.worst_imbalance,
+                    v.slice.size,
+                    &weights,
+                )
+            })
+            .collect();
+        crate::imbalance::imbalance_warning(&vips, self.maglev_table_len(), threshold)
     }
 
     fn generation(&mut self) -> u32 {
@@ -2285,6 +2342,46 @@ impl BackendSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apply_report_summarizes_long_lists_and_alternate_shows_all() {
+        let names: Vec<String> = (1..=4000).map(|i| format!("vip-{i}")).collect();
+        let r = ApplyReport {
+            added: names.clone(),
+            removed: vec!["old".into()],
+            backends_added: 28000,
+            ..ApplyReport::default()
+        };
+        let line = r.to_string();
+        assert_eq!(
+            line,
+            "added vip-1,vip-2,vip-3,vip-4,vip-5,vip-6,vip-7,vip-8,vip-9,vip-10 and 3,990 more; \
+             removed old; 28000 new backend(s)"
+        );
+        let full = format!("{r:#}");
+        assert!(full.starts_with(&format!("added {}; removed old", names.join(","))));
+        // Exactly REPORT_NAMES_SHOWN names stay a plain list.
+        assert_eq!(summarize_names(&names[..10], 10), names[..10].join(","));
+        assert_eq!(
+            summarize_names(&names[..11], 10),
+            format!("{} and 1 more", names[..10].join(","))
+        );
+        assert_eq!(summarize_names(&[], 10), "");
+    }
+
+    #[test]
+    fn thousands_separators() {
+        for (n, s) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (3990, "3,990"),
+            (65537, "65,537"),
+            (1234567, "1,234,567"),
+        ] {
+            assert_eq!(thousands(n), s);
+        }
+    }
 
     /// An independent cover: walk the binary trie of 16-bit ports from the
     /// root, taking every node wholly inside the range and descending into

@@ -21,6 +21,7 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use rivora_abi as abi;
+use rivora_dataplane::holder::{self, HookMode};
 
 /// Where the per-interface pin directories go unless told otherwise.
 pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/rivora-decap";
@@ -319,15 +320,27 @@ impl Decap {
             .program_mut(PROGRAM)
             .ok_or_else(|| anyhow!("object has no program {PROGRAM}"))?
             .try_into()?;
+        let refused = |e: aya::programs::ProgramError, wanted: HookMode| {
+            attach_refused(interface, ifindex, &self.dir, &e, wanted)
+        };
         let (id, running) = match mode {
-            AttachMode::Skb => (prog.attach(interface, XdpMode::Skb)?, RunningMode::Skb),
+            AttachMode::Skb => (
+                prog.attach(interface, XdpMode::Skb)
+                    .map_err(|e| refused(e, HookMode::Generic))?,
+                RunningMode::Skb,
+            ),
             AttachMode::Driver => (
-                prog.attach(interface, XdpMode::Driver)?,
+                prog.attach(interface, XdpMode::Driver)
+                    .map_err(|e| refused(e, HookMode::Native))?,
                 RunningMode::Driver,
             ),
             AttachMode::Auto => match prog.attach(interface, XdpMode::Driver) {
                 Ok(id) => (id, RunningMode::Driver),
-                Err(_) => (prog.attach(interface, XdpMode::Skb)?, RunningMode::Skb),
+                Err(_) => (
+                    prog.attach(interface, XdpMode::Skb)
+                        .map_err(|e| refused(e, HookMode::Generic))?,
+                    RunningMode::Skb,
+                ),
             },
         };
         let link: FdLink = prog
@@ -344,6 +357,37 @@ impl Decap {
             pad: 0,
         })?;
         Ok(running)
+    }
+}
+
+/// The error for a refused XDP attach of rv_decap: what the kernel said
+/// (once, not repeated by aya's wrappers), and when the hook is taken (EBUSY,
+/// EEXIST) which program holds `interface` and what to do about it.
+fn attach_refused(
+    interface: &str,
+    ifindex: u32,
+    dir: &Path,
+    e: &aya::programs::ProgramError,
+    wanted: HookMode,
+) -> anyhow::Error {
+    let cause = holder::flatten(e);
+    match holder::explain_busy(
+        interface,
+        ifindex,
+        holder::errno_of(e),
+        wanted,
+        holder::Attacher::Decap,
+    ) {
+        Some(why) => anyhow!(
+            "cannot attach rv_decap ({} mode) to {interface}: {cause}: {why}. \
+             (This command's pin root is {}; `rivora-decap status` lists its attachments.)",
+            wanted.as_str(),
+            dir.parent().unwrap_or(dir).display()
+        ),
+        None => anyhow!(
+            "cannot attach rv_decap ({} mode) to {interface}: {cause}",
+            wanted.as_str()
+        ),
     }
 }
 

@@ -6,8 +6,10 @@
 //! [`rates`]). All logic about what the numbers mean lives in the daemon;
 //! this binary only samples and formats.
 
+mod keys;
 mod rates;
 mod render;
+mod summary;
 
 use std::io::{self, IsTerminal, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -121,7 +123,7 @@ enum Command {
     ///
     /// Prints the affected backends (JSON list with `-o json`).
     Drain {
-        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`).
+        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`). An unbracketed IPV6:PORT such as fd77:2::11:8080 is also a valid IPv6 address: it is taken as address and port only when no backend has it as its address and a backend has that address and port.
         #[arg(value_name = "BACKEND", value_parser = parse_backend)]
         backend: String,
     },
@@ -133,7 +135,7 @@ enum Command {
     ///
     /// Prints the affected backends (JSON list with `-o json`).
     Undrain {
-        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`).
+        /// Which backends: ADDR:PORT ([IPV6]:PORT), a bare ADDR for every backend on that address, or a numeric backend id (see `rivoractl backends`). An unbracketed IPV6:PORT such as fd77:2::11:8080 is also a valid IPv6 address: it is taken as address and port only when no backend has it as its address and a backend has that address and port.
         #[arg(value_name = "BACKEND", value_parser = parse_backend)]
         backend: String,
     },
@@ -145,8 +147,9 @@ enum Command {
     /// most 20: those not healthy first, then the busiest): packets/s,
     /// bytes/s, new flows/s, its last packet, and for a draining backend
     /// the DRAIN column: `active` while packets still reach it, `quiet for
-    /// 12s` once none has during the interval. Stops on Ctrl-C or
-    /// after COUNT refreshes. With `-o json`: one JSON object per line per
+    /// 12s` once none has during the interval. Stops on `q`, Ctrl-C or
+    /// after COUNT refreshes (`q` is read from stdin, also when it is a
+    /// pipe). With `-o json`: one JSON object per line per
     /// refresh, `{"stats": <stats -o json>, "backends": [...]}`.
     Watch {
         /// Seconds between refreshes.
@@ -183,23 +186,29 @@ fn parse_refresh(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// A drain selector, checked and normalized (canonical address text, as the
-/// daemon prints it) before it is sent, so typos fail here with a clear
-/// message instead of as "no such backend".
+/// A drain selector, checked (and IPv4 forms normalized) before it is
+/// sent, so typos fail here with a clear message instead of as "no such
+/// backend".
 fn parse_backend(s: &str) -> Result<String, String> {
     let s = s.trim();
     if let Ok(id) = s.parse::<u32>() {
         return Ok(id.to_string());
     }
+    // IPv6 addresses go as written: whether `fd77:2::11:8080` is an
+    // address or an address and port, and whether brackets were used, is
+    // decided by the daemon against its backends (rivora_api::selector).
     if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok(ip.to_string());
+        return Ok(if ip.is_ipv4() {
+            ip.to_string()
+        } else {
+            s.into()
+        });
     }
-    if let Some(v6) = s
-        .strip_prefix('[')
+    if s.strip_prefix('[')
         .and_then(|r| r.strip_suffix(']'))
-        .and_then(|r| r.parse::<Ipv6Addr>().ok())
+        .is_some_and(|r| r.parse::<Ipv6Addr>().is_ok())
     {
-        return Ok(v6.to_string());
+        return Ok(s.into());
     }
     if let Ok(sa) = s.parse::<SocketAddr>() {
         return Ok(sa.to_string());
@@ -207,6 +216,18 @@ fn parse_backend(s: &str) -> Result<String, String> {
     Err(format!(
         "{s:?} is not ADDR:PORT, [IPV6]:PORT, ADDR or a numeric backend id"
     ))
+}
+
+/// A drain the daemon refused for its selector (HTTP 400 or 404) is the
+/// operator's mistake, and the daemon's message already says which
+/// selector and which forms it accepts: print that, not an HTTP status.
+fn selector_failure(e: ClientError) -> Failure {
+    match e {
+        ClientError::Api { status, message } if status == 400 || status == 404 => {
+            Failure::Other(message)
+        }
+        other => Failure::Api(other),
+    }
 }
 
 /// Why a command failed.
@@ -330,10 +351,11 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
         Command::Drain { ref backend } | Command::Undrain { ref backend } => {
             let drain = matches!(cli.command, Command::Drain { .. });
             let hit = if drain {
-                client.drain(backend).await?
+                client.drain(backend).await
             } else {
-                client.undrain(backend).await?
-            };
+                client.undrain(backend).await
+            }
+            .map_err(selector_failure)?;
             if json {
                 render::json(&hit)
             } else {
@@ -349,8 +371,9 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `rivoractl watch`: refresh every `interval` until Ctrl-C or `count`
-/// refreshes. Ctrl-C is a normal way to stop, so it exits successfully.
+/// `rivoractl watch`: refresh every `interval` until `q`, Ctrl-C or
+/// `count` refreshes. Both keys are a normal way to stop, so they exit
+/// successfully; the terminal's mode is restored either way (see [`keys`]).
 async fn watch(
     client: &Client,
     interval: Duration,
@@ -361,6 +384,7 @@ async fn watch(
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| Failure::Other(format!("cannot watch for Ctrl-C: {e}")))?;
     let redraw = !json && io::stdout().is_terminal();
+    let mut keys = keys::KeyReader::start();
     let refreshes = async {
         let mut ticker = tokio::time::interval(interval);
         // A slow daemon delays the next refresh rather than causing a burst.
@@ -403,6 +427,7 @@ async fn watch(
     tokio::select! {
         r = refreshes => r,
         _ = interrupt.recv() => Ok(()),
+        _ = keys.quit() => Ok(()),
     }
 }
 
@@ -450,13 +475,16 @@ mod tests {
         assert_eq!(parse_backend(" 10.0.0.1 ").unwrap(), "10.0.0.1");
         assert_eq!(parse_backend("42").unwrap(), "42");
         assert_eq!(parse_backend("007").unwrap(), "7");
-        // IPv6 is normalized to the daemon's textual form.
+        // IPv6 with a port is normalized; a bare IPv6 address goes as
+        // written (brackets kept), since `2001:db8::10:80` may be meant as
+        // address and port and the daemon decides against its backends.
         assert_eq!(
             parse_backend("[2001:DB8:0::10]:80").unwrap(),
             "[2001:db8::10]:80"
         );
         assert_eq!(parse_backend("2001:db8::10").unwrap(), "2001:db8::10");
-        assert_eq!(parse_backend("[2001:db8::10]").unwrap(), "2001:db8::10");
+        assert_eq!(parse_backend("2001:db8::10:80").unwrap(), "2001:db8::10:80");
+        assert_eq!(parse_backend("[2001:db8::10]").unwrap(), "[2001:db8::10]");
         for bad in [
             "",
             "web",

@@ -42,7 +42,7 @@ pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
 pub fn status(s: &Status, now_unix: u64) -> String {
     let mut t = table();
     let mut kv = |k: &str, v: String| {
-        t.add_row(vec![k.to_string(), v]);
+        t.add_row(vec![k.to_string(), crate::summary::row_value(&v)]);
     };
     kv("Version", s.version.clone());
     kv("ABI version", s.abi_version.to_string());
@@ -677,7 +677,7 @@ fn watch_backends(r: &StatsReport, info: &[BackendInfo]) -> String {
 pub fn watch(f: &WatchFrame, now_unix: u64) -> String {
     let r = &f.stats;
     let mut out = format!(
-        "rivorad at {}: rates over the last {} (Ctrl-C to stop)\n",
+        "rivorad at {}: rates over the last {} (q or Ctrl-C to stop)\n",
         utc(now_unix),
         r.interval_secs.map_or_else(|| NONE.to_string(), seconds)
     );
@@ -1209,6 +1209,20 @@ mod tests {
                 "rivora_egress: tcx egress on eth0 (prog id 42, no link)"
             ]
         );
+    }
+
+    #[test]
+    fn status_summarises_a_long_reload_report() {
+        let mut s = sample_status();
+        let names: Vec<String> = (0..4000).map(|i| format!("vip-{i}")).collect();
+        s.last_reload.changes = Some(format!("added {}", names.join(",")));
+        let out = status(&s, 1_700_003_660);
+        assert_eq!(
+            row(&out, "Reload changes")[1],
+            "added vip-0,vip-1,vip-2,vip-3,vip-4,vip-5,vip-6,vip-7,vip-8,vip-9 and 3,990 more"
+        );
+        let longest = out.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(longest < 200, "{longest} characters");
     }
 
     #[test]
@@ -1762,7 +1776,7 @@ mod tests {
         let out = watch(&frame, 1_700_000_000);
         println!("{out}");
         assert!(out.starts_with(
-            "rivorad at 2023-11-14 22:13:20 UTC: rates over the last 2s (Ctrl-C to stop)\n"
+            "rivorad at 2023-11-14 22:13:20 UTC: rates over the last 2s (q or Ctrl-C to stop)\n"
         ));
         assert_eq!(
             row(&out, "web"),

@@ -246,15 +246,20 @@ impl ApiSource for Fake {
         })
     }
     fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
+        // The daemon's own selector rules.
         let mut all = self.backends.lock().unwrap();
+        let refs: Vec<rivora_api::selector::BackendRef> = all
+            .iter()
+            .map(|b| rivora_api::selector::BackendRef {
+                id: b.backend_id,
+                addr: b.address.parse().unwrap(),
+                port: b.port,
+            })
+            .collect();
+        let picked = rivora_api::selector::resolve(backend, &refs)?;
         let mut hit = Vec::new();
         for b in all.iter_mut() {
-            let endpoint = if b.address.contains(':') {
-                format!("[{}]:{}", b.address, b.port)
-            } else {
-                format!("{}:{}", b.address, b.port)
-            };
-            if backend == b.backend_id.to_string() || backend == endpoint || backend == b.address {
+            if picked.iter().any(|p| p.id == b.backend_id) {
                 b.drained = drain;
                 if b.state != "down" {
                     b.state = if drain { "draining" } else { "healthy" }.into();
@@ -262,13 +267,7 @@ impl ApiSource for Fake {
                 hit.push(b.clone());
             }
         }
-        if hit.is_empty() {
-            Err(ApiFailure::NotFound(format!(
-                "no backend matches {backend}"
-            )))
-        } else {
-            Ok(hit)
-        }
+        Ok(hit)
     }
 }
 
@@ -479,13 +478,34 @@ fn drain_and_undrain() {
     assert!(text.starts_with("Undrained 1 backend"), "{text}");
     assert_eq!(row(&text, "2")[2], "down");
 
-    // Unknown backend: the daemon's 404, one line, exit 1.
+    // Unknown backend: one line naming the selector and the accepted
+    // forms (not an HTTP status), exit 1.
     let out = rivoractl(&socket, &["drain", "10.9.9.9"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
-        "rivoractl: rivorad returned HTTP 404: no backend matches 10.9.9.9\n"
+        format!(
+            "rivoractl: no backend matches \"10.9.9.9\"; accepted forms: {}\n",
+            rivora_api::selector::FORMS
+        )
+    );
+    // Unbracketed IPv6 and port: 2001:db8::10:80 is also an IPv6 address,
+    // but no backend has it and backend 2 is 2001:db8::10 port 80.
+    let text = stdout(rivoractl(&socket, &["drain", "2001:db8::10:80"]));
+    assert!(text.starts_with("Drained 1 backend"), "{text}");
+    assert_eq!(row(&text, "2")[2], "down (drained)");
+    // A port no backend has: the error says how to write it.
+    let out = rivoractl(&socket, &["drain", "2001:db8::10:81"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with(
+            "rivoractl: no backend matches \"2001:db8::10:81\" (as the IPv6 address \
+             2001:db8::10:81, nor as 2001:db8::10 port 81: write an IPv6 address with a \
+             port as [2001:db8::10]:81); accepted forms: "
+        ),
+        "{err}"
     );
     // Not a selector at all: a usage error before any call.
     let out = rivoractl(&socket, &["drain", "web"]);
@@ -595,7 +615,7 @@ fn stats_rates_and_watch() {
     ));
     assert!(!text.contains('\x1b'), "{text:?}");
     assert_eq!(
-        text.matches("rates over the last 0.2s (Ctrl-C to stop)")
+        text.matches("rates over the last 0.2s (q or Ctrl-C to stop)")
             .count(),
         2
     );
@@ -629,6 +649,128 @@ fn stats_rates_and_watch() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(quiet >= 15, "{text}");
     assert_eq!(row(&text, "2")[8], "-", "down, not draining: {text}");
+
+    server.stop();
+}
+
+/// Waits (bounded) for `child` to exit; kills it and fails with `what` if
+/// it does not.
+fn wait_exit(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rivoractl watch still running 10 s after {what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn watch_quits_on_q_from_a_pipe_and_from_a_terminal() {
+    use std::io::{Read, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::process::Stdio;
+
+    let server = Server::start("watchq", Fake::new(false));
+    let socket = server.socket.clone();
+    let watch = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rivoractl"));
+        c.arg("--socket")
+            .arg(&socket)
+            .args(["watch", "--interval", "0.1"])
+            .env_remove("RIVORA_SOCKET");
+        c
+    };
+
+    // stdin a pipe: "q" quits a watch that has no --count.
+    let mut child = watch()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.as_mut().unwrap().write_all(b"q\n").unwrap();
+    let status = wait_exit(&mut child, "q on a pipe");
+    assert!(status.success(), "{status:?}");
+
+    // stdin and stdout a terminal (a pty): q without Enter quits, and the
+    // terminal's canonical/echo mode is back afterwards.
+    let (mut master, mut slave) = (0, 0);
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    let master = unsafe { OwnedFd::from_raw_fd(master) };
+    let slave = unsafe { OwnedFd::from_raw_fd(slave) };
+    let lflag = |fd: &OwnedFd| {
+        use std::os::fd::AsRawFd;
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::tcgetattr(fd.as_raw_fd(), &mut t) }, 0);
+        t.c_lflag
+    };
+    assert_ne!(lflag(&slave) & libc::ICANON, 0, "a fresh pty is canonical");
+    let mut child = watch()
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Collect what the terminal shows until the first view is drawn.
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let mut reader = std::fs::File::from(master.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut screen = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !String::from_utf8_lossy(&screen).contains("(q or Ctrl-C to stop)") {
+        match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(b) => screen.extend(b),
+            Err(_) if std::time::Instant::now() > deadline => {
+                let _ = child.kill();
+                panic!(
+                    "no view on the pty; saw {:?}",
+                    String::from_utf8_lossy(&screen)
+                );
+            }
+            Err(_) => {}
+        }
+    }
+    assert!(
+        String::from_utf8_lossy(&screen).contains("\x1b[2J"),
+        "redraws"
+    );
+    assert_eq!(
+        lflag(&slave) & (libc::ICANON | libc::ECHO),
+        0,
+        "key mode while watching"
+    );
+    std::fs::File::from(master.try_clone().unwrap())
+        .write_all(b"q")
+        .unwrap();
+    let status = wait_exit(&mut child, "q on a terminal");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        lflag(&slave) & (libc::ICANON | libc::ECHO),
+        libc::ICANON | libc::ECHO,
+        "terminal mode restored"
+    );
 
     server.stop();
 }

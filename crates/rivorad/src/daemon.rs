@@ -146,6 +146,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     watch.mark_applied(text);
     info!(vips = specs.len(), "programmed: {report}");
+    warn_if_crowded(&dataplane);
 
     let request = match args.xdp_mode {
         XdpModeArg::Auto => XdpModeRequest::Auto,
@@ -358,6 +359,17 @@ fn apply_config(
     Ok(report)
 }
 
+/// One warning per apply (not one per VIP) when the shared Maglev table is
+/// too crowded for the VIPs to balance within the threshold, naming the
+/// `--maglev-table-size` that fixes it.
+fn warn_if_crowded(dataplane: &Dataplane) {
+    if let Some(w) =
+        dataplane.imbalance_warning(rivora_dataplane::imbalance::IMBALANCE_WARN_THRESHOLD)
+    {
+        warn!("{w}");
+    }
+}
+
 /// Points the prober at the checks `config` asks for, and lets backends that
 /// lost their check come back up.
 fn update_probes(
@@ -523,6 +535,9 @@ fn reload(
                         dataplane, prober, ..
                     } = &mut *s;
                     update_probes(&config, dataplane, prober, &existed_before);
+                    if !report.is_empty() {
+                        warn_if_crowded(dataplane);
+                    }
                     applied = Some(config);
                     Ok(report.to_string())
                 }

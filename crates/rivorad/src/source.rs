@@ -306,38 +306,23 @@ impl ApiSource for StateSource {
     }
 }
 
-/// Resolves an operator's backend selector: a backend ID, `ADDR:PORT`
-/// (`[V6]:PORT`), or a bare address meaning every backend on it.
+/// Resolves an operator's backend selector (a backend ID, `ADDR:PORT`,
+/// `[V6]:PORT` or a bare address meaning every backend on it) with the
+/// API's shared rules, [`rivora_api::selector::resolve`].
 fn select_backends(dp: &Dataplane, selector: &str) -> Result<Vec<BackendKey>, ApiFailure> {
-    let selector = selector.trim();
-    let found: Vec<BackendKey> = if let Ok(id) = selector.parse::<u32>() {
-        dp.backends()
-            .filter(|b| b.id == id)
-            .map(|b| b.key)
-            .collect()
-    } else if let Ok(sa) = selector.parse::<std::net::SocketAddr>() {
-        dp.backends()
-            .filter(|b| b.key.addr == sa.ip() && b.key.port == sa.port())
-            .map(|b| b.key)
-            .collect()
-    } else if let Ok(ip) = selector
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<std::net::IpAddr>()
-    {
-        dp.backends()
-            .filter(|b| b.key.addr == ip)
-            .map(|b| b.key)
-            .collect()
-    } else {
-        return Err(ApiFailure::BadRequest(format!(
-            "{selector:?} is not a backend: give ADDR:PORT, [IPv6]:PORT, a bare address, or a backend ID"
-        )));
-    };
-    if found.is_empty() {
-        return Err(ApiFailure::NotFound(format!(
-            "no backend matches {selector:?} (see rivoractl backends)"
-        )));
-    }
-    Ok(found)
+    let all: Vec<rivora_api::selector::BackendRef> = dp
+        .backends()
+        .map(|b| rivora_api::selector::BackendRef {
+            id: b.id,
+            addr: b.key.addr,
+            port: b.key.port,
+        })
+        .collect();
+    Ok(rivora_api::selector::resolve(selector, &all)?
+        .into_iter()
+        .map(|b| BackendKey {
+            addr: b.addr,
+            port: b.port,
+        })
+        .collect())
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
+use rivora_lab::topology::backend_v6;
 
 /// Acceptance: 600 TCP connections and 600 UDP exchanges to an IPv4 VIP and
 /// the same to an IPv6 VIP, backends weighted 1,1,2; every exchange succeeds,
@@ -53,6 +54,26 @@ fn nat_vips_spread_tcp_and_udp_by_weight_v4_and_v6() {
     assert_eq!(
         status.xdp_mode, "generic",
         "auto mode picks generic on veth"
+    );
+
+    // Drain selectors against the real daemon (issue 14): an unbracketed
+    // IPV6:PORT is itself a valid IPv6 address, but no backend has it, so it
+    // names backend b1 and its port; one that matches nothing is answered
+    // with the way to write it and the accepted forms.
+    let b1 = backend_v6(1);
+    let hit = lab.drain(&format!("{b1}:{BACKEND_PORT}"), true);
+    assert_eq!(hit.len(), 1, "{hit:?}");
+    assert_eq!(hit[0].address, b1.to_string());
+    assert!(hit[0].drained, "{hit:?}");
+    let hit = lab.drain(&format!("[{b1}]:{BACKEND_PORT}"), false);
+    assert!(hit.len() == 1 && !hit[0].drained, "{hit:?}");
+    let err = lab.try_drain(&format!("{b1}:1"), true).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("rivorad returned HTTP 404: no backend matches")
+            && text.contains(&format!("write an IPv6 address with a port as [{b1}]:1"))
+            && text.ends_with(rivora_api::selector::FORMS),
+        "{text}"
     );
 
     // A clean stop detaches and leaves no pins behind.

@@ -301,16 +301,23 @@ impl Lab {
     }
 
     pub fn drain(&self, selector: &str, on: bool) -> Vec<rivora_api::BackendInfo> {
+        self.try_drain(selector, on).expect("API drain")
+    }
+
+    /// [`Lab::drain`] that returns the daemon's refusal instead of failing.
+    pub fn try_drain(
+        &self,
+        selector: &str,
+        on: bool,
+    ) -> Result<Vec<rivora_api::BackendInfo>, rivora_api::ClientError> {
         let c = self.client();
-        self.rt
-            .block_on(async {
-                if on {
-                    c.drain(selector).await
-                } else {
-                    c.undrain(selector).await
-                }
-            })
-            .expect("API drain")
+        self.rt.block_on(async {
+            if on {
+                c.drain(selector).await
+            } else {
+                c.undrain(selector).await
+            }
+        })
     }
 
     /// Polls until `pred` holds for the backend at `addr`, returning how long

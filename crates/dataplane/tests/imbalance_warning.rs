@@ -1,0 +1,86 @@
+//! The crowded-table warning against the real writer and maps: 4,000 VIPs
+//! of 2 backends in the default 65,537-slot table (the case: half
+//! the table split 4,000 ways gives 7-slot slices, 4 and 3 slots per
+//! backend, 14.3% imbalance each) give one warning naming all of them and a
+//! table size; in a table of that size no VIP is over the threshold.
+//! The apply report of that many VIPs stays one short line.
+
+mod common;
+
+use common::*;
+use rivora_dataplane::imbalance::IMBALANCE_WARN_THRESHOLD;
+use rivora_dataplane::{Datapath, Dataplane, LoadOptions, VipSpec, proto};
+
+fn vips() -> Vec<VipSpec> {
+    (0..4000u32)
+        .map(|i| {
+            let addr = format!("10.202.{}.{}", i / 250, i % 250 + 1);
+            let backends = (1..=2)
+                .map(|b| backend(&format!("10.203.0.{b}"), 8080, 1))
+                .collect();
+            vip(&format!("v{i}"), &addr, 80, proto::TCP, backends)
+        })
+        .collect()
+}
+
+#[test]
+fn crowded_table_warns_once_with_a_table_size_that_fixes_it() {
+    let mut r = rig("imbalance");
+    let report = r.dataplane.apply(&vips()).unwrap();
+    let line = report.to_string();
+    assert!(
+        line.starts_with("added v0,v1,v2,v3,v4,v5,v6,v7,v8,v9 and 3,990 more;"),
+        "{line}"
+    );
+    assert!(line.len() < 200, "{} characters: {line}", line.len());
+
+    let w = r
+        .dataplane
+        .imbalance_warning(IMBALANCE_WARN_THRESHOLD)
+        .expect("a warning");
+    eprintln!("{w}");
+    assert_eq!((w.over, w.total), (4000, 4000), "{w}");
+    assert_eq!(w.average_slots, 7, "{w}");
+    assert!((w.worst.1 - 1.0 / 7.0).abs() < 1e-9, "{w}");
+    let size = w.suggested_table_len.expect("a size");
+    assert!(
+        w.to_string()
+            .contains(&format!("--maglev-table-size {size} (a prime)")),
+        "{w}"
+    );
+    drop(r);
+
+    // The suggested table: every VIP gets its preferred slice, no warning.
+    let dir = pin_dir("imbalance-big");
+    let (datapath, maps, _) = Datapath::load(&LoadOptions {
+        pin_dir: dir.clone(),
+        maglev_table_size: size,
+        flow_table_size: rivora_abi::MAX_FLOWS,
+        reset_incompatible: false,
+        object_dir: None,
+    })
+    .expect("load with the suggested table");
+    // A Rig removes the pins on drop, also when an assertion fails.
+    let mut big = Rig {
+        datapath,
+        dataplane: Dataplane::new(maps),
+        pin_dir: dir,
+        keep_pins: false,
+    };
+    big.dataplane.apply(&vips()).unwrap();
+    let worst = big
+        .dataplane
+        .vips()
+        .map(|v| v.worst_imbalance)
+        .fold(0.0, f64::max);
+    let sizes: std::collections::BTreeSet<u32> =
+        big.dataplane.vips().map(|v| v.slice.size).collect();
+    let warning = big.dataplane.imbalance_warning(IMBALANCE_WARN_THRESHOLD);
+    assert_eq!(warning, None, "worst {worst}");
+    assert_eq!(
+        sizes.into_iter().collect::<Vec<_>>(),
+        [251],
+        "preferred slices"
+    );
+    assert!(worst < 0.02, "{worst}");
+}
