@@ -54,7 +54,10 @@ build_tool() {
   if [ ! -x "$dir/$name" ]; then
     echo "build-testdeps: building $name $version into $dir (first time only; takes minutes)" >&2
     tmp="$(mktemp -d "$cache/.$name-$version.XXXXXX")"
-    if ! (cd "$mods/$name" && /usr/bin/time -v -o "$tmp/build-stats.txt" \
+    # Build time and peak memory go to build-stats.txt when GNU time is there (setup.sh installs it).
+    local timer=()
+    [ -x /usr/bin/time ] && timer=(/usr/bin/time -v -o "$tmp/build-stats.txt")
+    if ! (cd "$mods/$name" && "${timer[@]}" \
         "$go_bin" build -trimpath -ldflags "-s -w $ldflags" -o "$tmp/$name" "$package") >"$tmp/build.log" 2>&1; then
       cat "$tmp/build.log" >&2
       rm -rf "$tmp"

@@ -9,7 +9,8 @@
 #   (iproute2), sysctl (procps), nsenter/taskset/mount (util-linux), ethtool,
 #   nft (nftables: the DSR and fib e2e tests' counters, the bench's DNAT
 #   baseline), trafgen (netsniff-ng: the bench), bird/birdc, gobgpd/gobgp,
-#   vtysh/bgpd (frr): the real BGP peers.
+#   vtysh/bgpd (frr): the real BGP peers; /usr/bin/time (time): the figures
+#   of build-testdeps.sh, which builds kube-apiserver and etcd with Go.
 set -euo pipefail
 
 need=()
@@ -22,6 +23,8 @@ command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v trafgen >/dev/null 2>&1 || need+=(netsniff-ng)
+# GNU time: build-testdeps.sh records the Go builds' time and peak memory with it.
+[ -x /usr/bin/time ] || need+=(time)
 # Real BGP peers for the speaker's interop tests.
 command -v bird >/dev/null 2>&1 || need+=(bird2)
 command -v gobgpd >/dev/null 2>&1 || need+=(gobgpd)
