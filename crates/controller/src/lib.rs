@@ -1,9 +1,11 @@
 //! rivora-controller: assigns LoadBalancer addresses from AddressPools, as the one leader of its
 //! replicas.
 //!
-//! * [`ipam`]: the allocator, a pure function of observed pools and Services;
+//! * [`ipam`]: the allocator, a pure function of observed pools and claimants (Services, and
+//!   Gateways once part 3 feeds them in);
 //! * [`leader`]: leader election over a `coordination.k8s.io` Lease (kube-lease-manager);
-//! * [`observe`]: Kubernetes objects to the allocator's views and back to status (pure);
+//! * [`observe`]: Kubernetes objects (Services, Gateways) to the allocator's views and back to
+//!   status (pure);
 //! * [`run`]: the watches and the leader's write loop;
 //! * [`metrics`]: what `/metrics` serves.
 

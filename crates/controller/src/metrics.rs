@@ -144,12 +144,15 @@ impl Metrics {
                 }
             }
         }
-        let failed = outcome
-            .services
-            .values()
-            .filter(|a| !a.failures.is_empty())
-            .count();
-        let assigned = outcome.services.len() - failed;
+        // Services only: Gateways get metrics of their own when part 3 feeds them in.
+        let services: Vec<&crate::ipam::Assignment> = outcome
+            .claims
+            .iter()
+            .filter(|(k, _)| k.kind == crate::ipam::ClaimKind::Service)
+            .map(|(_, a)| a)
+            .collect();
+        let failed = services.iter().filter(|a| !a.failures.is_empty()).count();
+        let assigned = services.len() - failed;
         for (state, n) in [("assigned", assigned), ("failed", failed)] {
             self.services
                 .get_or_create(&StateLabels {
@@ -158,7 +161,7 @@ impl Metrics {
                 .set(n as i64);
         }
         self.failures.clear();
-        for a in outcome.services.values() {
+        for a in &services {
             if let Some(f) = a.failures.first() {
                 self.failures
                     .get_or_create(&ReasonLabels {
@@ -180,7 +183,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipam::{PoolView, ServiceView, allocate};
+    use crate::ipam::{ClaimKind, ClaimView, PoolView, allocate};
     use std::collections::BTreeMap;
 
     #[test]
@@ -196,7 +199,8 @@ mod tests {
             disabled: false,
             created: String::new(),
         };
-        let svc = |n: &str| ServiceView {
+        let svc = |n: &str| ClaimView {
+            kind: ClaimKind::Service,
             namespace: "ns".into(),
             name: n.into(),
             labels: BTreeMap::new(),
@@ -206,7 +210,7 @@ mod tests {
             requested: vec![],
             requested_pool: None,
             current: vec![],
-            unsupported_protocol: None,
+            unsupported: None,
             sharing: None,
         };
         let out = allocate(&[pool], &[svc("a"), svc("b"), svc("c")]);

@@ -1,9 +1,14 @@
 //! From Kubernetes objects to the allocator's views, and from its result to the status to write.
 //! Pure functions: the API calls are in [`crate::run`].
+//!
+//! Services ([`service_view`]) and Gateways ([`gateway_view`]) both become a
+//! [`ClaimView`]; the Gateway side is mapped here already so the allocator serves both kinds
+//! from the start, while watching Gateways and writing their status is part 3.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -11,13 +16,13 @@ use rivora_k8s_api::AddressPool;
 use serde_json::{Value, json};
 
 use crate::ipam::blocks::Family;
-use crate::ipam::{Assignment, FamilyPolicy, PoolView, ServiceView, Sharing};
+use crate::ipam::{Assignment, ClaimKind, ClaimView, FamilyPolicy, PoolView, Sharing, Unsupported};
 
 /// `spec.loadBalancerClass` that marks a Service as Rivora's.
 pub const LOAD_BALANCER_CLASS: &str = "rivora.dev/lb";
 /// Annotation with requested addresses, comma-separated (one per family, for dual-stack).
 pub const ANNOTATION_IPS: &str = "rivora.dev/load-balancer-ips";
-/// Annotation naming the AddressPool to take the address from.
+/// Annotation naming the AddressPool to take the address from (on a Service or a Gateway).
 pub const ANNOTATION_POOL: &str = "rivora.dev/address-pool";
 /// Annotation: Services with the same value may share one address (when compatible).
 pub const ANNOTATION_SHARING_KEY: &str = "rivora.dev/sharing-key";
@@ -63,7 +68,7 @@ pub fn is_ours(svc: &Service, cfg: &ClassConfig) -> bool {
 pub fn service_view(
     svc: &Service,
     namespace_labels: &BTreeMap<String, String>,
-) -> Result<ServiceView, String> {
+) -> Result<ClaimView, String> {
     let spec = svc.spec.clone().unwrap_or_default();
     let annotations = svc.metadata.annotations.clone().unwrap_or_default();
     let mut requested = Vec::new();
@@ -97,10 +102,11 @@ pub fn service_view(
         _ => FamilyPolicy::SingleStack,
     };
     let ports = spec.ports.clone().unwrap_or_default();
-    let unsupported_protocol = ports
+    let unsupported = ports
         .iter()
         .filter_map(|p| p.protocol.clone())
-        .find(|p| p != "TCP" && p != "UDP");
+        .find(|p| p != "TCP" && p != "UDP")
+        .map(Unsupported::Protocol);
     let sharing = annotations
         .get(ANNOTATION_SHARING_KEY)
         .filter(|k| !k.is_empty())
@@ -125,7 +131,8 @@ pub fn service_view(
                 .unwrap_or_else(|| "Cluster".into()),
             selector: spec.selector.clone().unwrap_or_default(),
         });
-    Ok(ServiceView {
+    Ok(ClaimView {
+        kind: ClaimKind::Service,
         namespace: svc.metadata.namespace.clone().unwrap_or_default(),
         name: svc.metadata.name.clone().unwrap_or_default(),
         labels: svc.metadata.labels.clone().unwrap_or_default(),
@@ -135,9 +142,115 @@ pub fn service_view(
         requested,
         requested_pool: annotations.get(ANNOTATION_POOL).cloned(),
         current: current_ingress(svc),
-        unsupported_protocol,
+        unsupported,
         sharing,
     })
+}
+
+/// The Gateway API address type Rivora assigns (the default when `type` is unset).
+pub const GATEWAY_ADDRESS_TYPE_IP: &str = "IPAddress";
+
+/// The allocator's view of a Gateway of Rivora's GatewayClass (the caller checks the class);
+/// `Err` names a malformed `spec.addresses` entry (reported like a Service's bad annotation).
+///
+/// The mapping, and why:
+/// - requested addresses: the `spec.addresses` entries of type `IPAddress` (or no type) with a
+///   value, at most one per family (all listeners are bound to every address, and Rivora gives
+///   one per family). Entries of type `IPAddress` without a value mean "assign one"; they
+///   cannot be mixed with specific addresses (which family would the empty one be?);
+/// - any other type (`Hostname`, `NamedAddress`, ...) makes the Gateway unsupported (reason
+///   `UnsupportedAddress`, Gateway API's own reason for it): Rivora hands out IP addresses only;
+/// - current addresses: `status.addresses` of type `IPAddress` that parse, imported before
+///   anything new is allocated, exactly like a Service's ingress;
+/// - families: those of the requested addresses (both requested: both or none, like
+///   `RequireDualStack`, so the Gateway is never bound to half of what it asked for); with no
+///   request, IPv4 then IPv6 with `PreferDualStack`. A Gateway has no `ipFamilies`; Cilium and
+///   Envoy Gateway derive its family from the Service they create, i.e. the cluster's default
+///   (single stack unless configured), so a dual-stack Gateway there needs extra
+///   configuration. Rivora serves the Gateway itself, so by default it takes an address of
+///   every family its pools offer: one family is enough (IPv4-only and IPv6-only pools just
+///   work), and a dual-stack pool set gives a dual-stack Gateway without a knob;
+/// - requested pool: the same annotation as Services (`rivora.dev/address-pool`); pool
+///   selectors match the Gateway's labels and its namespace's labels;
+/// - sharing: never. A Gateway owns its address: its listeners (ports) change whenever
+///   someone edits the Gateway, and every listener binds to every address it has, so an
+///   address shared with a Service or another Gateway would turn a listener edit into a
+///   (protocol, port) collision on somebody else's address; merging listeners of several
+///   objects is what Gateway API's ListenerSets are for, not address sharing;
+/// - listeners: not looked at. Whether Rivora can serve a listener's protocol at L4 is a
+///   listener condition (part 3), not a reason to withhold the Gateway's address.
+pub fn gateway_view(
+    gw: &Gateway,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Result<ClaimView, String> {
+    let annotations = gw.metadata.annotations.clone().unwrap_or_default();
+    let mut requested: Vec<IpAddr> = Vec::new();
+    let mut any_address = false;
+    let mut unsupported = None;
+    for (i, a) in gw.spec.addresses.iter().flatten().enumerate() {
+        let ty = a.r#type.as_deref().unwrap_or(GATEWAY_ADDRESS_TYPE_IP);
+        if ty != GATEWAY_ADDRESS_TYPE_IP {
+            unsupported.get_or_insert_with(|| Unsupported::AddressType(ty.to_string()));
+            continue;
+        }
+        let Some(value) = a.value.as_deref().filter(|v| !v.is_empty()) else {
+            any_address = true;
+            continue;
+        };
+        let ip: IpAddr = value
+            .parse()
+            .map_err(|_| format!("spec.addresses[{i}].value {value:?} is not an IP address"))?;
+        if let Some(other) = requested.iter().find(|r| Family::of(r) == Family::of(&ip)) {
+            return Err(format!(
+                "spec.addresses[{i}].value {ip}: {other} is already requested; a Gateway gets one address per family"
+            ));
+        }
+        requested.push(ip);
+    }
+    if any_address && !requested.is_empty() {
+        return Err(
+            "spec.addresses: an IPAddress entry without a value (assign one) cannot be combined with specific addresses".into(),
+        );
+    }
+    let (families, family_policy) = match requested.len() {
+        0 => (vec![Family::V4, Family::V6], FamilyPolicy::PreferDualStack),
+        1 => (vec![Family::of(&requested[0])], FamilyPolicy::SingleStack),
+        _ => (
+            requested.iter().map(Family::of).collect(),
+            FamilyPolicy::RequireDualStack,
+        ),
+    };
+    Ok(ClaimView {
+        kind: ClaimKind::Gateway,
+        namespace: gw.metadata.namespace.clone().unwrap_or_default(),
+        name: gw.metadata.name.clone().unwrap_or_default(),
+        labels: gw.metadata.labels.clone().unwrap_or_default(),
+        namespace_labels: namespace_labels.clone(),
+        families,
+        family_policy,
+        requested,
+        requested_pool: annotations.get(ANNOTATION_POOL).cloned(),
+        current: current_gateway_addresses(gw),
+        unsupported,
+        sharing: None,
+    })
+}
+
+/// The IP addresses in a Gateway's `status.addresses` (other types are not ours to import).
+pub fn current_gateway_addresses(gw: &Gateway) -> Vec<IpAddr> {
+    gw.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|list| {
+            list.iter()
+                .filter(|a| {
+                    a.r#type.as_deref().unwrap_or(GATEWAY_ADDRESS_TYPE_IP)
+                        == GATEWAY_ADDRESS_TYPE_IP
+                })
+                .filter_map(|a| a.value.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The addresses in `status.loadBalancer.ingress`.
@@ -301,7 +414,8 @@ mod tests {
         assert_eq!(v.requested.len(), 2);
         assert_eq!(v.requested_pool.as_deref(), Some("p"));
         assert_eq!(v.current, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
-        assert_eq!(v.unsupported_protocol.as_deref(), Some("SCTP"));
+        assert_eq!(v.kind, ClaimKind::Service);
+        assert_eq!(v.unsupported, Some(Unsupported::Protocol("SCTP".into())));
 
         let both = service(
             json!({"metadata": {"annotations": {ANNOTATION_IPS: "10.0.0.5"}},
@@ -318,6 +432,89 @@ mod tests {
                 .unwrap_err()
                 .contains("\"ten\"")
         );
+    }
+
+    fn gateway(value: Value) -> Gateway {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn gateway_with(addresses: Value) -> Gateway {
+        gateway(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"namespace": "n", "name": "g"},
+            "spec": {"gatewayClassName": "rivora", "listeners": [], "addresses": addresses}
+        }))
+    }
+
+    #[test]
+    fn a_gateway_maps_requests_status_families_and_pool() {
+        let gw = gateway(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"namespace": "n", "name": "g", "labels": {"tier": "edge"},
+                         "annotations": {ANNOTATION_POOL: "p"}},
+            "spec": {"gatewayClassName": "rivora",
+                     "listeners": [{"name": "dns", "port": 53, "protocol": "UDP"}],
+                     "addresses": [{"type": "IPAddress", "value": "fd00::7"},
+                                   {"value": "10.0.0.7"}]},
+            "status": {"addresses": [{"type": "IPAddress", "value": "10.0.0.7"},
+                                     {"type": "Hostname", "value": "lb.example"}]}
+        }));
+        let v = gateway_view(&gw, &BTreeMap::new()).unwrap();
+        assert_eq!(v.kind, ClaimKind::Gateway);
+        assert_eq!(v.key(), crate::ipam::ClaimKey::gateway("n", "g"));
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(v.requested, [ip("fd00::7"), ip("10.0.0.7")]);
+        assert_eq!(v.families, [Family::V6, Family::V4], "in the order asked");
+        assert_eq!(v.family_policy, FamilyPolicy::RequireDualStack);
+        assert_eq!(
+            v.current,
+            [ip("10.0.0.7")],
+            "only IP addresses are imported"
+        );
+        assert_eq!(v.requested_pool.as_deref(), Some("p"));
+        assert_eq!(v.labels["tier"], "edge");
+        assert_eq!((v.sharing, v.unsupported), (None, None));
+
+        let one = gateway_view(
+            &gateway_with(json!([{"value": "10.0.0.8"}])),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            (one.families, one.family_policy),
+            (vec![Family::V4], FamilyPolicy::SingleStack)
+        );
+        for auto in [json!([]), json!([{"type": "IPAddress"}])] {
+            let v = gateway_view(&gateway_with(auto), &BTreeMap::new()).unwrap();
+            assert!(v.requested.is_empty());
+            assert_eq!(
+                (v.families, v.family_policy),
+                (vec![Family::V4, Family::V6], FamilyPolicy::PreferDualStack)
+            );
+        }
+    }
+
+    #[test]
+    fn a_gateway_with_bad_or_unsupported_addresses_says_which() {
+        let named = gateway_with(json!([{"type": "NamedAddress", "value": "pool-a"}]));
+        assert_eq!(
+            gateway_view(&named, &BTreeMap::new()).unwrap().unsupported,
+            Some(Unsupported::AddressType("NamedAddress".into()))
+        );
+        for (addresses, says) in [
+            (json!([{"value": "ten"}]), "spec.addresses[0].value \"ten\""),
+            (
+                json!([{"value": "10.0.0.1"}, {"value": "10.0.0.2"}]),
+                "spec.addresses[1].value 10.0.0.2",
+            ),
+            (
+                json!([{"value": "10.0.0.1"}, {"type": "IPAddress"}]),
+                "cannot be combined",
+            ),
+        ] {
+            let e = gateway_view(&gateway_with(addresses.clone()), &BTreeMap::new()).unwrap_err();
+            assert!(e.contains(says), "{addresses}: {e}");
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use crate::ipam::{self, Outcome, ServiceView};
+use crate::ipam::{self, ClaimKey, ClaimView, Outcome};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::observe::{self, ClassConfig, FIELD_MANAGER};
@@ -198,7 +198,7 @@ pub async fn pass(
         .collect();
     let all_services = stores.services.state();
     let mut ours: Vec<Arc<Service>> = Vec::new();
-    let mut views: Vec<ServiceView> = Vec::new();
+    let mut views: Vec<ClaimView> = Vec::new();
     let mut bad: BTreeMap<String, String> = BTreeMap::new();
     for svc in &all_services {
         if !observe::is_ours(svc, &settings.class) {
@@ -230,7 +230,11 @@ pub async fn pass(
             confirmed_at = Instant::now();
         }
         let k = key(svc);
-        let assignment = match (outcome.services.get(&k), bad.get(&k)) {
+        let claim = ClaimKey::service(
+            svc.namespace().as_deref().unwrap_or_default(),
+            &svc.name_any(),
+        );
+        let assignment = match (outcome.claims.get(&claim), bad.get(&k)) {
             (Some(a), _) => a.clone(),
             (None, Some(_)) | (None, None) => ipam::Assignment::default(),
         };

@@ -1,5 +1,10 @@
-//! AddressPool IPAM as a pure function: observed pools and Services in, the addresses every
-//! Service should have (or why it has none) and each pool's counts and conditions out.
+//! AddressPool IPAM as a pure function: observed pools and claimants in, the addresses every
+//! claimant should have (or why it has none) and each pool's counts and conditions out.
+//!
+//! A claimant is a `type: LoadBalancer` Service of ours or a Gateway of Rivora's GatewayClass
+//! ([`ClaimKind`]). Both draw from the same pools under the same rules, so one allocator (not
+//! two that would have to agree) decides every address; the kind is part of the key, so a
+//! Service and a Gateway with the same namespace and name are two claimants.
 //!
 //! Why pure: the rules that matter (no restart or failover ever moves an address, a requested
 //! address is never given to someone else, a freed address goes to whoever waits) are then
@@ -9,12 +14,13 @@
 //! Order of work, every time (so the result depends on the objects, not on event order):
 //! 1. pools are parsed; a pool overlapping an older one (creation time, then name) is marked
 //!    `Overlapping` and gives out nothing new;
-//! 2. **import**: every address a Service already has in `status.loadBalancer.ingress` is kept
-//!    if it is still acceptable for it (in a pool it may use, of a family it wants, requested if
-//!    it requests addresses, not kept by a Service earlier in (namespace, name) order) —
-//!    before anything new is allocated, so nothing already assigned can be taken;
-//! 3. Services requesting specific addresses get them (before generic requests, so a waiting
-//!    generic Service never takes an address somebody asked for);
+//! 2. **import**: every address a claimant already has (a Service's
+//!    `status.loadBalancer.ingress`, a Gateway's `status.addresses`) is kept if it is still
+//!    acceptable for it (in a pool it may use, of a family it wants, requested if it requests
+//!    addresses, not kept by a claimant earlier in [`ClaimKey`] order) — before anything new is
+//!    allocated, so nothing already assigned can be taken;
+//! 3. claimants requesting specific addresses get them (before generic requests, so a waiting
+//!    generic claimant never takes an address somebody asked for);
 //! 4. the rest get the first free address of the best pool for each missing family.
 
 pub mod blocks;
@@ -62,30 +68,109 @@ pub enum FamilyPolicy {
     RequireDualStack,
 }
 
-/// A Service as the allocator needs it (only LoadBalancer Services of ours are passed in).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServiceView {
+/// What kind of object claims addresses.
+///
+/// The derived order (Service before Gateway) is the last tie-break of [`ClaimKey`]; it only
+/// matters when both kinds of the same namespace/name show the same address in their status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ClaimKind {
+    /// A `type: LoadBalancer` Service of Rivora's class (`status.loadBalancer.ingress`).
+    Service,
+    /// A Gateway of Rivora's GatewayClass (`status.addresses`).
+    Gateway,
+}
+
+impl fmt::Display for ClaimKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClaimKind::Service => "Service",
+            ClaimKind::Gateway => "Gateway",
+        })
+    }
+}
+
+/// Who claims: kind, namespace and name. Results and conditions are reported per key, and the
+/// allocator works through claimants in this order (namespace, name, kind), so the result does
+/// not depend on the order objects were listed in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimKey {
     /// Namespace.
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// `metadata.labels`.
+    /// Service or Gateway.
+    pub kind: ClaimKind,
+}
+
+impl ClaimKey {
+    /// The key of a Service.
+    pub fn service(namespace: &str, name: &str) -> ClaimKey {
+        ClaimKey {
+            namespace: namespace.into(),
+            name: name.into(),
+            kind: ClaimKind::Service,
+        }
+    }
+
+    /// The key of a Gateway.
+    pub fn gateway(namespace: &str, name: &str) -> ClaimKey {
+        ClaimKey {
+            namespace: namespace.into(),
+            name: name.into(),
+            kind: ClaimKind::Gateway,
+        }
+    }
+}
+
+/// `Service ns/name` or `Gateway ns/name`: how a holder is named in failure messages.
+impl fmt::Display for ClaimKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Why a claimant is refused before any address is looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unsupported {
+    /// A Service port's protocol Rivora cannot forward (SCTP).
+    Protocol(String),
+    /// A Gateway `spec.addresses` type other than `IPAddress` (`Hostname`, `NamedAddress`, or
+    /// an implementation-specific one).
+    AddressType(String),
+}
+
+/// A claimant (Service or Gateway) as the allocator needs it. Only claimants of ours are
+/// passed in: Services of our class ([`crate::observe::service_view`]) and Gateways of our
+/// GatewayClass ([`crate::observe::gateway_view`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimView {
+    /// Service or Gateway.
+    pub kind: ClaimKind,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `metadata.labels` (what a pool's `serviceSelector` matches, for either kind).
     pub labels: BTreeMap<String, String>,
     /// Labels of its namespace.
     pub namespace_labels: BTreeMap<String, String>,
-    /// `spec.ipFamilies` (the API server always sets it for a Service with a ClusterIP).
+    /// Families in preference order: a Service's `spec.ipFamilies` (the API server always sets
+    /// it for a Service with a ClusterIP); for a Gateway, see [`crate::observe::gateway_view`].
     pub families: Vec<Family>,
-    /// `spec.ipFamilyPolicy`.
+    /// A Service's `spec.ipFamilyPolicy`; for a Gateway, derived like `families`.
     pub family_policy: FamilyPolicy,
-    /// Requested addresses: `spec.loadBalancerIP` and our annotation's list.
+    /// Requested addresses: a Service's `spec.loadBalancerIP` or our annotation's list; a
+    /// Gateway's `spec.addresses` of type `IPAddress` with a value.
     pub requested: Vec<IpAddr>,
-    /// Requested pool (our annotation).
+    /// Requested pool (our annotation, on either kind).
     pub requested_pool: Option<String>,
-    /// What `status.loadBalancer.ingress` holds now.
+    /// What its status holds now (`status.loadBalancer.ingress`, or a Gateway's
+    /// `status.addresses`): imported before anything is allocated.
     pub current: Vec<IpAddr>,
-    /// Whether a port uses a protocol Rivora cannot forward (SCTP).
-    pub unsupported_protocol: Option<String>,
-    /// How it may share an address with other Services (None: it never shares).
+    /// Why it cannot be served at all, if so (then it gets no address).
+    pub unsupported: Option<Unsupported>,
+    /// How it may share an address with other Services (None: it never shares; always None
+    /// for a Gateway).
     pub sharing: Option<Sharing>,
 }
 
@@ -106,7 +191,10 @@ pub struct Sharing {
 
 impl Sharing {
     /// Why `a` and `b` may not share an address, or None if they may.
-    pub fn refusal(a: &ServiceView, b: &ServiceView) -> Option<String> {
+    pub fn refusal(a: &ClaimView, b: &ClaimView) -> Option<String> {
+        if let Some(gw) = [a, b].into_iter().find(|c| c.kind == ClaimKind::Gateway) {
+            return Some(format!("{} never shares its address", gw.key()));
+        }
         let (Some(x), Some(y)) = (&a.sharing, &b.sharing) else {
             return Some(format!(
                 "{} has no sharing key",
@@ -142,7 +230,7 @@ impl Sharing {
 /// Who holds each address (several Services when they share it).
 #[derive(Default)]
 struct Holders<'a> {
-    by_ip: HashMap<IpAddr, Vec<&'a ServiceView>>,
+    by_ip: HashMap<IpAddr, Vec<&'a ClaimView>>,
 }
 
 impl<'a> Holders<'a> {
@@ -151,7 +239,7 @@ impl<'a> Holders<'a> {
     }
 
     /// Ok if `svc` may hold `ip` now (free, or shared compatibly with every holder).
-    fn admits(&self, ip: &IpAddr, svc: &ServiceView) -> Result<(), Failure> {
+    fn admits(&self, ip: &IpAddr, svc: &ClaimView) -> Result<(), Failure> {
         for h in self.by_ip.get(ip).into_iter().flatten() {
             if let Some(why) = Sharing::refusal(svc, h) {
                 return Err(if svc.sharing.is_some() && h.sharing.is_some() {
@@ -164,11 +252,11 @@ impl<'a> Holders<'a> {
         Ok(())
     }
 
-    fn take(&mut self, ip: IpAddr, svc: &'a ServiceView) {
+    fn take(&mut self, ip: IpAddr, svc: &'a ClaimView) {
         self.by_ip.entry(ip).or_default().push(svc);
     }
 
-    fn release(&mut self, ip: &IpAddr, svc: &ServiceView) {
+    fn release(&mut self, ip: &IpAddr, svc: &ClaimView) {
         if let Some(v) = self.by_ip.get_mut(ip) {
             v.retain(|h| h.key() != svc.key());
         }
@@ -177,7 +265,7 @@ impl<'a> Holders<'a> {
     /// An address already held by Services `svc` may share with, in one of `pools`.
     fn shareable(
         &self,
-        svc: &ServiceView,
+        svc: &ClaimView,
         fam: Family,
         pools: &[&Pool<'_>],
     ) -> Option<(IpAddr, String)> {
@@ -200,10 +288,14 @@ impl<'a> Holders<'a> {
     }
 }
 
-impl ServiceView {
-    /// `namespace/name`.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+impl ClaimView {
+    /// Its key (kind, namespace, name).
+    pub fn key(&self) -> ClaimKey {
+        ClaimKey {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            kind: self.kind,
+        }
     }
 
     /// The families it should get an address of.
@@ -220,7 +312,7 @@ impl ServiceView {
     }
 }
 
-/// Why a Service has no (or not every) address.
+/// Why a claimant has no (or not every) address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
     /// No pool it may use has addresses of this family.
@@ -229,21 +321,23 @@ pub enum Failure {
     PoolExhausted(Family),
     /// The requested pool does not exist, is disabled, overlapping or invalid.
     PoolUnusable(String),
-    /// A requested address is kept by another Service.
-    AddressTaken(IpAddr, String),
-    /// A requested address is in no pool the Service may use.
+    /// A requested address is kept by another claimant (address, holder).
+    AddressTaken(IpAddr, ClaimKey),
+    /// A requested address is in no pool the claimant may use.
     AddressOutsidePools(IpAddr),
     /// RequireDualStack but `ipFamilies` lists fewer than two families.
     NotDualStack,
     /// A port's protocol cannot be forwarded.
     UnsupportedProtocol(String),
+    /// A Gateway asks for an address type Rivora cannot give (only `IPAddress`).
+    UnsupportedAddressType(String),
     /// A requested address is held by a Service with the same sharing key that may not share
     /// it (address, holder, why).
-    SharingRefused(IpAddr, String, String),
+    SharingRefused(IpAddr, ClaimKey, String),
 }
 
 impl Failure {
-    /// Machine-readable reason, for the Service condition and the Event.
+    /// Machine-readable reason, for the claimant's condition and the Event.
     pub fn reason(&self) -> &'static str {
         match self {
             Failure::NoPool(_) => "NoPool",
@@ -253,6 +347,7 @@ impl Failure {
             Failure::AddressOutsidePools(_) => "AddressOutsidePools",
             Failure::NotDualStack => "NotDualStack",
             Failure::UnsupportedProtocol(_) => "UnsupportedProtocol",
+            Failure::UnsupportedAddressType(_) => "UnsupportedAddress",
             Failure::SharingRefused(..) => "SharingRefused",
         }
     }
@@ -262,11 +357,11 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Failure::NoPool(fam) => {
-                write!(f, "no AddressPool this Service may use has {fam} addresses")
+                write!(f, "no AddressPool that may serve it has {fam} addresses")
             }
             Failure::PoolExhausted(fam) => write!(
                 f,
-                "every AddressPool this Service may use is out of {fam} addresses"
+                "every AddressPool that may serve it is out of {fam} addresses"
             ),
             Failure::PoolUnusable(p) => write!(
                 f,
@@ -277,12 +372,16 @@ impl fmt::Display for Failure {
             }
             Failure::AddressOutsidePools(ip) => write!(
                 f,
-                "the requested address {ip} is in no AddressPool this Service may use"
+                "the requested address {ip} is in no AddressPool that may serve it"
             ),
             Failure::NotDualStack => {
                 f.write_str("ipFamilyPolicy RequireDualStack needs two ipFamilies")
             }
             Failure::UnsupportedProtocol(p) => write!(f, "protocol {p} is not supported by Rivora"),
+            Failure::UnsupportedAddressType(t) => write!(
+                f,
+                "address type {t} is not supported by Rivora (only IPAddress)"
+            ),
             Failure::SharingRefused(ip, by, why) => write!(
                 f,
                 "the requested address {ip} is assigned to {by}, which it may not share: {why}"
@@ -291,7 +390,7 @@ impl fmt::Display for Failure {
     }
 }
 
-/// What one Service should have.
+/// What one claimant should have.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Assignment {
     /// The addresses (with the pool each came from), in `ipFamilies` order.
@@ -327,8 +426,8 @@ impl PoolReport {
 /// The whole result.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Outcome {
-    /// Per Service key (`namespace/name`).
-    pub services: BTreeMap<String, Assignment>,
+    /// Per claimant, Services and Gateways alike.
+    pub claims: BTreeMap<ClaimKey, Assignment>,
     /// Per pool name.
     pub pools: BTreeMap<String, PoolReport>,
 }
@@ -343,7 +442,7 @@ struct Pool<'a> {
 }
 
 impl Pool<'_> {
-    fn may_serve(&self, svc: &ServiceView) -> bool {
+    fn may_serve(&self, svc: &ClaimView) -> bool {
         selector::matches(self.view.service_selector.as_ref(), &svc.labels)
             && selector::matches(self.view.namespace_selector.as_ref(), &svc.namespace_labels)
     }
@@ -359,18 +458,22 @@ impl Pool<'_> {
 }
 
 /// Computes the assignments. See the module documentation for the order of work.
-pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
+///
+/// `claims` should hold each key once (the caller lists each object once); a duplicate key
+/// is ignored after the first in key order.
+pub fn allocate(pools: &[PoolView], claims: &[ClaimView]) -> Outcome {
     let mut out = Outcome::default();
     let pools = prepare_pools(pools, &mut out);
-    let mut services: Vec<&ServiceView> = services.iter().collect();
-    services.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut services: Vec<&ClaimView> = claims.iter().collect();
+    services.sort_by_key(|c| c.key());
+    services.dedup_by_key(|c| c.key());
 
     let mut taken = Holders::default();
-    let mut kept: BTreeMap<String, Vec<(IpAddr, String)>> = BTreeMap::new();
+    let mut kept: BTreeMap<ClaimKey, Vec<(IpAddr, String)>> = BTreeMap::new();
 
-    // 2. Import what Services already have.
+    // 2. Import what claimants already have.
     for svc in &services {
-        if svc.unsupported_protocol.is_some() {
+        if svc.unsupported.is_some() {
             continue;
         }
         let key = svc.key();
@@ -397,7 +500,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
     }
 
     // 3 and 4: requested addresses first, then generic requests.
-    let (with_requests, generic): (Vec<&ServiceView>, Vec<&ServiceView>) =
+    let (with_requests, generic): (Vec<&ClaimView>, Vec<&ClaimView>) =
         services.iter().partition(|s| !s.requested.is_empty());
     for svc in with_requests.into_iter().chain(generic) {
         let key = svc.key();
@@ -405,17 +508,18 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
             addresses: kept.remove(&key).unwrap_or_default(),
             failures: Vec::new(),
         };
-        if let Some(p) = &svc.unsupported_protocol {
-            assignment
-                .failures
-                .push(Failure::UnsupportedProtocol(p.clone()));
-            out.services.insert(key, assignment);
+        if let Some(u) = &svc.unsupported {
+            assignment.failures.push(match u {
+                Unsupported::Protocol(p) => Failure::UnsupportedProtocol(p.clone()),
+                Unsupported::AddressType(t) => Failure::UnsupportedAddressType(t.clone()),
+            });
+            out.claims.insert(key, assignment);
             continue;
         }
         if svc.family_policy == FamilyPolicy::RequireDualStack && svc.families.len() < 2 {
             release(&mut assignment, &mut taken, svc);
             assignment.failures.push(Failure::NotDualStack);
-            out.services.insert(key, assignment);
+            out.claims.insert(key, assignment);
             continue;
         }
         if let Some(name) = &svc.requested_pool
@@ -425,7 +529,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
             assignment
                 .failures
                 .push(Failure::PoolUnusable(name.clone()));
-            out.services.insert(key, assignment);
+            out.claims.insert(key, assignment);
             continue;
         }
         for fam in svc.wanted_families() {
@@ -461,7 +565,7 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
         assignment
             .addresses
             .sort_by_key(|(a, _)| order.iter().position(|f| *f == Family::of(a)));
-        out.services.insert(key, assignment);
+        out.claims.insert(key, assignment);
     }
 
     for pool in &pools {
@@ -480,14 +584,14 @@ pub fn allocate(pools: &[PoolView], services: &[ServiceView]) -> Outcome {
     out
 }
 
-fn release(assignment: &mut Assignment, taken: &mut Holders<'_>, svc: &ServiceView) {
+fn release(assignment: &mut Assignment, taken: &mut Holders<'_>, svc: &ClaimView) {
     for (ip, _) in assignment.addresses.drain(..) {
         taken.release(&ip, svc);
     }
 }
 
 /// Whether the Service may have addresses of this pool (its request and the pool's selectors).
-fn pool_allowed(pool: &Pool<'_>, svc: &ServiceView) -> bool {
+fn pool_allowed(pool: &Pool<'_>, svc: &ClaimView) -> bool {
     match &svc.requested_pool {
         Some(name) => &pool.view.name == name,
         None => pool.may_serve(svc),
@@ -497,7 +601,7 @@ fn pool_allowed(pool: &Pool<'_>, svc: &ServiceView) -> bool {
 /// The address to give `svc` for family `fam`.
 fn pick(
     pools: &[Pool<'_>],
-    svc: &ServiceView,
+    svc: &ClaimView,
     fam: Family,
     taken: &Holders<'_>,
 ) -> Result<(IpAddr, String), Failure> {

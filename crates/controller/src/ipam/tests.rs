@@ -27,8 +27,9 @@ fn selecting(mut p: PoolView, key: &str, value: &str) -> PoolView {
     p
 }
 
-fn svc(name: &str) -> ServiceView {
-    ServiceView {
+fn svc(name: &str) -> ClaimView {
+    ClaimView {
+        kind: ClaimKind::Service,
         namespace: "ns".into(),
         name: name.into(),
         labels: BTreeMap::new(),
@@ -38,12 +39,42 @@ fn svc(name: &str) -> ServiceView {
         requested: Vec::new(),
         requested_pool: None,
         current: Vec::new(),
-        unsupported_protocol: None,
+        unsupported: None,
         sharing: None,
     }
 }
 
-fn sharing(mut s: ServiceView, key: &str, ports: &[(&str, i32)], etp: &str) -> ServiceView {
+/// A Gateway as [`crate::observe::gateway_view`] maps one without `spec.addresses`: IPv4 then
+/// IPv6, PreferDualStack, never sharing.
+fn gw(name: &str) -> ClaimView {
+    ClaimView {
+        kind: ClaimKind::Gateway,
+        families: vec![Family::V4, Family::V6],
+        family_policy: FamilyPolicy::PreferDualStack,
+        ..svc(name)
+    }
+}
+
+/// A Gateway requesting one address (SingleStack of its family, as the mapping makes it).
+fn gw_requesting(name: &str, addr: &str) -> ClaimView {
+    let a = ip(addr);
+    ClaimView {
+        families: vec![Family::of(&a)],
+        family_policy: FamilyPolicy::SingleStack,
+        requested: vec![a],
+        ..gw(name)
+    }
+}
+
+fn skey(name: &str) -> ClaimKey {
+    ClaimKey::service("ns", name)
+}
+
+fn gkey(name: &str) -> ClaimKey {
+    ClaimKey::gateway("ns", name)
+}
+
+fn sharing(mut s: ClaimView, key: &str, ports: &[(&str, i32)], etp: &str) -> ClaimView {
     s.sharing = Some(Sharing {
         key: key.into(),
         cross_namespace: Vec::new(),
@@ -58,22 +89,24 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// The addresses of a Service given as `namespace/name`.
 fn addrs(out: &Outcome, key: &str) -> Vec<IpAddr> {
-    out.services[key]
-        .addresses
-        .iter()
-        .map(|(a, _)| *a)
-        .collect()
+    let (ns, name) = key.split_once('/').unwrap();
+    claim_addrs(out, &ClaimKey::service(ns, name))
+}
+
+fn claim_addrs(out: &Outcome, key: &ClaimKey) -> Vec<IpAddr> {
+    out.claims[key].addresses.iter().map(|(a, _)| *a).collect()
 }
 
 /// Feeds an outcome back as the Services' current status (what the controller writes).
-fn with_status(services: &mut [ServiceView], out: &Outcome) {
+fn with_status(services: &mut [ClaimView], out: &Outcome) {
     for s in services {
-        s.current = addrs(out, &s.key());
+        s.current = claim_addrs(out, &s.key());
     }
 }
 
-fn three_pools_and_200_services() -> (Vec<PoolView>, Vec<ServiceView>) {
+fn three_pools_and_200_services() -> (Vec<PoolView>, Vec<ClaimView>) {
     let pools = vec![
         selecting(pool("v4", &["10.10.0.0/25"]), "want", "v4"),
         selecting(pool("v6", &["fd00:10::/120"]), "want", "v6"),
@@ -109,7 +142,7 @@ fn two_hundred_services_get_distinct_addresses_from_the_right_pools() {
     let out = allocate(&pools, &services);
     let mut seen = BTreeSet::new();
     for s in &services {
-        let a = &out.services[&s.key()];
+        let a = &out.claims[&s.key()];
         assert!(a.failures.is_empty(), "{}: {:?}", s.key(), a.failures);
         assert_eq!(a.addresses.len(), s.families.len(), "{}", s.key());
         for ((addr, from), fam) in a.addresses.iter().zip(&s.families) {
@@ -141,14 +174,14 @@ fn existing_addresses_never_move_whatever_changes_around_them() {
     pools.reverse();
     pools[0].priority = 100;
     let second = allocate(&pools, &services);
-    for (key, a) in &first.services {
-        assert_eq!(second.services[key].addresses, a.addresses, "{key} moved");
+    for (key, a) in &first.claims {
+        assert_eq!(second.claims[key].addresses, a.addresses, "{key} moved");
     }
     let new: Vec<IpAddr> = (0..50)
         .flat_map(|i| addrs(&second, &format!("ns/a{i:02}")))
         .collect();
     let old: BTreeSet<IpAddr> = first
-        .services
+        .claims
         .values()
         .flat_map(|a| a.addresses.iter().map(|x| x.0))
         .collect();
@@ -179,16 +212,16 @@ fn a_requested_address_is_given_or_refused_with_the_reason() {
     assert_eq!(addrs(&out, "ns/b-wants"), [ip("10.0.0.0")]);
     assert_eq!(addrs(&out, "ns/a-generic"), [ip("10.0.0.1")]);
     assert_eq!(
-        out.services["ns/c-clash"].failures,
-        [Failure::AddressTaken(ip("10.0.0.0"), "ns/b-wants".into())]
+        out.claims[&skey("c-clash")].failures,
+        [Failure::AddressTaken(ip("10.0.0.0"), skey("b-wants"))]
     );
     assert!(addrs(&out, "ns/c-clash").is_empty());
     assert_eq!(
-        out.services["ns/d-outside"].failures,
+        out.claims[&skey("d-outside")].failures,
         [Failure::AddressOutsidePools(ip("192.0.2.1"))]
     );
     assert_eq!(
-        out.services["ns/d-outside"].failures[0].reason(),
+        out.claims[&skey("d-outside")].failures[0].reason(),
         "AddressOutsidePools"
     );
 }
@@ -196,10 +229,10 @@ fn a_requested_address_is_given_or_refused_with_the_reason() {
 #[test]
 fn exhaustion_then_a_freed_address_goes_to_the_waiting_service() {
     let pools = vec![pool("small", &["10.1.0.0/30"])];
-    let mut services: Vec<ServiceView> = (0..5).map(|i| svc(&format!("s{i}"))).collect();
+    let mut services: Vec<ClaimView> = (0..5).map(|i| svc(&format!("s{i}"))).collect();
     let out = allocate(&pools, &services);
     assert_eq!(
-        out.services["ns/s4"].failures,
+        out.claims[&skey("s4")].failures,
         [Failure::PoolExhausted(Family::V4)]
     );
     assert!(out.pools["small"].exhausted());
@@ -232,13 +265,13 @@ fn dual_stack_policies() {
         &[prefer.clone(), require.clone(), single_family.clone()],
     );
     assert_eq!(addrs(&out, "ns/prefer"), [ip("10.2.0.0")]);
-    assert!(out.services["ns/prefer"].failures.is_empty());
+    assert!(out.claims[&skey("prefer")].failures.is_empty());
     assert!(addrs(&out, "ns/require").is_empty(), "both or none");
     assert_eq!(
-        out.services["ns/require"].failures,
+        out.claims[&skey("require")].failures,
         [Failure::NoPool(Family::V6)]
     );
-    assert_eq!(out.services["ns/one"].failures, [Failure::NotDualStack]);
+    assert_eq!(out.claims[&skey("one")].failures, [Failure::NotDualStack]);
 
     let out = allocate(&both, &[prefer, require]);
     assert_eq!(addrs(&out, "ns/prefer"), [ip("10.2.0.0"), ip("fd00:2::")]);
@@ -256,7 +289,7 @@ fn a_disabled_pool_keeps_its_addresses_and_gives_no_new_ones() {
     let out2 = allocate(&pools, &services);
     assert_eq!(addrs(&out2, "ns/old"), addrs(&out, "ns/old"));
     assert_eq!(
-        out2.services["ns/new"].failures,
+        out2.claims[&skey("new")].failures,
         [Failure::NoPool(Family::V4)]
     );
     assert_eq!(out2.pools["p"].used[&Family::V4], 1);
@@ -272,7 +305,7 @@ fn the_newer_of_two_overlapping_pools_gives_nothing() {
     let out = allocate(&[newer, older], &[svc("s")]);
     assert_eq!(out.pools["aa-newer"].overlaps.as_deref(), Some("zz-older"));
     assert_eq!(
-        out.services["ns/s"].addresses,
+        out.claims[&skey("s")].addresses,
         [(ip("10.4.0.0"), "zz-older".into())]
     );
 }
@@ -299,22 +332,22 @@ fn pool_choice_follows_requests_selectors_auto_assign_and_priority() {
     let mut missing_pool = svc("missing-pool");
     missing_pool.requested_pool = Some("nope".into());
     let mut sctp = svc("sctp");
-    sctp.unsupported_protocol = Some("SCTP".into());
+    sctp.unsupported = Some(Unsupported::Protocol("SCTP".into()));
     let out = allocate(&pools, &[svc("plain"), by_pool, missing_pool, sctp]);
     assert_eq!(
-        out.services["ns/plain"].addresses,
+        out.claims[&skey("plain")].addresses,
         [(ip("10.8.0.0"), "high".into())]
     );
     assert_eq!(
-        out.services["ns/by-pool"].addresses,
+        out.claims[&skey("by-pool")].addresses,
         [(ip("10.9.0.0"), "manual".into())]
     );
     assert_eq!(
-        out.services["ns/missing-pool"].failures,
+        out.claims[&skey("missing-pool")].failures,
         [Failure::PoolUnusable("nope".into())]
     );
     assert_eq!(
-        out.services["ns/sctp"].failures,
+        out.claims[&skey("sctp")].failures,
         [Failure::UnsupportedProtocol("SCTP".into())]
     );
     assert!(addrs(&out, "ns/sctp").is_empty());
@@ -377,9 +410,9 @@ fn compatible_services_share_an_address_and_incompatible_ones_do_not() {
         s.cross_namespace = vec!["elsewhere".into()];
     }
     let out = allocate(&pools, &[tcp_open, udp, wants, cross]);
-    match &out.services["ns/dns-tcp2"].failures[..] {
+    match &out.claims[&skey("dns-tcp2")].failures[..] {
         [Failure::SharingRefused(ip, by, why)] => {
-            assert_eq!((*ip, by.as_str()), (a[0], "ns/dns-tcp"));
+            assert_eq!((*ip, by), (a[0], &skey("dns-tcp")));
             assert!(why.contains("TCP/53"), "{why}");
         }
         other => panic!("expected SharingRefused, got {other:?}"),
@@ -411,9 +444,9 @@ fn cross_namespace_sharing_needs_every_holder_to_opt_in() {
     let out = allocate(&pools, &[open, closed, guest]);
     assert!(addrs(&out, "other/guest").is_empty());
     assert!(
-        matches!(&out.services["other/guest"].failures[..], [Failure::SharingRefused(_, by, why)] if by == "ns/closed" && why.contains("namespaces")),
+        matches!(&out.claims[&ClaimKey::service("other", "guest")].failures[..], [Failure::SharingRefused(_, by, why)] if *by == skey("closed") && why.contains("namespaces")),
         "{:?}",
-        out.services["other/guest"].failures
+        out.claims[&ClaimKey::service("other", "guest")].failures
     );
 }
 
@@ -432,10 +465,224 @@ fn a_sharer_keeps_the_shared_address_across_restarts() {
     let again = allocate(&pools, &services);
     for s in &services {
         assert_eq!(
-            addrs(&again, &s.key()),
-            addrs(&out, &s.key()),
+            claim_addrs(&again, &s.key()),
+            claim_addrs(&out, &s.key()),
             "{}",
             s.key()
         );
+    }
+}
+
+#[test]
+fn gateways_and_services_share_pools_without_duplicate_addresses() {
+    let pools = vec![
+        pool("v4", &["10.14.0.0/29"]),
+        pool("v6", &["fd00:14::/125"]),
+    ];
+    // A Service and a Gateway with the same namespace/name are two claimants; a Gateway never
+    // shares, not even with a Service that has a sharing key.
+    let claims = vec![
+        svc("edge"),
+        gw("edge"),
+        sharing(svc("dns"), "k", &[("UDP", 53)], "Cluster"),
+        sharing(svc("dns-tcp"), "k", &[("TCP", 53)], "Cluster"),
+        gw("web"),
+        gw_requesting("pinned", "10.14.0.6"),
+    ];
+    let out = allocate(&pools, &claims);
+    assert_eq!(
+        out.claims.len(),
+        6,
+        "one result per claimant: {:?}",
+        out.claims
+    );
+    for c in &claims {
+        assert!(
+            out.claims[&c.key()].failures.is_empty(),
+            "{}: {:?}",
+            c.key(),
+            out.claims[&c.key()].failures
+        );
+    }
+    assert_eq!(
+        claim_addrs(&out, &skey("dns")),
+        claim_addrs(&out, &skey("dns-tcp")),
+        "compatible Services still share"
+    );
+    // Every address held by a Gateway belongs to it alone.
+    let mut holders: BTreeMap<IpAddr, Vec<ClaimKey>> = BTreeMap::new();
+    for (k, a) in &out.claims {
+        for (addr, _) in &a.addresses {
+            holders.entry(*addr).or_default().push(k.clone());
+        }
+    }
+    for (addr, by) in &holders {
+        if by.iter().any(|k| k.kind == ClaimKind::Gateway) {
+            assert_eq!(by.len(), 1, "{addr} held by {by:?}");
+        }
+    }
+    // Gateways take an address of each family by default; the Service only IPv4.
+    assert_eq!(claim_addrs(&out, &gkey("edge")).len(), 2);
+    assert_eq!(claim_addrs(&out, &gkey("web")).len(), 2);
+    assert_eq!(claim_addrs(&out, &gkey("pinned")), [ip("10.14.0.6")]);
+    // Pool counts include both kinds: 2 Service addresses (two Services share one) + 3 Gateway
+    // IPv4 ones.
+    assert_eq!(out.pools["v4"].used[&Family::V4], 2 + 3);
+    assert_eq!(out.pools["v6"].used[&Family::V6], 2);
+}
+
+#[test]
+fn a_gateways_status_address_is_imported_before_a_new_service_can_take_it() {
+    let pools = vec![pool("p", &["10.15.0.0/30"])];
+    // The Gateway was given the pool's first address before a restart; after it, Services
+    // that sort before it (namespace "a-...") and that ask for nothing in particular arrive,
+    // and one asks for exactly that address.
+    let mut gateway = gw("gw");
+    gateway.families = vec![Family::V4];
+    gateway.current = vec![ip("10.15.0.0")];
+    let mut early = svc("early");
+    early.namespace = "a-first".into();
+    let mut thief = svc("thief");
+    thief.namespace = "a-first".into();
+    thief.requested = vec![ip("10.15.0.0")];
+    let mut claims = vec![early, thief, gateway];
+    let out = allocate(&pools, &claims);
+    assert_eq!(claim_addrs(&out, &gkey("gw")), [ip("10.15.0.0")], "kept");
+    assert_eq!(
+        claim_addrs(&out, &ClaimKey::service("a-first", "early")),
+        [ip("10.15.0.1")]
+    );
+    let thief_result = &out.claims[&ClaimKey::service("a-first", "thief")];
+    assert!(thief_result.addresses.is_empty());
+    assert_eq!(
+        thief_result.failures,
+        [Failure::AddressTaken(ip("10.15.0.0"), gkey("gw"))]
+    );
+    assert!(
+        thief_result.failures[0]
+            .to_string()
+            .contains("assigned to Gateway ns/gw"),
+        "{}",
+        thief_result.failures[0]
+    );
+    // A failover with the status written back: nothing moves, in any input order.
+    with_status(&mut claims, &out);
+    claims.reverse();
+    let again = allocate(&pools, &claims);
+    assert_eq!(again, out);
+}
+
+#[test]
+fn a_gateway_requesting_a_services_address_is_refused_with_the_reason() {
+    let pools = vec![pool("p", &["10.16.0.0/29"])];
+    // The Service holds the address and would share it (it has a sharing key): a Gateway
+    // still may not, and the holder is named with its kind.
+    let mut holder = sharing(svc("holder"), "k", &[("TCP", 80)], "Cluster");
+    holder.current = vec![ip("10.16.0.3")];
+    let wants = gw_requesting("wants", "10.16.0.3");
+    let out = allocate(&pools, &[holder, wants]);
+    assert_eq!(addrs(&out, "ns/holder"), [ip("10.16.0.3")]);
+    let refused = &out.claims[&gkey("wants")];
+    assert!(refused.addresses.is_empty());
+    assert_eq!(
+        refused.failures,
+        [Failure::AddressTaken(ip("10.16.0.3"), skey("holder"))]
+    );
+    assert_eq!(refused.failures[0].reason(), "AddressInUse");
+
+    // And the other way round: a sharing Service asking for a Gateway's address.
+    let mut gateway = gw_requesting("owner", "10.16.0.4");
+    gateway.current = vec![ip("10.16.0.4")];
+    let mut asks = sharing(svc("asks"), "k", &[("TCP", 443)], "Cluster");
+    asks.requested = vec![ip("10.16.0.4")];
+    let out = allocate(&pools, &[gateway.clone(), asks.clone()]);
+    assert_eq!(claim_addrs(&out, &gkey("owner")), [ip("10.16.0.4")]);
+    assert_eq!(
+        out.claims[&skey("asks")].failures,
+        [Failure::AddressTaken(ip("10.16.0.4"), gkey("owner"))]
+    );
+    assert_eq!(
+        Sharing::refusal(&asks, &gateway).as_deref(),
+        Some("Gateway ns/owner never shares its address")
+    );
+
+    // An unsupported address type gets no address and its own reason.
+    let mut hostname = gw("by-name");
+    hostname.unsupported = Some(Unsupported::AddressType("Hostname".into()));
+    let out = allocate(&pools, &[hostname]);
+    let a = &out.claims[&gkey("by-name")];
+    assert!(a.addresses.is_empty());
+    assert_eq!(
+        a.failures,
+        [Failure::UnsupportedAddressType("Hostname".into())]
+    );
+    assert_eq!(a.failures[0].reason(), "UnsupportedAddress");
+}
+
+#[test]
+fn a_gateway_gets_what_its_pools_offer_and_both_or_none_when_it_asks_for_both() {
+    let v4_only = vec![pool("v4", &["10.17.0.0/30"])];
+    let out = allocate(&v4_only, &[gw("auto")]);
+    assert_eq!(claim_addrs(&out, &gkey("auto")), [ip("10.17.0.0")]);
+    assert!(
+        out.claims[&gkey("auto")].failures.is_empty(),
+        "one family is enough without a request"
+    );
+    let mut both = gw("both");
+    both.requested = vec![ip("10.17.0.1"), ip("fd00:17::1")];
+    both.family_policy = FamilyPolicy::RequireDualStack;
+    let out = allocate(&v4_only, &[both]);
+    assert!(claim_addrs(&out, &gkey("both")).is_empty(), "both or none");
+    assert_eq!(
+        out.claims[&gkey("both")].failures,
+        [Failure::AddressOutsidePools(ip("fd00:17::1"))]
+    );
+}
+
+#[test]
+fn the_order_of_work_is_deterministic_across_kinds() {
+    // One address, a Service and a Gateway of the same namespace/name both waiting: whatever
+    // the input order, the same one gets it (the Service: key order is namespace, name,
+    // kind) and the other fails with the same reason.
+    let pools = vec![pool("one", &["10.18.0.0/32"])];
+    let mut g = gw("same");
+    g.families = vec![Family::V4];
+    let a = vec![svc("same"), g.clone()];
+    let b = vec![g, svc("same")];
+    let out_a = allocate(&pools, &a);
+    let out_b = allocate(&pools, &b);
+    assert_eq!(out_a, out_b);
+    assert_eq!(addrs(&out_a, "ns/same"), [ip("10.18.0.0")]);
+    assert_eq!(
+        out_a.claims[&gkey("same")].failures,
+        [Failure::PoolExhausted(Family::V4)]
+    );
+    assert!(skey("same") < gkey("same"));
+    assert!(gkey("a") < skey("b"), "namespace and name first, kind last");
+
+    // A larger mix, listed in several orders, gives one result.
+    let pools = vec![
+        pool("v4", &["10.19.0.0/28"]),
+        pool("v6", &["fd00:19::/124"]),
+    ];
+    let mut mix: Vec<ClaimView> = Vec::new();
+    for i in 0..12 {
+        let mut s = if i % 2 == 0 {
+            svc(&format!("c{}", i / 3))
+        } else {
+            gw(&format!("c{}", i / 3))
+        };
+        s.namespace = format!("ns{}", i % 3);
+        mix.push(s);
+    }
+    let reference = allocate(&pools, &mix);
+    assert_eq!(reference.claims.len(), mix.len());
+    for rotation in 1..mix.len() {
+        let mut other = mix.clone();
+        other.rotate_left(rotation);
+        if rotation % 2 == 1 {
+            other.reverse();
+        }
+        assert_eq!(allocate(&pools, &other), reference, "rotation {rotation}");
     }
 }
