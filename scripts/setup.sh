@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running Rivora needs on a fresh Debian
-# machine, and mounts bpffs. Idempotent: only what is missing is installed.
+# machine, and mounts bpffs; with --with-testdeps (scripts/test) also builds
+# the Kubernetes tests' kube-apiserver and etcd. Idempotent: only what is
+# missing is installed or built.
 #
 # Every external command that scripts/demo, scripts/test and rivora-bench run
 # is listed here with its package (the tests and the bench still install a
@@ -12,6 +14,14 @@
 #   vtysh/bgpd (frr): the real BGP peers; /usr/bin/time (time): the figures
 #   of build-testdeps.sh, which builds kube-apiserver and etcd with Go.
 set -euo pipefail
+
+with_testdeps=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-testdeps) with_testdeps=1 ;;
+    *) echo "setup: unknown argument $arg (known: --with-testdeps)" >&2; exit 2 ;;
+  esac
+done
 
 need=()
 command -v clang-19 >/dev/null 2>&1 || need+=(clang-19 llvm-19)
@@ -60,6 +70,9 @@ if [ "$(id -u)" = 0 ] && [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs
   echo "setup: mounted bpffs at /sys/fs/bpf"
 fi
 
-# kube-apiserver, etcd and the Gateway API CRDs for the Kubernetes tests, built once into a cache
-# outside the clone (keyed by version; a no-op when present).
-"$(dirname "${BASH_SOURCE[0]}")/build-testdeps.sh"
+# kube-apiserver, etcd and the Gateway API CRDs for the Kubernetes tests (scripts/test passes
+# --with-testdeps; the demo does not need them), built once into a cache outside the clone
+# (keyed by version; a no-op when present).
+if [ "$with_testdeps" = 1 ]; then
+  "$(dirname "${BASH_SOURCE[0]}")/build-testdeps.sh"
+fi
