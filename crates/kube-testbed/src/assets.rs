@@ -61,7 +61,7 @@ impl Assets {
         if !missing.is_empty() {
             bail!(
                 "the Kubernetes test dependencies are not built: missing {}. Run \
-                 `scripts/build-testdeps.sh` (or scripts/setup.sh) once; it builds kube-apiserver \
+                 `scripts/build-testdeps.sh` (or scripts/setup.sh --with-testdeps, which scripts/test runs) once; it builds kube-apiserver \
                  {kubernetes_version} and etcd {etcd_version} from their Go modules into {} \
                  (needs Go >= 1.26 and the Go module proxy)",
                 missing.join(", "),
