@@ -6,47 +6,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
 use rivora_dataplane::{AttachOptions, XdpModeRequest};
 use rivora_lab::Netns;
-
-/// A trivial XDP_PASS program, compiled here so the test owns its object
-/// and its program name.
-const STRAY_C: &str = r#"
-#define SEC(n) __attribute__((section(n), used))
-struct xdp_md;
-SEC("xdp") int stray_pass(struct xdp_md *ctx) { return 2; }
-char _license[] SEC("license") = "GPL";
-"#;
-
-/// A scratch directory removed on drop, also when an assertion fails.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Compiles STRAY_C to a BPF object in a scratch directory; returns it.
-fn stray_object(tag: &str) -> (Scratch, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("rivora-stray-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("stray.c");
-    let obj = dir.join("stray.o");
-    std::fs::write(&src, STRAY_C).unwrap();
-    let out = std::process::Command::new("clang-19")
-        .args(["-O2", "-target", "bpf", "-c"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .output()
-        .expect("clang-19 (the BPF build needs it too)");
-    assert!(out.status.success(), "clang: {out:?}");
-    (Scratch(dir), obj)
-}
 
 /// The XDP program ID `ip -d link` shows for `ifname` ("prog/xdp id N").
 fn xdp_prog_id(ns: &Netns, ifname: &str) -> Option<u64> {
@@ -76,20 +38,7 @@ fn a_foreign_xdp_program_is_named_with_the_command_that_removes_it() {
     .unwrap();
     ns.run(&["ip", "link", "set", "v0", "up"]).unwrap();
     ns.run(&["ip", "link", "set", "v1", "up"]).unwrap();
-    let (_scratch, obj) = stray_object("dp");
-    ns.run(&[
-        "ip",
-        "link",
-        "set",
-        "dev",
-        "v0",
-        "xdpgeneric",
-        "obj",
-        obj.to_str().unwrap(),
-        "sec",
-        "xdp",
-    ])
-    .unwrap();
+    let _stray = rivora_lab::StrayXdp::attach(&ns, "v0", "xdpgeneric").unwrap();
     let stray = xdp_prog_id(&ns, "v0").expect("stray program attached");
 
     // Same mode: EBUSY.

@@ -11,22 +11,12 @@ use rivora_lab::Netns;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rivora-decap");
 
-const STRAY_C: &str = r#"
-#define SEC(n) __attribute__((section(n), used))
-struct xdp_md;
-SEC("xdp") int stray_pass(struct xdp_md *ctx) { return 2; }
-char _license[] SEC("license") = "GPL";
-"#;
-
-/// Pin roots whose attachments are removed on drop, and a scratch
-/// directory removed with them, also when an assertion fails.
-struct Scratch(Vec<PathBuf>, Option<PathBuf>);
+/// Pin roots whose attachments are removed on drop, also when an
+/// assertion fails.
+struct Scratch(Vec<PathBuf>);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Some(d) = &self.1 {
-            let _ = std::fs::remove_dir_all(d);
-        }
         for root in &self.0 {
             for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
                 let _ = rivora_decap::remove_pins(&e.path());
@@ -43,23 +33,6 @@ fn unique(what: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
     )
-}
-
-/// Compiles STRAY_C; the object's directory goes with the returned guard.
-fn stray_object() -> (Scratch, PathBuf) {
-    let dir = std::env::temp_dir().join(unique("rivora-decap-stray"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("stray.c"), STRAY_C).unwrap();
-    let out = std::process::Command::new("clang-19")
-        .args(["-O2", "-target", "bpf", "-c"])
-        .arg(dir.join("stray.c"))
-        .arg("-o")
-        .arg(dir.join("stray.o"))
-        .output()
-        .expect("clang-19");
-    assert!(out.status.success(), "clang: {out:?}");
-    let obj = dir.join("stray.o");
-    (Scratch(vec![], Some(dir)), obj)
 }
 
 /// Runs rivora-decap in `ns`; (success, stderr).
@@ -91,31 +64,15 @@ fn an_occupied_hook_is_named_with_the_way_out() {
     ns.run(&["ip", "link", "set", "v0", "up"]).unwrap();
     ns.run(&["ip", "addr", "add", "10.78.0.1/24", "dev", "v0"])
         .unwrap();
-    let roots = Scratch(
-        vec![
-            PathBuf::from(format!("/sys/fs/bpf/{}", unique("rivora-decap-busy-a"))),
-            PathBuf::from(format!("/sys/fs/bpf/{}", unique("rivora-decap-busy-b"))),
-        ],
-        None,
-    );
+    let roots = Scratch(vec![
+        PathBuf::from(format!("/sys/fs/bpf/{}", unique("rivora-decap-busy-a"))),
+        PathBuf::from(format!("/sys/fs/bpf/{}", unique("rivora-decap-busy-b"))),
+    ]);
     let (a, b) = (roots.0[0].to_str().unwrap(), roots.0[1].to_str().unwrap());
 
     // A stray netlink-attached program in driver mode; auto tries driver
     // (EBUSY) then skb (EEXIST: the other mode is taken).
-    let (_scratch, obj) = stray_object();
-    ns.run(&[
-        "ip",
-        "link",
-        "set",
-        "dev",
-        "v0",
-        "xdpdrv",
-        "obj",
-        obj.to_str().unwrap(),
-        "sec",
-        "xdp",
-    ])
-    .unwrap();
+    let _stray = rivora_lab::StrayXdp::attach(&ns, "v0", "xdpdrv").unwrap();
     let (ok, err) = decap(&ns, a, &["attach", "--interface", "v0"]);
     eprintln!("{err}");
     assert!(!ok);

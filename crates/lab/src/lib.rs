@@ -33,6 +33,7 @@ pub mod link;
 pub mod netns;
 pub mod rivorad;
 pub mod segment;
+pub mod stray;
 pub mod streams;
 mod sys;
 pub mod topology;
@@ -45,6 +46,7 @@ use anyhow::{Context, Result, bail};
 
 pub use netns::Netns;
 pub use rivorad::Rivorad;
+pub use stray::StrayXdp;
 pub use streams::{
     ChurnReport, ConnectionChurn, LongLivedReport, LongLivedTcp, SeqReport, UdpSequence,
 };
