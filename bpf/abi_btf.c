@@ -24,6 +24,12 @@ struct rv_abi_all {
 	struct rv_nat_key6 nat_key6;
 	struct rv_nat_value4 nat_value4;
 	struct rv_nat_value6 nat_value6;
+	struct rv_nat_ep_key4 nat_ep_key4;
+	struct rv_nat_ep_key6 nat_ep_key6;
+	struct rv_nat_ep_value4 nat_ep_value4;
+	struct rv_nat_ep_value6 nat_ep_value6;
+	struct rv_flow_guard_config flow_guard_config;
+	struct rv_flow_guard_state flow_guard_state;
 	struct rv_vip_stats vip_stats;
 	struct rv_backend_stats backend_stats;
 	struct rv_drop_stats drop_stats;
@@ -56,6 +62,7 @@ struct rv_abi_all {
 	enum rv_drop_reason drop_reason;
 	enum rv_vip_slot_flags vip_slot_flags;
 	enum rv_vip_index_flags vip_index_flags;
+	enum rv_nat_ep_flags nat_ep_flags;
 };
 
 struct rv_abi_all rv_abi_all __attribute__((used));

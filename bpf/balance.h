@@ -69,7 +69,10 @@ static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 ha
 /* Whether a packet opens a TCP connection: SYN without ACK. Such a packet is
  * a new flow whatever connection_affinity_map holds for its 5-tuple, so it
  * is never looked up there (as in Katran): it is balanced through Maglev
- * over the VIP's healthy backends and overwrites the entry. An entry with
+ * over the VIP's healthy backends, and creates no entry: a SYN proves
+ * nothing (a flood of them has random sources), and the entry is made by
+ * the connection's next packet, the handshake's ACK, which the same Maglev
+ * walk sends to the same backend while the backend set is unchanged. An entry with
  * the same 5-tuple can only belong to an earlier connection (clients reuse
  * source ports), whose backend may since have been drained, retired or
  * removed from the VIP: following it would hand a new connection to a
@@ -97,6 +100,32 @@ static __always_inline int rv_affinity_usable(const struct rv_affinity *a, __u32
 
 	return (state == RV_BACKEND_HEALTHY || state == RV_BACKEND_DRAINING) &&
 	       a->backend_generation == generation;
+}
+
+/* Whether the UDP flow of 5-tuple hash `h` was seen on this CPU before
+ * (and marks it seen). A UDP flow earns its affinity entry with its second
+ * packet, not its first: a DNS query is a flow of one packet, and an entry
+ * for it would cost an LRU insert (the most expensive thing on the path)
+ * and push an established flow's entry out for nothing. Until then the
+ * flow's backend is Maglev's answer, the one an entry would have recorded.
+ *
+ * One tag per slot: another flow that takes the slot in between only delays
+ * the entry by a packet, and two flows with the same 32-bit hash make the
+ * second one's first packet look like a second. Per CPU: a flow whose
+ * packets land on different CPUs gets its entry a packet or two later.
+ * Global (verified once), like rv_maglev_pick_slot. */
+__attribute__((noinline)) int rv_udp_seen_before(__u32 h)
+{
+	__u32 slot = h & (RV_UDP_SEEN_SLOTS - 1);
+	__u32 tag = h | 1;
+	__u32 *seen = bpf_map_lookup_elem(&udp_seen_map, &slot);
+
+	if (!seen)
+		return 1;
+	if (*seen == tag)
+		return 1;
+	*seen = tag;
+	return 0;
 }
 
 #endif /* RIVORA_BALANCE_H */

@@ -126,6 +126,51 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat_reverse_map6 SEC(".maps");
 
+/* NAT backend endpoints (struct rv_nat_ep_key4/6): which replies need no
+ * per-flow state (reverse.h). Written by the control plane only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RV_MAX_NAT_ENDPOINTS);
+	__type(key, struct rv_nat_ep_key4);
+	__type(value, struct rv_nat_ep_value4);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_endpoint_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RV_MAX_NAT_ENDPOINTS);
+	__type(key, struct rv_nat_ep_key6);
+	__type(value, struct rv_nat_ep_value6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_endpoint_map6 SEC(".maps");
+
+/* The new-flow guard's setting (guard.h), written by the control plane. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_flow_guard_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flow_guard_config_map SEC(".maps");
+
+/* The guard's per-CPU window. Soft state of the running program: not
+ * pinned, a new program starts a fresh window. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_flow_guard_state);
+} flow_guard_state_map SEC(".maps");
+
+/* UDP flows seen once, per CPU, by a tag of their 5-tuple hash (balance.h
+ * rv_udp_seen_before). Soft state: not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RV_UDP_SEEN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} udp_seen_map SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, RV_MAX_VIPS);

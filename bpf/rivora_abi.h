@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 7,
+	RV_ABI_VERSION = 8,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -57,6 +57,12 @@ enum rv_abi_consts {
 	RV_VIP_INDEX_SLOTS = 16384,
 	/* Slots a lookup probes from a key's home slot, at most. */
 	RV_VIP_INDEX_PROBES = 8,
+	/* NAT backend endpoints (address, port the replies leave from,
+	 * protocol) of nat_endpoint_map(6): a backend ID per VIP port at most. */
+	RV_MAX_NAT_ENDPOINTS = 16384,
+	/* Slots of the per-CPU filter that lets a UDP flow earn an affinity
+	 * entry on its second packet (a power of two). */
+	RV_UDP_SEEN_SLOTS = 4096,
 };
 
 /* rv_vip_slot.flags bits. */
@@ -145,7 +151,12 @@ enum rv_drop_reason {
 	 * handed to the kernel to route (no FIB answer yet, TTL expiring, over
 	 * the route's MTU, VLAN tagged). */
 	RV_PASS_NAT_TO_KERNEL = 11,
-	RV_DROP_REASON_COUNT = 12,
+	/* Not a drop: a packet of a flow without state would have created it
+	 * (affinity, reverse NAT or SYN bucket entry), but this CPU's new-flow
+	 * guard budget was spent (flow_guard_config_map): it was forwarded by
+	 * Maglev alone, and no established entry was evicted for it. */
+	RV_EVENT_FLOW_GUARDED = 12,
+	RV_DROP_REASON_COUNT = 13,
 };
 
 /* vip_map key: an exact IPv4 VIP. */
@@ -326,6 +337,72 @@ struct rv_nat_value6 {
 	__be16 vip_port;
 	__u16 pad;
 	__u32 service_id;
+};
+
+/* nat_endpoint_map key: a full-NAT backend endpoint as its replies leave
+ * it (IPv4): the backend's address, the port it answers from (its own port,
+ * or the VIP's for a port-0 backend) and the protocol. */
+struct rv_nat_ep_key4 {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* nat_endpoint_map6 key (IPv6). */
+struct rv_nat_ep_key6 {
+	__u8 addr[16];
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* rv_nat_ep_value*.flags bits. */
+enum rv_nat_ep_flags {
+	/* The endpoint serves exactly one VIP (address and port): every reply
+	 * it sends is that VIP's, so no flow of it needs a nat_reverse_map
+	 * entry, and xdp_ingress writes none. */
+	RV_NAT_EP_EXCLUSIVE = 1 << 0,
+	/* Not exclusive (any more), but `vip` is the VIP it served alone
+	 * before: flows of that time have no per-flow entry until their next
+	 * packet re-creates one, so a reply without one falls back to it. */
+	RV_NAT_EP_FALLBACK = 1 << 1,
+};
+
+/* nat_endpoint_map value (IPv4): the VIP replies of the endpoint come from,
+ * used per RV_NAT_EP_* flags. */
+struct rv_nat_ep_value4 {
+	__be32 vip;
+	__be16 vip_port;
+	__u8 flags; /* RV_NAT_EP_* */
+	__u8 pad;
+	__u32 service_id;
+};
+
+/* nat_endpoint_map6 value (IPv6). */
+struct rv_nat_ep_value6 {
+	__u8 vip[16];
+	__be16 vip_port;
+	__u8 flags;
+	__u8 pad;
+	__u32 service_id;
+};
+
+/* flow_guard_config_map value (one entry): the new-flow guard. Packets of
+ * flows without state may create at most `limit` entries per CPU per
+ * `window_jiffies`; beyond that they are forwarded by Maglev alone and
+ * counted (RV_EVENT_FLOW_GUARDED), so a flood of unproven flows cannot evict
+ * established ones. limit 0: no guard. */
+struct rv_flow_guard_config {
+	__u32 limit;          /* entries per CPU per window */
+	__u32 window_jiffies; /* window length, > 0 when limit is */
+	__u64 rate;           /* the node-wide setting it came from, per second */
+};
+
+/* flow_guard_state_map value (per CPU, one entry; not pinned: soft state). */
+struct rv_flow_guard_state {
+	__u64 window_start; /* jiffies64 */
+	__u64 count;        /* entries created in the window */
 };
 
 /* frag_map / frag_rev_map key: the fragments of one datagram (IPv4). The

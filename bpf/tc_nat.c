@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * tc_nat: TCX egress program, full NAT only. A backend's reply that matches
- * nat_reverse_map leaves with the VIP address and port as its source, so the
- * client only ever sees the VIP. The later fragments of a reply follow its
+ * tc_nat: TCX egress program, full NAT only. A backend's reply leaves with
+ * the VIP address and port as its source (found as reverse.h says: by its
+ * endpoint when that serves one VIP, else by nat_reverse_map), so the client
+ * only ever sees the VIP. The later fragments of a reply follow its
  * first fragment (frag_rev_map), and an ICMP error a backend sends about a
  * client's packet is rewritten to come from the VIP, quoted packet included.
  */
@@ -14,6 +15,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "nat.h"
+#include "reverse.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -36,33 +38,6 @@ static __always_inline void rv_count_reply(__u32 service_id, __u64 bytes)
 		s->reply_packets++;
 		s->reply_bytes += bytes;
 	}
-}
-
-/* The VIP (address, port) a backend's reply from src:sport to dst:dport
- * must come from, if the flow is ours. */
-static __always_inline int rv_reverse(const __u32 *src, const __u32 *dst, __be16 sport, __be16 dport, __u8 proto,
-				      __u32 *vip, __be16 *vip_port, __u32 *service_id, const int v6)
-{
-	if (v6) {
-		struct rv_nat_key6 k = { .sport = sport, .dport = dport, .proto = proto };
-		__builtin_memcpy(k.src, src, 16);
-		__builtin_memcpy(k.dst, dst, 16);
-		struct rv_nat_value6 *v = bpf_map_lookup_elem(&nat_reverse_map6, &k);
-		if (!v)
-			return -1;
-		__builtin_memcpy(vip, v->vip, 16);
-		*vip_port = v->vip_port;
-		*service_id = v->service_id;
-	} else {
-		struct rv_nat_key4 k = { .src = src[0], .dst = dst[0], .sport = sport, .dport = dport, .proto = proto };
-		struct rv_nat_value4 *v = bpf_map_lookup_elem(&nat_reverse_map, &k);
-		if (!v)
-			return -1;
-		vip[0] = v->vip;
-		*vip_port = v->vip_port;
-		*service_id = v->service_id;
-	}
-	return 0;
 }
 
 static __always_inline void rv_frag_rev_record(const struct rv_pkt *p, const __u32 *vip, __u32 service_id,

@@ -24,6 +24,8 @@
 #include "encap.h"
 #include "icmp.h"
 #include "backend_stats.h"
+#include "guard.h"
+#include "reverse.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -190,7 +192,7 @@ static __always_inline int rv_backend(__u32 id, struct rv_be *out, const int v6)
 /* Whether a TCP SYN from this source is within its token bucket: the
  * service's own limit if it has one, else the node-wide one if enabled. */
 static __always_inline int rv_syn_allowed(const struct rv_pkt *p, const struct rv_service *svc, __u32 service_id,
-					  const int v6)
+					  int *admit, const int v6)
 {
 	struct rv_rl_config *cfg;
 	struct rv_rl_bucket *b;
@@ -212,6 +214,9 @@ static __always_inline int rv_syn_allowed(const struct rv_pkt *p, const struct r
 		__builtin_memcpy(k.src, p->src, 16);
 		b = bpf_map_lookup_elem(&rl_buckets_map6, &k);
 		if (!b) {
+			/* A new source's bucket is an insert like any other. */
+			if (!rv_guard_ask(admit))
+				return 1;
 			struct rv_rl_bucket nb = { .nanotokens = cap - RV_NANO, .last_ns = now };
 			bpf_map_update_elem(&rl_buckets_map6, &k, &nb, BPF_ANY);
 			return 1;
@@ -220,6 +225,8 @@ static __always_inline int rv_syn_allowed(const struct rv_pkt *p, const struct r
 		struct rv_rl_key4 k = { .src = p->src[0], .service_id = key_service };
 		b = bpf_map_lookup_elem(&rl_buckets_map, &k);
 		if (!b) {
+			if (!rv_guard_ask(admit))
+				return 1;
 			struct rv_rl_bucket nb = { .nanotokens = cap - RV_NANO, .last_ns = now };
 			bpf_map_update_elem(&rl_buckets_map, &k, &nb, BPF_ANY);
 			return 1;
@@ -264,7 +271,8 @@ static __always_inline __u32 rv_flow_hash(const __u32 *src, const __u32 *dst, __
 
 /* The backend of an established flow, if its affinity entry still names a
  * usable backend (healthy or draining, same generation). `entry` (may be
- * null) receives the affinity entry itself. `opens` (a TCP SYN, balance.h
+ * null) receives the affinity entry itself, also when it is not used (a
+ * SYN's, or a stale one), or null. `opens` (a TCP SYN, balance.h
  * rv_tcp_opens) makes it a miss whatever the table holds. The lookup is made
  * even then and its result dropped at the miss test: skipping it gives the
  * verifier one more path into the whole forwarding code (measured with
@@ -286,13 +294,13 @@ static __always_inline int rv_affinity_backend(const __u32 *src, const __u32 *ds
 		struct rv_flow4 f = { .src = src[0], .dst = dst[0], .sport = sport, .dport = dport, .proto = proto };
 		aff = bpf_map_lookup_elem(&connection_affinity_map, &f);
 	}
+	if (entry)
+		*entry = aff;
 	if (!aff || opens)
 		return -1;
 	*backend_id = aff->backend_id;
 	if (rv_backend(aff->backend_id, be, v6) || !rv_affinity_usable(aff, be->generation))
 		return -1;
-	if (entry)
-		*entry = aff;
 	return 0;
 }
 
@@ -324,33 +332,6 @@ static __always_inline void rv_affinity_record(const struct rv_pkt *p, __u32 bac
 			.src = p->src[0], .dst = p->dst[0], .sport = p->sport, .dport = p->dport, .proto = p->proto
 		};
 		bpf_map_update_elem(&connection_affinity_map, &f, &a, BPF_ANY);
-	}
-}
-
-/* Records how the backend's reply is turned back into the VIP's: the reply
- * leaves as backend:port -> client:sport. Written for new flows; for an
- * established flow only re-created if it was evicted (the LRU tables evict
- * independently), which the caller checks once per tick, not per packet. */
-static __always_inline void rv_nat_record(const struct rv_pkt *p, const struct rv_be *be, __be16 be_port,
-					  __u32 service_id, int new_flow, const int v6)
-{
-	if (v6) {
-		struct rv_nat_key6 k = { .sport = be_port, .dport = p->sport, .proto = p->proto };
-		__builtin_memcpy(k.src, be->addr, 16);
-		__builtin_memcpy(k.dst, p->src, 16);
-		if (new_flow || !bpf_map_lookup_elem(&nat_reverse_map6, &k)) {
-			struct rv_nat_value6 v = { .vip_port = p->dport, .service_id = service_id };
-			__builtin_memcpy(v.vip, p->dst, 16);
-			bpf_map_update_elem(&nat_reverse_map6, &k, &v, BPF_ANY);
-		}
-	} else {
-		struct rv_nat_key4 k = {
-			.src = be->addr[0], .dst = p->src[0], .sport = be_port, .dport = p->sport, .proto = p->proto
-		};
-		if (new_flow || !bpf_map_lookup_elem(&nat_reverse_map, &k)) {
-			struct rv_nat_value4 v = { .vip = p->dst[0], .vip_port = p->dport, .service_id = service_id };
-			bpf_map_update_elem(&nat_reverse_map, &k, &v, BPF_ANY);
-		}
 	}
 }
 
@@ -463,15 +444,18 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	if (!svc)
 		return XDP_DROP;
 	int opens = rv_tcp_opens(p);
-	if (opens && !rv_syn_allowed(p, svc, service_id, v6)) {
+	int admit = RV_GUARD_UNASKED;
+	if (opens && !rv_syn_allowed(p, svc, service_id, &admit, v6)) {
 		rv_count_drop(RV_DROP_RATE_LIMITED, service_id);
 		return XDP_DROP;
 	}
 
 	/* A SYN is a new connection: balanced, never follows an entry (balance.h). */
-	if (rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, opens, &backend_id, &be, &aff, v6)) {
-		__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto,
-				       svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP, v6);
+	int unpinned = rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, opens, &backend_id, &be,
+					   &aff, v6);
+	if (unpinned) {
+		int client_ip = svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP;
+		__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, client_ip, v6);
 		if (rv_maglev_pick(svc, h, &backend_id)) {
 			rv_count_drop(RV_DROP_NO_HEALTHY_BACKEND, service_id);
 			return XDP_DROP;
@@ -480,8 +464,26 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 			rv_count_drop(RV_DROP_NO_BACKEND, service_id);
 			return XDP_DROP;
 		}
-		rv_affinity_record(p, backend_id, be.generation, rv_nat_tick(), v6);
-		new_flow = 1;
+		/* Which packet of a flow creates its affinity entry: never a SYN
+		 * (it only re-points an entry that a reused 5-tuple left behind,
+		 * in place), a UDP flow's second packet, and at once any other TCP
+		 * packet without one (the handshake's ACK, or a flow whose entry
+		 * was evicted), if the new-flow guard admits it. A SYN and a UDP
+		 * flow's first packet are its new flows. */
+		if (opens) {
+			new_flow = 1;
+			if (aff && (aff->backend_id != backend_id || aff->backend_generation != be.generation)) {
+				aff->backend_id = backend_id;
+				aff->backend_generation = be.generation;
+			}
+		} else if (p->proto == IPPROTO_UDP &&
+			   !rv_udp_seen_before(client_ip ? rv_flow_hash(p->src, p->dst, p->sport, p->dport,
+									 p->proto, 0, v6)
+							 : h)) {
+			new_flow = 1;
+		} else if (rv_guard_ask(&admit)) {
+			rv_affinity_record(p, backend_id, be.generation, rv_nat_tick(), v6);
+		}
 	}
 
 	if (p->first_frag)
@@ -491,20 +493,22 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 
 	/* Port 0: the backend serves whatever port the client asked for. */
 	__be16 be_port = be.port ? be.port : p->dport;
-	/* The reverse entry is written with every new flow. For an established
-	 * one it is looked up (and re-created if the LRU evicted it) once per
-	 * tick, not on every packet: that lookup was a third hash-table walk on
-	 * the hottest path. The entry can only be evicted while it is idle, and
-	 * the first packet after an idle tick (at most about a second) always
-	 * rechecks it. */
+	/* The reply's way back (reverse.h): nothing to record when the
+	 * backend endpoint serves this VIP alone. Otherwise a flow without an
+	 * affinity entry records its reverse entry (guarded, like any entry);
+	 * an established flow looks its entry up (and re-creates it if the LRU
+	 * evicted it) once per tick, not on every packet: that lookup was a
+	 * third hash-table walk on the hottest path. The entry can only be
+	 * evicted while it is idle, and the first packet after an idle tick (at
+	 * most about a second) always rechecks it. */
 	__u32 tick = rv_nat_tick();
-	if (new_flow) {
-		rv_nat_record(p, &be, be_port, service_id, 1, v6);
-	} else if (aff) {
-		if (aff->nat_checked != tick) {
-			rv_nat_record(p, &be, be_port, service_id, 0, v6);
-			aff->nat_checked = tick;
-		}
+	if (unpinned) {
+		if (!rv_nat_endpoint_exclusive(be.addr, be_port, p->proto, v6))
+			rv_nat_record(p, be.addr, be_port, service_id, &admit, v6);
+	} else if (aff && aff->nat_checked != tick) {
+		if (!rv_nat_endpoint_exclusive(be.addr, be_port, p->proto, v6))
+			rv_nat_record(p, be.addr, be_port, service_id, 0, v6);
+		aff->nat_checked = tick;
 	}
 	if (rv_dnat_l4(p, data_end, be.addr, be_port, v6)) {
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);

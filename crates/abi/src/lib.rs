@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -58,6 +58,20 @@ pub const RL_NODE_SERVICE: u32 = 0xffff_ffff;
 pub const VIP_INDEX_SLOTS: u32 = 16384;
 /// Slots a lookup in `vip_index_map` probes from a key's home slot.
 pub const VIP_INDEX_PROBES: u32 = 8;
+/// Capacity of nat_endpoint_map(6) (`RV_MAX_NAT_ENDPOINTS`).
+pub const MAX_NAT_ENDPOINTS: u32 = 16384;
+/// Slots of the per-CPU UDP seen filter (`RV_UDP_SEEN_SLOTS`).
+pub const UDP_SEEN_SLOTS: u32 = 4096;
+
+/// `enum rv_nat_ep_flags`: how replies of a NAT backend endpoint find
+/// their VIP.
+pub mod nat_ep_flags {
+    /// The endpoint serves one VIP: no per-flow reverse entry is needed.
+    pub const EXCLUSIVE: u8 = 1 << 0;
+    /// Shared now, but the VIP it served alone before is kept as the
+    /// answer for replies without a per-flow entry.
+    pub const FALLBACK: u8 = 1 << 1;
+}
 
 /// `enum rv_vip_slot_flags`: bits of [`VipSlot::flags`].
 pub mod vip_slot_flags {
@@ -170,8 +184,11 @@ pub mod drop_reason {
     /// Not a drop: a rewritten packet of a `natForwarding: fib` VIP went to
     /// the kernel to route (no FIB answer yet, TTL expiring, too big, VLAN).
     pub const PASS_NAT_TO_KERNEL: u32 = 11;
+    /// Not a drop: a flow without state was forwarded by Maglev alone
+    /// because the CPU's new-flow guard budget was spent (no entry made).
+    pub const FLOW_GUARDED: u32 = 12;
     /// Number of reasons defined so far.
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 13;
     /// Stable, Prometheus-friendly names, indexed by reason. The `passed_`
     /// ones count packets handed to the kernel untouched, not drops.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -187,6 +204,7 @@ pub mod drop_reason {
         "passed_too_big_for_fragmentation",
         "encap_failed",
         "passed_nat_to_kernel",
+        "flow_guarded",
     ];
 }
 
@@ -593,6 +611,57 @@ pub struct FragRevValue6 {
     pub service_id: u32,
 }
 
+/// `struct rv_nat_ep_key4`: a NAT backend endpoint (nat_endpoint_map key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NatEpKey4 {
+    pub addr: u32,
+    pub port: u16,
+    pub proto: u8,
+    pub pad: u8,
+}
+
+/// `struct rv_nat_ep_key6` (nat_endpoint_map6 key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NatEpKey6 {
+    pub addr: [u8; 16],
+    pub port: u16,
+    pub proto: u8,
+    pub pad: u8,
+}
+
+/// `struct rv_nat_ep_value4`: the VIP an endpoint's replies come from.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NatEpValue4 {
+    pub vip: u32,
+    pub vip_port: u16,
+    pub flags: u8,
+    pub pad: u8,
+    pub service_id: u32,
+}
+
+/// `struct rv_nat_ep_value6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NatEpValue6 {
+    pub vip: [u8; 16],
+    pub vip_port: u16,
+    pub flags: u8,
+    pub pad: u8,
+    pub service_id: u32,
+}
+
+/// `struct rv_flow_guard_config`: the new-flow guard's setting.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowGuardConfig {
+    pub limit: u32,
+    pub window_jiffies: u32,
+    pub rate: u64,
+}
+
 /// `struct rv_rl_config`: a per-source SYN token bucket's parameters.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -737,6 +806,11 @@ pod!(
     FragValue,
     FragRevValue4,
     FragRevValue6,
+    NatEpKey4,
+    NatEpKey6,
+    NatEpValue4,
+    NatEpValue6,
+    FlowGuardConfig,
     RlConfig,
     RlKey4,
     RlKey6,
@@ -814,6 +888,23 @@ pub fn layouts() -> Vec<StructLayout> {
         layout!(NatKey6, "rv_nat_key6", [src, dst, sport, dport, proto, pad]),
         layout!(NatValue4, "rv_nat_value4", [vip, vip_port, pad, service_id]),
         layout!(NatValue6, "rv_nat_value6", [vip, vip_port, pad, service_id]),
+        layout!(NatEpKey4, "rv_nat_ep_key4", [addr, port, proto, pad]),
+        layout!(NatEpKey6, "rv_nat_ep_key6", [addr, port, proto, pad]),
+        layout!(
+            NatEpValue4,
+            "rv_nat_ep_value4",
+            [vip, vip_port, flags, pad, service_id]
+        ),
+        layout!(
+            NatEpValue6,
+            "rv_nat_ep_value6",
+            [vip, vip_port, flags, pad, service_id]
+        ),
+        layout!(
+            FlowGuardConfig,
+            "rv_flow_guard_config",
+            [limit, window_jiffies, rate]
+        ),
         layout!(
             VipStats,
             "rv_vip_stats",
@@ -930,7 +1021,12 @@ pub fn constants() -> Vec<(&'static str, i64)> {
             "RV_PASS_NAT_TO_KERNEL",
             drop_reason::PASS_NAT_TO_KERNEL as i64,
         ),
+        ("RV_EVENT_FLOW_GUARDED", drop_reason::FLOW_GUARDED as i64),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
+        ("RV_MAX_NAT_ENDPOINTS", MAX_NAT_ENDPOINTS as i64),
+        ("RV_UDP_SEEN_SLOTS", UDP_SEEN_SLOTS as i64),
+        ("RV_NAT_EP_EXCLUSIVE", nat_ep_flags::EXCLUSIVE as i64),
+        ("RV_NAT_EP_FALLBACK", nat_ep_flags::FALLBACK as i64),
         ("RV_MAX_FRAGS", MAX_FRAGS as i64),
         ("RV_MAX_RL_BUCKETS", MAX_RL_BUCKETS as i64),
         ("RV_MAX_RANGE_PREFIXES", MAX_RANGE_PREFIXES as i64),

@@ -310,6 +310,23 @@ pub struct Stats {
     /// rivorad).
     #[serde(default)]
     pub backends: Vec<BackendStats>,
+    /// The new-flow guard's setting (None from an older rivorad); what it
+    /// held back is the `flow_guarded` entry of `drops`.
+    #[serde(default)]
+    pub flow_guard: Option<FlowGuard>,
+}
+
+/// The new-flow guard (`--new-flow-guard-rate`): how many state entries
+/// flows without state may create before they are forwarded by Maglev
+/// alone, so a flood cannot evict established flows' entries.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FlowGuard {
+    /// Node-wide entries per second; 0: the guard is off.
+    pub rate_per_s: u64,
+    /// What each CPU may create per window (the rate split over the CPUs).
+    pub per_cpu_limit: u32,
+    /// The window, in milliseconds.
+    pub window_ms: u64,
 }
 
 /// Entries in use in one kernel table.

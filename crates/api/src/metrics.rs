@@ -41,6 +41,7 @@
 //! | `rivora_backend_last_packet_timestamp_seconds` | gauge | `backend` |
 //! | `rivora_table_entries` | gauge | `table` |
 //! | `rivora_table_capacity` | gauge | `table` |
+//! | `rivora_flow_guard_rate` | gauge | |
 //! | `rivora_config_generation` | gauge | |
 //! | `rivora_config_last_reload_success` | gauge (0/1) | |
 //! | `rivora_config_last_reload_timestamp_seconds` | gauge | |
@@ -117,6 +118,10 @@ pub struct MetricsSnapshot {
     pub start_unix: u64,
     /// BGP peers, when a speaker runs (empty otherwise).
     pub bgp_peers: Vec<BgpPeerMetrics>,
+    /// The new-flow guard's node-wide rate (state entries per second; 0:
+    /// off), beside `rivora_drops_total{reason="flow_guarded"}` which counts
+    /// what it held back.
+    pub flow_guard_rate: u64,
 }
 
 /// One BGP peer's session, so a down session (no traffic attracted) can be
@@ -520,6 +525,14 @@ impl Collector for SnapshotCollector {
             s.tables
                 .iter()
                 .map(|(t, _, capacity)| ([("table", t.as_str())], *capacity)),
+        )?;
+
+        gauges(
+            &mut enc,
+            "rivora_flow_guard_rate",
+            "New-flow guard: state entries per second node-wide that flows without state may create (0: off); beyond it they are forwarded by Maglev alone, counted as drops reason flow_guarded",
+            None,
+            [(NO_LABELS, s.flow_guard_rate)],
         )?;
 
         // --- daemon ---

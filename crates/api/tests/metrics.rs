@@ -32,6 +32,7 @@ enum Kind {
 
 fn sample_snapshot() -> MetricsSnapshot {
     MetricsSnapshot {
+        flow_guard_rate: 100_000,
         vips: vec![
             VipMetrics {
                 name: "web".into(),

@@ -216,6 +216,27 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
             abi::MAX_FRAGS,
         ),
         s(
+            "nat_endpoint_map",
+            MapType::Hash,
+            size_of::<abi::NatEpKey4>(),
+            size_of::<abi::NatEpValue4>(),
+            abi::MAX_NAT_ENDPOINTS,
+        ),
+        s(
+            "nat_endpoint_map6",
+            MapType::Hash,
+            size_of::<abi::NatEpKey6>(),
+            size_of::<abi::NatEpValue6>(),
+            abi::MAX_NAT_ENDPOINTS,
+        ),
+        s(
+            "flow_guard_config_map",
+            MapType::Array,
+            4,
+            size_of::<abi::FlowGuardConfig>(),
+            1,
+        ),
+        s(
             "rl_config_map",
             MapType::Array,
             4,
@@ -264,7 +285,17 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
 /// before it: (version, maps it added). Maps pinned by that earlier version
 /// are adopted as they are and the added maps are created empty, so an
 /// upgrade keeps the flow tables (no `--reset-pinned-state`).
-pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[(7, &["backend_stats_map"])];
+pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
+    (7, &["backend_stats_map"]),
+    (
+        8,
+        &[
+            "nat_endpoint_map",
+            "nat_endpoint_map6",
+            "flow_guard_config_map",
+        ],
+    ),
+];
 
 /// What the pin directory holds.
 #[derive(Debug, PartialEq, Eq)]

@@ -8,6 +8,8 @@
 pub mod alloc;
 pub mod bpffs;
 pub mod compat;
+pub mod endpoints;
+pub mod guard;
 pub mod holder;
 pub mod imbalance;
 pub mod jiffies;

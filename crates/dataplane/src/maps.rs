@@ -36,6 +36,12 @@ pub struct Maps {
     pub nat_reverse: HashMap<MapData, abi::NatKey4, abi::NatValue4>,
     /// IPv6 NAT reverse mappings (LRU).
     pub nat_reverse6: HashMap<MapData, abi::NatKey6, abi::NatValue6>,
+    /// IPv4 NAT backend endpoints: which replies need no per-flow entry.
+    pub nat_endpoint: HashMap<MapData, abi::NatEpKey4, abi::NatEpValue4>,
+    /// IPv6 NAT backend endpoints.
+    pub nat_endpoint6: HashMap<MapData, abi::NatEpKey6, abi::NatEpValue6>,
+    /// The new-flow guard's setting (index 0).
+    pub flow_guard: Array<MapData, abi::FlowGuardConfig>,
     /// Per-service per-CPU counters.
     pub stats: PerCpuArray<MapData, abi::VipStats>,
     /// Per-backend per-CPU counters, by backend ID.
@@ -204,6 +210,9 @@ impl Maps {
             affinity6: typed!(ebpf, "connection_affinity_map6"),
             nat_reverse: typed!(ebpf, "nat_reverse_map"),
             nat_reverse6: typed!(ebpf, "nat_reverse_map6"),
+            nat_endpoint: typed!(ebpf, "nat_endpoint_map"),
+            nat_endpoint6: typed!(ebpf, "nat_endpoint_map6"),
+            flow_guard: typed!(ebpf, "flow_guard_config_map"),
             stats: typed!(ebpf, "stats_map"),
             backend_stats: typed!(ebpf, "backend_stats_map"),
             drop_stats: typed!(ebpf, "drop_stats_map"),

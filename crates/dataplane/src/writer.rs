@@ -30,6 +30,7 @@ use rivora_maglev::{self as maglev, MaglevBackend};
 
 use crate::Error;
 use crate::alloc::{IdAllocator, Slice, SliceAllocator};
+use crate::endpoints::{self, Demand, Endpoint, EndpointEntry};
 use crate::maps::{self, Maps};
 use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, VipKey, VipSpec};
 use crate::vip_index;
@@ -311,6 +312,14 @@ pub struct Dataplane {
     tunnel_source: (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>),
     /// What the VIP index maps hold.
     index: IndexShadow,
+    /// What nat_endpoint_map(6) hold (endpoints.rs).
+    endpoints: BTreeMap<Endpoint, EndpointEntry>,
+}
+
+/// An endpoint entry read back from either family's map.
+enum EpValue {
+    V4(abi::NatEpValue4),
+    V6(abi::NatEpValue6),
 }
 
 enum VipChange {
@@ -348,6 +357,7 @@ impl Dataplane {
             tunnel_source: (None, None),
             node_syn_rate_limit: None,
             index: IndexShadow::zeroed(),
+            endpoints: BTreeMap::new(),
         }
     }
 
@@ -473,6 +483,33 @@ impl Dataplane {
         Ok(())
     }
 
+    /// Sets the new-flow guard (bpf/guard.h) to `rate` state entries per
+    /// second node-wide (0: off), split over the online CPUs; returns what
+    /// was written. The kernel's tick rate must be known (jiffies.rs).
+    pub fn set_flow_guard(&mut self, rate: u64) -> Result<abi::FlowGuardConfig, Error> {
+        let hz = crate::jiffies::hz().ok_or_else(|| {
+            Error::Invalid(
+                "new-flow guard: the kernel's tick rate (HZ) is unknown, so no window can be set"
+                    .into(),
+            )
+        })?;
+        let cpus = aya::util::online_cpus().map(|c| c.len()).unwrap_or(1) as u32;
+        let cfg = crate::guard::config(rate, hz, cpus);
+        self.maps
+            .flow_guard
+            .set(0, cfg, 0)
+            .map_err(|e| map_err("flow_guard_config_map", e))?;
+        Ok(cfg)
+    }
+
+    /// The new-flow guard as the map holds it.
+    pub fn flow_guard(&self) -> Result<abi::FlowGuardConfig, Error> {
+        self.maps
+            .flow_guard
+            .get(&0, 0)
+            .map_err(|e| map_err("flow_guard_config_map", e))
+    }
+
     /// Sets (or, with None, removes) the node-wide SYN rate limit in
     /// rl_config_map: it applies to every VIP without a limit of its own.
     pub fn set_node_syn_rate_limit(&mut self, limit: Option<RateLimit>) -> Result<(), Error> {
@@ -515,6 +552,8 @@ impl Dataplane {
         for key in &expired {
             self.release_backend(*key)?;
         }
+        // Shared endpoints serving one VIP for a grace become exclusive.
+        self.sync_endpoints()?;
         Ok(expired.len())
     }
 
@@ -617,10 +656,221 @@ impl Dataplane {
     }
 
     fn release_backend(&mut self, key: BackendKey) -> Result<(), Error> {
+        let gone: Vec<Endpoint> = self
+            .endpoints
+            .iter()
+            .filter(|(_, e)| e.backend == key)
+            .map(|(ep, _)| *ep)
+            .collect();
+        for ep in gone {
+            self.remove_endpoint(ep)?;
+        }
         let b = self.backends.remove(&key).expect("caller checked");
         self.set_health(b.id, abi::backend_state::NONE)?;
         self.clear_backend(key, b.id)?;
         self.backend_ids.release(b.id);
+        Ok(())
+    }
+
+    /// Brings nat_endpoint_map(6) to what the programmed VIPs ask
+    /// (endpoints.rs `plan`): entries written or removed one by one, each
+    /// change safe on its own (a missing entry means per-flow entries).
+    fn sync_endpoints(&mut self) -> Result<(), Error> {
+        let demand = Demand::of(self.vips.values().map(|v| (&v.spec, v.service_id)));
+        let backends = &self.backends;
+        let next = endpoints::plan(
+            &self.endpoints,
+            &demand,
+            |b| backends.contains_key(b),
+            Instant::now(),
+            self.retire_grace,
+            abi::MAX_NAT_ENDPOINTS as usize,
+        );
+        let gone: Vec<Endpoint> = self
+            .endpoints
+            .keys()
+            .filter(|ep| !next.contains_key(ep))
+            .copied()
+            .collect();
+        for ep in gone {
+            self.remove_endpoint(ep)?;
+        }
+        for (ep, entry) in next {
+            if self.endpoints.get(&ep) != Some(&entry) {
+                self.write_endpoint(ep, entry)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The endpoint table as the writer last wrote it.
+    pub fn nat_endpoints(&self) -> &BTreeMap<Endpoint, EndpointEntry> {
+        &self.endpoints
+    }
+
+    fn write_endpoint(&mut self, ep: Endpoint, entry: EndpointEntry) -> Result<(), Error> {
+        let t = entry.target;
+        let same_map_entry = self
+            .endpoints
+            .get(&ep)
+            .is_some_and(|cur| cur.flags == entry.flags && cur.target == entry.target);
+        if !same_map_entry {
+            match (ep.addr, t.vip) {
+                (IpAddr::V4(a), IpAddr::V4(v)) => self
+                    .maps
+                    .nat_endpoint
+                    .insert(
+                        abi::NatEpKey4 {
+                            addr: abi::be_addr4(a),
+                            port: ep.port.to_be(),
+                            proto: ep.proto,
+                            pad: 0,
+                        },
+                        abi::NatEpValue4 {
+                            vip: abi::be_addr4(v),
+                            vip_port: t.vip_port.to_be(),
+                            flags: entry.flags,
+                            pad: 0,
+                            service_id: t.service_id,
+                        },
+                        0,
+                    )
+                    .map_err(|e| map_err("nat_endpoint_map", e))?,
+                (IpAddr::V6(a), IpAddr::V6(v)) => self
+                    .maps
+                    .nat_endpoint6
+                    .insert(
+                        abi::NatEpKey6 {
+                            addr: a.octets(),
+                            port: ep.port.to_be(),
+                            proto: ep.proto,
+                            pad: 0,
+                        },
+                        abi::NatEpValue6 {
+                            vip: v.octets(),
+                            vip_port: t.vip_port.to_be(),
+                            flags: entry.flags,
+                            pad: 0,
+                            service_id: t.service_id,
+                        },
+                        0,
+                    )
+                    .map_err(|e| map_err("nat_endpoint_map6", e))?,
+                // A VIP and its backends are of one family (validate).
+                _ => return Ok(()),
+            }
+        }
+        self.endpoints.insert(ep, entry);
+        Ok(())
+    }
+
+    fn remove_endpoint(&mut self, ep: Endpoint) -> Result<(), Error> {
+        let r = match ep.addr {
+            IpAddr::V4(a) => self.maps.nat_endpoint.remove(&abi::NatEpKey4 {
+                addr: abi::be_addr4(a),
+                port: ep.port.to_be(),
+                proto: ep.proto,
+                pad: 0,
+            }),
+            IpAddr::V6(a) => self.maps.nat_endpoint6.remove(&abi::NatEpKey6 {
+                addr: a.octets(),
+                port: ep.port.to_be(),
+                proto: ep.proto,
+                pad: 0,
+            }),
+        };
+        match r {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            Err(e) => return Err(map_err("nat_endpoint_map", e)),
+        }
+        self.endpoints.remove(&ep);
+        Ok(())
+    }
+
+    /// Reads nat_endpoint_map(6) back at adoption; each entry is tied to
+    /// the adopted backend of its address with its port, or with port 0
+    /// (a backend that keeps the destination port). Entries of no adopted
+    /// backend are removed.
+    fn adopt_endpoints(&mut self) -> Result<(), Error> {
+        let mut found: Vec<(Endpoint, EpValue)> = Vec::new();
+        for item in self.maps.nat_endpoint.iter() {
+            let (k, v) = item.map_err(|e| map_err("nat_endpoint_map", e))?;
+            found.push((
+                Endpoint {
+                    addr: IpAddr::V4(abi::addr4_from_be(k.addr)),
+                    port: u16::from_be(k.port),
+                    proto: k.proto,
+                },
+                EpValue::V4(v),
+            ));
+        }
+        for item in self.maps.nat_endpoint6.iter() {
+            let (k, v) = item.map_err(|e| map_err("nat_endpoint_map6", e))?;
+            found.push((
+                Endpoint {
+                    addr: IpAddr::V6(k.addr.into()),
+                    port: u16::from_be(k.port),
+                    proto: k.proto,
+                },
+                EpValue::V6(v),
+            ));
+        }
+        for (ep, v) in found {
+            let exact = BackendKey {
+                addr: ep.addr,
+                port: ep.port,
+            };
+            let any = BackendKey {
+                addr: ep.addr,
+                port: crate::model::KEEP_DESTINATION_PORT,
+            };
+            let backend = [exact, any]
+                .into_iter()
+                .find(|k| self.backends.contains_key(k));
+            let (target, flags) = match v {
+                EpValue::V4(v) => (
+                    endpoints::Target {
+                        vip: IpAddr::V4(abi::addr4_from_be(v.vip)),
+                        vip_port: u16::from_be(v.vip_port),
+                        service_id: v.service_id,
+                    },
+                    v.flags,
+                ),
+                EpValue::V6(v) => (
+                    endpoints::Target {
+                        vip: IpAddr::V6(v.vip.into()),
+                        vip_port: u16::from_be(v.vip_port),
+                        service_id: v.service_id,
+                    },
+                    v.flags,
+                ),
+            };
+            match backend {
+                Some(backend) if flags != 0 => {
+                    self.endpoints.insert(
+                        ep,
+                        EndpointEntry {
+                            target,
+                            flags,
+                            backend,
+                            single_since: None,
+                        },
+                    );
+                }
+                _ => {
+                    self.endpoints.insert(
+                        ep,
+                        EndpointEntry {
+                            target,
+                            flags,
+                            backend: exact,
+                            single_since: None,
+                        },
+                    );
+                    self.remove_endpoint(ep)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -835,6 +1085,13 @@ impl Dataplane {
         let leaving: BTreeSet<VipKey> = removed.iter().copied().collect();
         let udp_losing = udp_vips_losing_backends(&self.vips, &desired);
 
+        // Backend endpoints that another VIP is about to reach stop being
+        // exclusive first (endpoints.rs).
+        let demand = Demand::of(desired.values().map(|spec| (spec, 0)));
+        for (ep, entry) in endpoints::demotions(&self.endpoints, &demand, Instant::now()) {
+            self.write_endpoint(ep, entry)?;
+        }
+
         // --- commit
         self.backend_ids = backend_ids;
         self.service_ids = service_ids;
@@ -982,6 +1239,7 @@ impl Dataplane {
         for slice in old_slices {
             self.slices.release(slice);
         }
+        self.sync_endpoints()?;
         // The slices no longer name the backends that left: no new entry can
         // point at them, so the old ones can go.
         if !udp_losing.is_empty() {
@@ -1282,6 +1540,7 @@ impl Dataplane {
         // The index of what was adopted: unchanged (nothing written) when
         // the pinned one already matches.
         dp.sync_vip_index(&BTreeSet::new())?;
+        dp.adopt_endpoints()?;
         Ok((dp, report))
     }
 

@@ -519,7 +519,28 @@ pub fn stats(r: &StatsReport) -> String {
         out.push_str(&finish(d));
     }
     out.push_str(&flow_tables(&s.tables));
+    out.push_str(&flow_guard(s));
     out
+}
+
+/// The new-flow guard's line: its setting and what it held back.
+fn flow_guard(s: &rivora_api::Stats) -> String {
+    let Some(g) = &s.flow_guard else {
+        return String::new();
+    };
+    let guarded = s
+        .drops
+        .iter()
+        .find(|d| d.reason == "flow_guarded")
+        .map(|d| d.packets)
+        .unwrap_or(0);
+    if g.rate_per_s == 0 {
+        return format!("\nNew-flow guard: off; {guarded} packets guarded\n");
+    }
+    format!(
+        "\nNew-flow guard: {} state entries/s node-wide ({} per CPU per {} ms); {} packets guarded (forwarded without state)\n",
+        g.rate_per_s, g.per_cpu_limit, g.window_ms, guarded
+    )
 }
 
 /// `rivoractl stats`' per-backend table (empty from an older daemon).

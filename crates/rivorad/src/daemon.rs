@@ -119,15 +119,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
-    // The kernel's tick rate may have to be measured (200 ms): do it now,
-    // off the API's path, so the first stats read does not wait for it.
-    std::thread::spawn(|| {
-        if rivora_dataplane::jiffies::hz().is_none() {
-            warn!(
-                "cannot read the kernel's jiffies (/proc/timer_list): backends' last-packet ages are not shown"
-            );
-        }
-    });
+    // The guard's window is counted in jiffies, so the kernel's tick rate
+    // is needed now (it may have to be measured: 200 ms, once).
+    match dataplane.set_flow_guard(args.new_flow_guard_rate) {
+        Ok(g) if g.limit > 0 => info!(
+            rate = g.rate,
+            per_cpu_per_window = g.limit,
+            window_jiffies = g.window_jiffies,
+            "new-flow guard set"
+        ),
+        Ok(_) => info!("new-flow guard off (--new-flow-guard-rate 0)"),
+        Err(e) => warn!(
+            "new-flow guard not set: {e}; floods of unproven flows can evict established ones"
+        ),
+    }
+    if rivora_dataplane::jiffies::hz().is_none() {
+        warn!(
+            "cannot read the kernel's jiffies (/proc/timer_list): backends' last-packet ages are not shown"
+        );
+    }
     // L2 DSR and ICMP answers leave with the interface's own MAC.
     let ifindex = rivora_dataplane::interface_index(&interface).unwrap_or(0);
     match rivora_dataplane::interface_mac(&interface) {

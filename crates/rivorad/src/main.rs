@@ -95,6 +95,14 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(rivora_abi::MIN_FLOW_TABLE as i64..=rivora_abi::MAX_FLOW_TABLE as i64))]
     pub flow_table_size: u32,
 
+    /// New-flow guard: how many flow-state entries per second (node-wide, split evenly over
+    /// the CPUs) packets of flows without state may create. A SYN or a one-packet UDP flow
+    /// creates none; a connection creates one with its handshake's ACK. Beyond the rate,
+    /// such packets are forwarded by Maglev alone and counted (drop reason flow_guarded),
+    /// so a flood cannot evict established flows. 0 turns the guard off.
+    #[arg(long, value_name = "ENTRIES_PER_S", default_value_t = rivora_dataplane::guard::DEFAULT_RATE)]
+    pub new_flow_guard_rate: u64,
+
     /// Seconds a backend that the config no longer lists keeps draining (its established
     /// flows continue, it takes no new ones) before its ID is released. 0 releases at once.
     #[arg(long, value_name = "SECS", default_value_t = 30)]

@@ -84,7 +84,9 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
         .into_iter()
         .map(|(n, e, c)| (n.to_string(), e, c))
         .collect();
+    let flow_guard_rate = dp.flow_guard().map(|g| g.rate).unwrap_or(0);
     Ok(MetricsSnapshot {
+        flow_guard_rate,
         vips,
         drops,
         backends,

@@ -245,12 +245,25 @@ impl ApiSource for StateSource {
             })
             .collect();
         backends.sort_by_key(|b| b.backend_id);
+        let flow_guard = s.dataplane.flow_guard().ok().map(|g| {
+            let hz = rivora_dataplane::jiffies::hz().unwrap_or(0);
+            rivora_api::FlowGuard {
+                rate_per_s: g.rate,
+                per_cpu_limit: g.limit,
+                window_ms: if hz == 0 {
+                    0
+                } else {
+                    u64::from(g.window_jiffies) * 1000 / u64::from(hz)
+                },
+            }
+        });
         Ok(Stats {
             vips,
             drops,
             at_unix_ms,
             tables,
             backends,
+            flow_guard,
         })
     }
 
