@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -170,8 +170,12 @@ pub mod drop_reason {
     /// Not a drop: a rewritten packet of a `natForwarding: fib` VIP went to
     /// the kernel to route (no FIB answer yet, TTL expiring, too big, VLAN).
     pub const PASS_NAT_TO_KERNEL: u32 = 11;
+    /// Not a drop: the tail-call stage a packet continues in was missing
+    /// from xdp_ingress's stage array (a loader fault); the packet went to
+    /// the kernel as it was.
+    pub const PASS_STAGE_MISSING: u32 = 12;
     /// Number of reasons defined so far.
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 13;
     /// Stable, Prometheus-friendly names, indexed by reason. The `passed_`
     /// ones count packets handed to the kernel untouched, not drops.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -187,6 +191,7 @@ pub mod drop_reason {
         "passed_too_big_for_fragmentation",
         "encap_failed",
         "passed_nat_to_kernel",
+        "passed_stage_missing",
     ];
 }
 
@@ -929,6 +934,10 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         (
             "RV_PASS_NAT_TO_KERNEL",
             drop_reason::PASS_NAT_TO_KERNEL as i64,
+        ),
+        (
+            "RV_PASS_STAGE_MISSING",
+            drop_reason::PASS_STAGE_MISSING as i64,
         ),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
         ("RV_MAX_FRAGS", MAX_FRAGS as i64),
