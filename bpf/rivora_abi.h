@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 8,
+	RV_ABI_VERSION = 9,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -151,12 +151,16 @@ enum rv_drop_reason {
 	 * handed to the kernel to route (no FIB answer yet, TTL expiring, over
 	 * the route's MTU, VLAN tagged). */
 	RV_PASS_NAT_TO_KERNEL = 11,
+	/* Not a drop: xdp_ingress found the stage a packet continues in
+	 * missing from its stage_map (bpf/stages.h; a loader fault) and handed
+	 * the packet to the kernel as it was. */
+	RV_PASS_STAGE_MISSING = 12,
 	/* Not a drop: a packet of a flow without state would have created it
 	 * (affinity, reverse NAT or SYN bucket entry), but this CPU's new-flow
 	 * guard budget was spent (flow_guard_config_map): it was forwarded by
 	 * Maglev alone, and no established entry was evicted for it. */
-	RV_EVENT_FLOW_GUARDED = 12,
-	RV_DROP_REASON_COUNT = 13,
+	RV_EVENT_FLOW_GUARDED = 13,
+	RV_DROP_REASON_COUNT = 14,
 };
 
 /* vip_map key: an exact IPv4 VIP. */

@@ -9,7 +9,10 @@
  *
  * Around that path: a later fragment follows the backend its first fragment
  * chose (frag_map); an ICMP error about a reply goes to the backend that
- * owns the flow, with the quoted packet rewritten to match.
+ * owns the flow, with the quoted packet rewritten to match. Those two
+ * shapes, and the FIB slow path of natForwarding fib, run as programs of
+ * their own, reached by tail call (stages.h says why), defined at the end
+ * of this file.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -26,6 +29,7 @@
 #include "backend_stats.h"
 #include "guard.h"
 #include "reverse.h"
+#include "stages.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -586,31 +590,51 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 	return XDP_PASS;
 }
 
+/* Step 6 for a packet rv_ingress_l4 decided (or a shape stage, by DSR):
+ * NAT packets are already rewritten; `natForwarding: fib` ones are sent
+ * to the cached next hop, or continue in the route stage when it is not
+ * cached this tick; DSR packets go to their backend. */
+static __always_inline int rv_forward(struct xdp_md *ctx, struct rv_pkt *p, struct rv_dsr_job *job, int verdict,
+				      const int v6)
+{
+	if (verdict == RV_ACT_ROUTE) {
+		struct rv_stage_state *st;
+
+		verdict = rv_forward_cached(ctx, &job->be, job->tick, v6);
+		if (verdict >= 0)
+			return verdict;
+		st = rv_stage_state();
+		if (!st)
+			return XDP_PASS;
+		st->be = job->be;
+		return rv_stage_jump(ctx, v6 ? RV_STAGE_ROUTE6 : RV_STAGE_ROUTE4);
+	}
+	if (verdict != RV_ACT_DSR)
+		return verdict;
+	if (!job->svc)
+		return XDP_DROP;
+	return rv_forward_dsr(ctx, p, job->svc, &job->be, job->service_id, job->new_flow, v6);
+}
+
+/* Steps 2 to 6 of a parsed packet. */
 static __always_inline int rv_ingress(struct xdp_md *ctx, struct rv_pkt *p, const int v6)
 {
 	struct rv_dsr_job job = {};
 	int verdict;
 
-	if (p->kind == RV_PKT_L4)
-		verdict = rv_ingress_l4(ctx, p, &job, v6);
-	else if (p->kind == RV_PKT_FRAG_LATER)
-		verdict = rv_ingress_frag(ctx, p, &job, v6);
-	else
-		verdict = rv_ingress_icmp(ctx, p, &job, v6);
-	if (verdict == RV_ACT_ROUTE) {
-		verdict = rv_forward_cached(ctx, &job.be, job.tick, v6);
-		if (verdict >= 0)
-			return verdict;
-		verdict = rv_forward_routed(ctx, &job.be, v6);
-		if (verdict == XDP_PASS)
-			rv_count_event(RV_PASS_NAT_TO_KERNEL);
-		return verdict;
-	}
-	if (verdict != RV_ACT_DSR || !job.svc)
-		return verdict == RV_ACT_DSR ? XDP_DROP : verdict;
-	return rv_forward_dsr(ctx, p, job.svc, &job.be, job.service_id, job.new_flow, v6);
+	/* 2. The special shapes continue in their own programs. */
+	if (p->kind == RV_PKT_ICMP_ERR)
+		return rv_stage_jump(ctx, v6 ? RV_STAGE_ICMP6 : RV_STAGE_ICMP4);
+	if (p->kind == RV_PKT_FRAG_LATER)
+		return rv_stage_jump(ctx, v6 ? RV_STAGE_FRAG6 : RV_STAGE_FRAG4);
+	/* 3. Match a VIP, 4. rate-limit, 5. pick a backend (and, for NAT,
+	 * rewrite). */
+	verdict = rv_ingress_l4(ctx, p, &job, v6);
+	/* 6. Forward by the VIP's mode. */
+	return rv_forward(ctx, p, &job, verdict, v6);
 }
 
+/* 1. Parse, then steps 2-6 per family. */
 SEC("xdp")
 int xdp_ingress(struct xdp_md *ctx)
 {
@@ -623,4 +647,87 @@ int xdp_ingress(struct xdp_md *ctx)
 	if (p.family == 4)
 		return rv_ingress(ctx, &p, 0);
 	return rv_ingress(ctx, &p, 1);
+}
+
+/*
+ * The stages (stages.h), in stage_map order. Each is a whole XDP program:
+ * the ICMP and fragment stages parse the frame again (only the shape that
+ * brought it here is theirs; anything else goes to the kernel), the route
+ * stage takes its backend from rv_stage_state.
+ */
+
+/* Step 2 for a shape stage, then step 6 (a NAT packet is rewritten and
+ * goes to the kernel; a DSR VIP's goes to its backend). */
+static __always_inline int rv_stage_shape(struct xdp_md *ctx, const int kind, const int v6)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct rv_dsr_job job = {};
+	struct rv_pkt p = {};
+	int verdict;
+
+	if (rv_parse(data, data_end, &p) != RV_PARSE_OK || p.kind != kind || p.family != (v6 ? 6 : 4))
+		return XDP_PASS;
+	if (kind == RV_PKT_ICMP_ERR)
+		verdict = rv_ingress_icmp(ctx, &p, &job, v6);
+	else
+		verdict = rv_ingress_frag(ctx, &p, &job, v6);
+	if (verdict != RV_ACT_DSR)
+		return verdict;
+	if (!job.svc)
+		return XDP_DROP;
+	return rv_forward_dsr(ctx, &p, job.svc, &job.be, job.service_id, job.new_flow, v6);
+}
+
+/* Step 6, natForwarding fib, next hop not cached: the FIB decides. The
+ * frame is already rewritten for the backend in rv_stage_state. */
+static __always_inline int rv_stage_route(struct xdp_md *ctx, const int v6)
+{
+	struct rv_stage_state *st = rv_stage_state();
+	struct rv_be be;
+	int verdict;
+
+	if (!st)
+		return XDP_PASS;
+	be = st->be;
+	verdict = rv_forward_routed(ctx, &be, v6);
+	if (verdict == XDP_PASS)
+		rv_count_event(RV_PASS_NAT_TO_KERNEL);
+	return verdict;
+}
+
+SEC("xdp")
+int xdp_stage_icmp4(struct xdp_md *ctx)
+{
+	return rv_stage_shape(ctx, RV_PKT_ICMP_ERR, 0);
+}
+
+SEC("xdp")
+int xdp_stage_icmp6(struct xdp_md *ctx)
+{
+	return rv_stage_shape(ctx, RV_PKT_ICMP_ERR, 1);
+}
+
+SEC("xdp")
+int xdp_stage_frag4(struct xdp_md *ctx)
+{
+	return rv_stage_shape(ctx, RV_PKT_FRAG_LATER, 0);
+}
+
+SEC("xdp")
+int xdp_stage_frag6(struct xdp_md *ctx)
+{
+	return rv_stage_shape(ctx, RV_PKT_FRAG_LATER, 1);
+}
+
+SEC("xdp")
+int xdp_stage_route4(struct xdp_md *ctx)
+{
+	return rv_stage_route(ctx, 0);
+}
+
+SEC("xdp")
+int xdp_stage_route6(struct xdp_md *ctx)
+{
+	return rv_stage_route(ctx, 1);
 }

@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 8;
+pub const ABI_VERSION: u32 = 9;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -184,11 +184,15 @@ pub mod drop_reason {
     /// Not a drop: a rewritten packet of a `natForwarding: fib` VIP went to
     /// the kernel to route (no FIB answer yet, TTL expiring, too big, VLAN).
     pub const PASS_NAT_TO_KERNEL: u32 = 11;
+    /// Not a drop: the tail-call stage a packet continues in was missing
+    /// from xdp_ingress's stage array (a loader fault); the packet went to
+    /// the kernel as it was.
+    pub const PASS_STAGE_MISSING: u32 = 12;
     /// Not a drop: a flow without state was forwarded by Maglev alone
     /// because the CPU's new-flow guard budget was spent (no entry made).
-    pub const FLOW_GUARDED: u32 = 12;
+    pub const FLOW_GUARDED: u32 = 13;
     /// Number of reasons defined so far.
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 14;
     /// Stable, Prometheus-friendly names, indexed by reason. The `passed_`
     /// ones count packets handed to the kernel untouched, not drops.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -204,6 +208,7 @@ pub mod drop_reason {
         "passed_too_big_for_fragmentation",
         "encap_failed",
         "passed_nat_to_kernel",
+        "passed_stage_missing",
         "flow_guarded",
     ];
 }
@@ -1020,6 +1025,10 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         (
             "RV_PASS_NAT_TO_KERNEL",
             drop_reason::PASS_NAT_TO_KERNEL as i64,
+        ),
+        (
+            "RV_PASS_STAGE_MISSING",
+            drop_reason::PASS_STAGE_MISSING as i64,
         ),
         ("RV_EVENT_FLOW_GUARDED", drop_reason::FLOW_GUARDED as i64),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),

@@ -281,14 +281,20 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
     ]
 }
 
-/// Maps added by an ABI version whose other layouts are those of the version
-/// before it: (version, maps it added). Maps pinned by that earlier version
-/// are adopted as they are and the added maps are created empty, so an
-/// upgrade keeps the flow tables (no `--reset-pinned-state`).
+/// ABI versions whose maps are those of the version before plus the maps
+/// listed (none: only a meaning was added, such as a new counter index in
+/// a map that had room for it): (version, maps it added). Maps pinned by an
+/// earlier version reachable through a chain of such versions are adopted
+/// as they are and the added maps are created empty, so an upgrade keeps
+/// the flow tables (no `--reset-pinned-state`).
 pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
     (7, &["backend_stats_map"]),
+    // drop_stats_map index RV_PASS_STAGE_MISSING (slot 12 of 16).
+    (8, &[]),
+    // Stateless reverse NAT for exclusive endpoints, the new-flow guard
+    // (and drop_stats_map index RV_EVENT_FLOW_GUARDED, slot 13 of 16).
     (
-        8,
+        9,
         &[
             "nat_endpoint_map",
             "nat_endpoint_map6",
@@ -297,6 +303,17 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
     ),
 ];
 
+/// The maps created since ABI version `from` if every version after it up
+/// to this build's is an additive one, else None.
+fn additive_since(from: u32) -> Option<Vec<&'static str>> {
+    let mut added = Vec::new();
+    for v in from + 1..=abi::ABI_VERSION {
+        let (_, maps) = ADDITIVE_UPGRADES.iter().find(|(u, _)| *u == v)?;
+        added.extend_from_slice(maps);
+    }
+    Some(added)
+}
+
 /// What the pin directory holds.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PinnedState {
@@ -304,10 +321,10 @@ pub enum PinnedState {
     Empty,
     /// Every map is pinned and matches this build: adopt them.
     Compatible,
-    /// Maps of the previous ABI version, which differs from this one only
-    /// by the maps [`ADDITIVE_UPGRADES`] lists (missing or already
-    /// created): adopt them, create the missing ones and record this
-    /// version. Holds the version found.
+    /// Maps of an earlier ABI version, which differs from this one only
+    /// by the versions [`ADDITIVE_UPGRADES`] lists (their maps missing or
+    /// already created): adopt them, create the missing ones and record
+    /// this version. Holds the version found.
     Upgradable(u32),
     /// Maps are pinned but cannot be used by this build; each line says why.
     Incompatible(Vec<String>),
@@ -323,11 +340,13 @@ pub fn inspect(pin_dir: &Path, sizes: &TableSizes) -> PinnedState {
     if present.is_empty() {
         return PinnedState::Empty;
     }
-    let added: &[&str] = ADDITIVE_UPGRADES
+    // Maps an upgrade from some earlier version may lack: whether the
+    // pinned version is one is decided once rivora_meta is read.
+    let added: Vec<&str> = ADDITIVE_UPGRADES
         .iter()
-        .find(|(v, _)| *v == abi::ABI_VERSION)
-        .map(|(_, maps)| *maps)
-        .unwrap_or(&[]);
+        .filter(|(v, _)| *v <= abi::ABI_VERSION)
+        .flat_map(|(_, maps)| maps.iter().copied())
+        .collect();
     let mut problems = Vec::new();
     let mut missing_added = Vec::new();
     for spec in &specs {
@@ -385,8 +404,23 @@ pub fn inspect(pin_dir: &Path, sizes: &TableSizes) -> PinnedState {
                     problems.push(format!("map {name} is missing while others are pinned"));
                 }
             }
-            Ok(meta) if !added.is_empty() && meta.abi_version + 1 == abi::ABI_VERSION => {
-                return PinnedState::Upgradable(meta.abi_version);
+            Ok(meta) if meta.abi_version > 0 && meta.abi_version < abi::ABI_VERSION => {
+                match additive_since(meta.abi_version) {
+                    // Only maps the versions since then added may be missing.
+                    Some(since) if missing_added.iter().all(|m| since.contains(m)) => {
+                        return PinnedState::Upgradable(meta.abi_version);
+                    }
+                    Some(_) => {
+                        for name in missing_added {
+                            problems.push(format!("map {name} is missing while others are pinned"));
+                        }
+                    }
+                    None => problems.push(format!(
+                        "maps were written by ABI version {}, this build uses version {}",
+                        meta.abi_version,
+                        abi::ABI_VERSION
+                    )),
+                }
             }
             Ok(meta) if meta.abi_version == 0 => problems
                 .push("rivora_meta records no ABI version (maps of an unfinished start)".into()),

@@ -17,6 +17,7 @@ pub mod loader;
 pub mod maps;
 pub mod model;
 pub mod objects;
+pub mod stages;
 pub mod vip_index;
 pub mod writer;
 

@@ -17,6 +17,7 @@ use crate::compat;
 use crate::holder;
 use crate::maps::Maps;
 use crate::objects;
+use crate::stages;
 use rivora_abi as abi;
 
 /// Where and how big: the settings that shape the loaded objects.
@@ -263,6 +264,9 @@ impl Datapath {
                     source: Box::new(e),
                 })?;
             }
+            // Before anything can run xdp_ingress: a stage it jumps to
+            // must be there.
+            stages::fill(&mut xdp)?;
             // tc_nat is parsed (its maps are the same pins) but loaded
             // only when attached: see AttachOptions::egress.
             Ok((xdp, tc))
@@ -338,6 +342,36 @@ impl Datapath {
         let xdp_pin = self
             .pin_dir
             .join(format!("{}{interface}", LINK_PIN_PREFIXES[0]));
+        // The stage array outlives this process with the program (see
+        // stages.rs), pinned before the program can run on the interface.
+        // If attaching fails below, the pin stays until the next start's
+        // clean-up: the XDP link may already run this program.
+        let own_id = program::<Xdp>(&mut self.xdp, "xdp_ingress")?
+            .info()
+            .map_err(|e| Error::Program {
+                name: "xdp_ingress",
+                source: Box::new(e),
+            })?
+            .id();
+        let stage_pin = stages::pin(&self.xdp, &self.pin_dir, own_id)?;
+        let xdp_replaced = self.attach_xdp_and_tc(opts, interface, ifindex, &xdp_pin)?;
+        // The previous program's array only after the link update and a
+        // grace period; arrays of loads that never got attached now.
+        stages::retire_others(&self.pin_dir, stage_pin, xdp_replaced)?;
+        Ok(self.attachment.as_ref().unwrap())
+    }
+
+    /// The body of [`Datapath::attach`]: attaches (or swaps) the XDP link
+    /// and TCX egress and records the attachment. Returns whether the XDP
+    /// link was an earlier start's pinned one (the programs swapped).
+    fn attach_xdp_and_tc(
+        &mut self,
+        opts: &AttachOptions,
+        interface: &str,
+        ifindex: u32,
+        xdp_pin: &Path,
+    ) -> Result<bool, Error> {
+        let xdp_pin = xdp_pin.to_path_buf();
         let tc_pin = self
             .pin_dir
             .join(format!("{}{interface}", LINK_PIN_PREFIXES[1]));
@@ -440,7 +474,7 @@ impl Datapath {
             xdp_loaded_at_unix,
             tc_loaded_at_unix: t.loaded_at_unix,
         });
-        Ok(self.attachment.as_ref().unwrap())
+        Ok(xdp_replaced)
     }
 
     /// Loads and attaches tc_nat (TCX egress) to the attached interface,
@@ -701,11 +735,12 @@ fn record_xdp_mode(pin_dir: &Path, mode: XdpModeActual) -> Result<(), Error> {
     })
 }
 
-/// Removes the pins of every Rivora map in `pin_dir`, then the directory if
-/// it is empty. Missing pins are not an error.
+/// Removes the pins of every Rivora map and link in `pin_dir` and its stage
+/// arrays, then the directory if it is empty. Missing pins are not an error.
 pub fn remove_pins(pin_dir: &Path) -> Result<(), Error> {
     remove_link_pins(pin_dir)?;
     remove_map_pins(pin_dir)?;
+    stages::remove_pins_except(pin_dir, None)?;
     match std::fs::remove_dir(pin_dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

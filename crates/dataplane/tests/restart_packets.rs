@@ -276,3 +276,45 @@ fn the_expected_map_table_matches_what_the_objects_create() {
         assert!(r.pin_dir.join(spec.name).exists(), "{} pinned", spec.name);
     }
 }
+
+/// ABI 8 only gave drop_stats_map's slot 12 a meaning (a missing tail-call
+/// stage): maps an ABI 7 rivorad pinned are adopted as they are, flows
+/// included, and the version recorded becomes 8.
+#[test]
+fn abi_7_maps_are_upgraded_in_place() {
+    let dir = pin_dir("abi7");
+    let (mut r, _, _) = rig_at(&dir);
+    r.dataplane.apply(&config()).unwrap();
+    let flow = FrameSpec::new("10.201.0.9", 40000, VIP4, 80, proto::TCP);
+    let first = forward(&mut r, &flow);
+    r.keep_pins = true;
+    drop(r);
+    {
+        let data = aya::maps::MapData::from_pin(dir.join("rivora_meta")).unwrap();
+        let mut meta: aya::maps::Array<_, abi::Meta> =
+            aya::maps::Map::Array(data).try_into().unwrap();
+        let mut m = meta.get(&0, 0).unwrap();
+        m.abi_version = 7;
+        meta.set(0, m, 0).unwrap();
+    }
+    let sizes = rivora_dataplane::compat::TableSizes::defaults();
+    assert_eq!(
+        rivora_dataplane::compat::inspect(&dir, &sizes),
+        rivora_dataplane::compat::PinnedState::Upgradable(7)
+    );
+    let (mut r, outcome, report) = rig_at(&dir);
+    assert_eq!(outcome, LoadOutcome::Reused);
+    assert_eq!(report.vips, config().len());
+    assert_eq!(
+        rivora_dataplane::compat::read_meta(&dir)
+            .unwrap()
+            .abi_version,
+        abi::ABI_VERSION
+    );
+    assert_eq!(
+        rivora_dataplane::compat::inspect(&dir, &sizes),
+        rivora_dataplane::compat::PinnedState::Compatible
+    );
+    assert_eq!(forward(&mut r, &flow), first, "the flow kept its backend");
+    r.keep_pins = false;
+}
