@@ -470,7 +470,8 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		}
 		/* Which packet of a flow creates its affinity entry: never a SYN
 		 * (it only re-points an entry that a reused 5-tuple left behind,
-		 * in place), a UDP flow's second packet, and at once any other TCP
+		 * in place), a UDP flow's second packet (or any of a flow whose
+		 * entry is stale: it has proven itself), and at once any other TCP
 		 * packet without one (the handshake's ACK, or a flow whose entry
 		 * was evicted), if the new-flow guard admits it. A SYN and a UDP
 		 * flow's first packet are its new flows. */
@@ -480,7 +481,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 				aff->backend_id = backend_id;
 				aff->backend_generation = be.generation;
 			}
-		} else if (p->proto == IPPROTO_UDP &&
+		} else if (p->proto == IPPROTO_UDP && !aff &&
 			   !rv_udp_seen_before(client_ip ? rv_flow_hash(p->src, p->dst, p->sport, p->dport,
 									 p->proto, 0, v6)
 							 : h)) {
@@ -573,12 +574,22 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 
 	if (rv_find_vip(p->in_proto, p->in_src, p->in_sport, &service_id, v6, 0))
 		return XDP_PASS;
+	const struct rv_service *svc = bpf_map_lookup_elem(&service_config_map, &service_id);
 	if (rv_affinity_backend(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto, 0, &backend_id, &be, 0,
 				v6)) {
-		rv_count_event(RV_PASS_ICMP_UNMATCHED);
-		return XDP_PASS;
+		/* No entry: a flow that has none (yet), such as a connection
+		 * still in its handshake or a one-datagram UDP flow, is where
+		 * Maglev sends it. */
+		if (!svc || !(svc->flags & RV_SVC_F_ACTIVE) ||
+		    rv_maglev_pick(svc,
+				   rv_flow_hash(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto,
+						svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP, v6),
+				   &backend_id) ||
+		    rv_backend(backend_id, &be, v6)) {
+			rv_count_event(RV_PASS_ICMP_UNMATCHED);
+			return XDP_PASS;
+		}
 	}
-	const struct rv_service *svc = bpf_map_lookup_elem(&service_config_map, &service_id);
 	if (svc && svc->mode != RV_MODE_NAT)
 		return rv_dsr_defer(job, svc, &be, service_id, 0);
 	__be16 be_port = be.port ? be.port : p->in_sport;

@@ -323,7 +323,7 @@ fn a_syn_reusing_an_entry_of_a_down_backend_goes_to_a_healthy_one() {
     }
 }
 
-/// UDP has no SYN: an entry is the flow. It keeps a draining backend (drain
+/// UDP has no SYN: an entry (made by a flow's second datagram) is the flow. It keeps a draining backend (drain
 /// lets established flows finish), leaves a down one, and is dropped by the
 /// writer when its backend leaves the VIP (removed from it, or retiring).
 #[test]
@@ -339,8 +339,13 @@ fn udp_entries_keep_draining_backends_and_leave_removed_ones() {
         r.dataplane
             .apply(&[vip("dns", &va, 53, proto::UDP, bs.clone()), alt()])
             .unwrap();
+        // A UDP flow earns its entry with its second datagram (balance.h).
         let flows: BTreeMap<u16, BackendKey> = (23000..23300u16)
-            .map(|p| (p, send(&mut r, client, p, vip_addr, 53, UDP, 0)))
+            .map(|p| {
+                let first = send(&mut r, client, p, vip_addr, 53, UDP, 0);
+                assert_eq!(send(&mut r, client, p, vip_addr, 53, UDP, 0), first);
+                (p, first)
+            })
             .collect();
         let on = |b: BackendKey| flows.iter().filter(move |(_, x)| **x == b).map(|(p, _)| *p);
         for b in &bs {

@@ -117,6 +117,8 @@ fn check_mode(mode: Mode, v6: bool, name: &str) {
         let mut first = true;
         for k in 0..(1 + i % 4) {
             let mut f = FrameSpec::new(&client, 20000 + i, vip_addr, port, p);
+            // A connection opens with its SYN, the new flow it counts.
+            f.syn = first && p == proto::TCP;
             f.payload = vec![0x5a; 10 + usize::from(i % 13) * 37 + usize::from(k)];
             let frame = f.build();
             let (verdict, out) = r.datapath.run_xdp(&frame).unwrap();
@@ -246,7 +248,9 @@ fn a_reassigned_backend_id_starts_from_zero() {
     // From there on it counts its own traffic only.
     let mut bytes = 0;
     for i in 0..7u16 {
-        let f = FrameSpec::new("10.201.0.3", 31000 + i, VIP4, 80, proto::TCP).build();
+        let f = FrameSpec::new("10.201.0.3", 31000 + i, VIP4, 80, proto::TCP)
+            .syn()
+            .build();
         bytes += f.len() as u64;
         let (v, out) = r.datapath.run_xdp(&f).unwrap();
         assert_eq!(v, XDP_PASS);

@@ -72,6 +72,12 @@ struct Model {
     states: HashMap<u32, u32>,
     /// SYNs whose 5-tuple's entry named a backend that was not healthy.
     stale_syns: usize,
+    /// The datapath's per-CPU UDP seen filter (balance.h
+    /// rv_udp_seen_before), slot -> tag: the test runs on one CPU.
+    udp_seen: Vec<u32>,
+    /// UDP datagrams that made no entry because their flow was not seen
+    /// before (first datagrams).
+    udp_first: usize,
 }
 
 #[derive(Default, Debug)]
@@ -300,6 +306,17 @@ impl Model {
             .find(|id| self.state(*id) == rivora_abi::backend_state::HEALTHY)
     }
 
+    /// balance.h rv_udp_seen_before: one tag per slot.
+    fn udp_seen_before(&mut self, h: u32) -> bool {
+        let slot = (h & (rivora_abi::UDP_SEEN_SLOTS - 1)) as usize;
+        let tag = h | 1;
+        if self.udp_seen[slot] == tag {
+            return true;
+        }
+        self.udp_seen[slot] = tag;
+        false
+    }
+
     fn decide(&mut self, frame: &[u8]) -> Decision {
         let Some(p) = parse(frame) else {
             return Decision::Pass;
@@ -308,15 +325,29 @@ impl Model {
             if !self.vips.contains_key(&(isrc.clone(), *isport, *iproto)) {
                 return Decision::Pass;
             }
-            return match self
-                .affinity
-                .get(&(idst.clone(), isrc.clone(), *idport, *isport, *iproto))
-            {
-                Some(id) if self.usable(*id) => {
-                    let (a, port) = self.backends[id];
+            let id =
+                match self
+                    .affinity
+                    .get(&(idst.clone(), isrc.clone(), *idport, *isport, *iproto))
+                {
+                    Some(id) if self.usable(*id) => Some(*id),
+                    // No entry: where Maglev sends the flow.
+                    _ => {
+                        let svc = &self.vips[&(isrc.clone(), *isport, *iproto)];
+                        let h = flow_hash(idst, isrc, *idport, *isport, *iproto);
+                        if svc.size == 0 {
+                            None
+                        } else {
+                            self.pick(svc, h)
+                        }
+                    }
+                };
+            return match id {
+                Some(id) => {
+                    let (a, port) = self.backends[&id];
                     Decision::ForwardIcmp(a, if port == 0 { *isport } else { port })
                 }
-                _ => Decision::Pass,
+                None => Decision::Pass,
             };
         }
         if p.later_frag {
@@ -346,14 +377,26 @@ impl Model {
         {
             self.stale_syns += 1;
         }
-        let id = match self.affinity.get(&flow) {
-            Some(id) if !opens && self.usable(*id) => *id,
+        let entry = self.affinity.get(&flow).copied();
+        let id = match entry {
+            Some(id) if !opens && self.usable(id) => id,
             _ => {
                 let h = flow_hash(&p.src, &p.dst, p.sport, p.dport, p.proto);
                 let Some(id) = self.pick(&svc, h) else {
                     return Decision::Drop(rivora_abi::drop_reason::NO_HEALTHY_BACKEND);
                 };
-                self.affinity.insert(flow, id);
+                // Which packet makes a flow's entry (xdp_ingress.c): a SYN
+                // only re-points one it finds; a UDP flow's second datagram
+                // (or any, once it had an entry); any other TCP segment.
+                if opens {
+                    if entry.is_some() {
+                        self.affinity.insert(flow, id);
+                    }
+                } else if p.proto == 17 && entry.is_none() && !self.udp_seen_before(h) {
+                    self.udp_first += 1;
+                } else {
+                    self.affinity.insert(flow, id);
+                }
                 id
             }
         };
@@ -594,6 +637,8 @@ fn dst_of(f: &[u8]) -> Option<IpAddr> {
 
 #[test]
 fn two_hundred_thousand_frames_agree_with_the_model() {
+    // The UDP seen filter is per CPU: the model mirrors one CPU's.
+    pin_to_one_cpu();
     let mut r = rig("fuzz");
     let b4: Vec<_> = (11..15)
         .map(|i| backend(&format!("10.200.1.{i}"), 8000 + i as u16, 1 + i as u32 % 3))
@@ -639,6 +684,8 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         frags: HashMap::new(),
         states: HashMap::new(),
         stale_syns: 0,
+        udp_seen: vec![0; rivora_abi::UDP_SEEN_SLOTS as usize],
+        udp_first: 0,
     };
     for v in r.dataplane.vips() {
         model.vips.insert(
@@ -746,8 +793,13 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         }
     }
     eprintln!(
-        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend",
-        model.stale_syns
+        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend; {} UDP first datagrams made no entry",
+        model.stale_syns, model.udp_first
+    );
+    assert!(
+        model.udp_first > 1000,
+        "too few first UDP datagrams: {}",
+        model.udp_first
     );
     assert!(
         model.stale_syns > 100,

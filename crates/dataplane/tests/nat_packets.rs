@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::time::Duration;
 
 use common::*;
 use rivora_abi as abi;
@@ -274,7 +275,9 @@ fn new_flows_spread_by_weight_and_are_counted() {
     let mut bytes = 0u64;
     for i in 0..flows {
         let src = format!("10.{}.{}.{}", 1 + i / 60000, (i / 250) % 250, 1 + i % 250);
-        let f = FrameSpec::new(&src, 1024 + (i % 50000) as u16, VIP4, 80, proto::TCP).build();
+        let f = FrameSpec::new(&src, 1024 + (i % 50000) as u16, VIP4, 80, proto::TCP)
+            .syn()
+            .build();
         bytes += f.len() as u64;
         let (v, out) = r.datapath.run_xdp(&f).unwrap();
         assert_eq!(v, XDP_PASS);
@@ -605,12 +608,14 @@ fn adding_a_backend_keeps_the_slice_size_and_moves_about_one_in_n() {
 /// The established path looks the reverse NAT entry up only once per coarse
 /// clock tick (about a second), not per packet. A flow whose entry the LRU
 /// evicted gets it back from its first packet in a later tick, so its
-/// replies keep leaving from the VIP.
+/// replies keep leaving from the VIP. (Per-flow reverse entries exist only
+/// for backend endpoints that several VIPs share: here web4 and alt4.)
 #[test]
 fn an_evicted_reverse_entry_is_recreated_in_the_flows_next_tick() {
     let mut r = rig("natevict");
+    let alt = vip("alt4", "10.200.100.2", 80, proto::TCP, backends4());
     r.dataplane
-        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends4())])
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends4()), alt])
         .unwrap();
     let req = FrameSpec::new(CLIENT4, 40001, VIP4, 80, proto::TCP);
     let chosen = round_trip(&mut r, &req, &backends4());
@@ -693,4 +698,178 @@ fn a_removed_vips_flows_stop_at_once() {
     assert_eq!(out, frame, "untouched");
     let api = FrameSpec::new(CLIENT4, 40003, VIP4, 443, proto::TCP);
     round_trip(&mut r, &api, &backends4());
+}
+
+/// How many entries a table holds.
+fn count<K: aya::Pod, V: aya::Pod>(m: &aya::maps::HashMap<aya::maps::MapData, K, V>) -> usize {
+    m.keys().count()
+}
+
+/// The reply of `chosen` to `req` as tc_nat leaves it: (source, port).
+fn reply_source(r: &mut Rig, req: &FrameSpec, chosen: BackendKey) -> (IpAddr, u16) {
+    let mut reply = FrameSpec::new("0.0.0.0", chosen.port, "0.0.0.0", req.sport, req.proto);
+    reply.src = chosen.addr;
+    reply.dst = req.src;
+    let (tcx, back) = r.datapath.run_tc(&reply.build()).unwrap();
+    assert_eq!(tcx, TCX_NEXT);
+    let q = parse_checked(&back);
+    (q.src, q.sport)
+}
+
+/// A new connection costs no map insert on its SYN: the SYN is balanced by
+/// Maglev alone, its backend (serving one VIP) needs no per-flow reverse
+/// entry, and the handshake's next packet makes the one entry a connection
+/// has, on the backend the SYN went to. The replies of both are restored
+/// from the endpoint.
+#[test]
+fn a_syn_creates_no_state_and_the_next_packet_one_affinity_entry() {
+    let mut r = rig("natsyn");
+    r.dataplane
+        .apply(&[vip("web4", VIP4, 80, proto::TCP, backends4())])
+        .unwrap();
+    let eps = r.dataplane.nat_endpoints();
+    assert_eq!(eps.len(), 3, "one endpoint per backend: {eps:?}");
+    assert!(eps.values().all(|e| e.exclusive()));
+    for i in 0..50u16 {
+        let syn = FrameSpec::new(CLIENT4, 41000 + i, VIP4, 80, proto::TCP).syn();
+        let chosen = round_trip(&mut r, &syn, &backends4());
+        assert_eq!(
+            count(&r.dataplane.maps().affinity),
+            i as usize,
+            "the SYN made no entry"
+        );
+        assert_eq!(count(&r.dataplane.maps().nat_reverse), 0);
+        let ack = FrameSpec::new(CLIENT4, 41000 + i, VIP4, 80, proto::TCP);
+        assert_eq!(
+            round_trip(&mut r, &ack, &backends4()),
+            chosen,
+            "the ACK follows the SYN"
+        );
+        assert_eq!(count(&r.dataplane.maps().affinity), i as usize + 1);
+    }
+    assert_eq!(
+        count(&r.dataplane.maps().nat_reverse),
+        0,
+        "no reverse entry at all"
+    );
+    let s = &r.dataplane.vip_counters().unwrap()[0].stats;
+    assert_eq!(
+        (s.packets, s.new_flows),
+        (100, 50),
+        "the SYNs are the new flows"
+    );
+}
+
+/// A one-datagram UDP flow (a DNS query) leaves no state; the second
+/// datagram of a flow makes its entry.
+#[test]
+fn a_udp_flow_earns_its_entry_with_its_second_datagram() {
+    let mut r = rig("natudp2");
+    r.dataplane
+        .apply(&[vip("dns4", VIP4, 53, proto::UDP, backends4())])
+        .unwrap();
+    for i in 0..40u16 {
+        let q = FrameSpec::new(CLIENT4, 42000 + i, VIP4, 53, proto::UDP);
+        round_trip(&mut r, &q, &backends4());
+    }
+    assert_eq!(
+        count(&r.dataplane.maps().affinity),
+        0,
+        "40 one-datagram flows"
+    );
+    assert_eq!(count(&r.dataplane.maps().nat_reverse), 0);
+    let q = FrameSpec::new(CLIENT4, 42000, VIP4, 53, proto::UDP);
+    round_trip(&mut r, &q, &backends4());
+    assert_eq!(count(&r.dataplane.maps().affinity), 1, "a second datagram");
+    let s = &r.dataplane.vip_counters().unwrap()[0].stats;
+    assert_eq!((s.packets, s.new_flows), (41, 40));
+}
+
+/// An endpoint that a second VIP starts to share: the flows of its
+/// exclusive time (no per-flow entry) keep their replies restored to the
+/// first VIP by the fallback, the second VIP's flows get per-flow entries
+/// and their own VIP, and the first VIP's flows make theirs in their next
+/// tick. When the second VIP goes, the endpoint waits for the retire grace
+/// before it is exclusive again.
+#[test]
+fn an_endpoint_shared_later_keeps_every_flows_replies_right() {
+    let mut r = rig("natshare");
+    r.dataplane.set_retire_grace(Duration::from_secs(600));
+    let one = vec![backends4()[0].clone()];
+    let web = || vip("web4", VIP4, 80, proto::TCP, one.clone());
+    let alt = || vip("alt4", "10.200.100.2", 80, proto::TCP, one.clone());
+    r.dataplane.apply(&[web()]).unwrap();
+    let old = FrameSpec::new(CLIENT4, 43000, VIP4, 80, proto::TCP);
+    let b = round_trip(&mut r, &old, &one);
+    assert_eq!(count(&r.dataplane.maps().nat_reverse), 0);
+
+    r.dataplane.apply(&[web(), alt()]).unwrap();
+    let e = r
+        .dataplane
+        .nat_endpoints()
+        .values()
+        .next()
+        .copied()
+        .unwrap();
+    assert_eq!(
+        e.flags,
+        abi::nat_ep_flags::FALLBACK,
+        "shared, with the old VIP as fallback"
+    );
+    assert_eq!(
+        reply_source(&mut r, &old, b),
+        (VIP4.parse().unwrap(), 80),
+        "an exclusive-time flow's reply, without an entry"
+    );
+    let new = FrameSpec::new(CLIENT4, 43001, "10.200.100.2", 80, proto::TCP);
+    assert_eq!(round_trip(&mut r, &new, &one), b);
+    assert_eq!(
+        count(&r.dataplane.maps().nat_reverse),
+        1,
+        "the shared endpoint's flow"
+    );
+    assert_eq!(
+        reply_source(&mut r, &new, b),
+        ("10.200.100.2".parse().unwrap(), 80)
+    );
+
+    // The old flow's next packet in a later tick records its entry.
+    let (flow, mut aff) = r
+        .dataplane
+        .maps()
+        .affinity
+        .iter()
+        .map(|e| e.unwrap())
+        .find(|(f, _)| u16::from_be(f.sport) == 43000)
+        .unwrap();
+    aff.nat_checked = aff.nat_checked.wrapping_sub(1);
+    r.dataplane
+        .maps_mut()
+        .affinity
+        .insert(flow, aff, 0)
+        .unwrap();
+    round_trip(&mut r, &old, &one);
+    assert_eq!(count(&r.dataplane.maps().nat_reverse), 2);
+
+    // One VIP again: still shared (alt4's flows may be finishing).
+    r.dataplane.apply(&[web()]).unwrap();
+    let e = r
+        .dataplane
+        .nat_endpoints()
+        .values()
+        .next()
+        .copied()
+        .unwrap();
+    assert!(!e.exclusive(), "no promotion before the retire grace");
+    r.dataplane.set_retire_grace(Duration::ZERO);
+    r.dataplane.release_retired().unwrap();
+    let e = r
+        .dataplane
+        .nat_endpoints()
+        .values()
+        .next()
+        .copied()
+        .unwrap();
+    assert!(e.exclusive(), "promoted once the grace has passed");
+    assert_eq!(reply_source(&mut r, &old, b), (VIP4.parse().unwrap(), 80));
 }

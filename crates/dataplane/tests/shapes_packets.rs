@@ -269,9 +269,17 @@ fn fixture_table_of_single_frames() {
             Expect::Untouched,
         ),
         (
-            "v4 reply unknown flow",
+            // The endpoint serves one VIP: every reply of it is the VIP's
+            // (bpf/reverse.h), with or without flow state.
+            "v4 reply of a flow without state",
             Prog::Tc,
             frame(b4, c4, TCP, &[], &tcp(b4, c4, 8080, 1, 0x12, b"")),
+            Expect::FromVip(VIP4, 80),
+        ),
+        (
+            "v4 reply from a port that is no VIP's endpoint",
+            Prog::Tc,
+            frame(b4, c4, TCP, &[], &tcp(b4, c4, 9999, 1, 0x12, b"")),
             Expect::Untouched,
         ),
         (
@@ -414,9 +422,17 @@ fn fixture_table_of_single_frames() {
             Expect::Untouched,
         ),
         (
-            "v6 reply unknown flow",
+            // The endpoint serves one VIP: every reply of it is the VIP's
+            // (bpf/reverse.h), with or without flow state.
+            "v6 reply of a flow without state",
             Prog::Tc,
             frame(b6, c6, TCP, &[], &tcp(b6, c6, 8080, 1, 0x12, b"")),
+            Expect::FromVip(VIP6, 80),
+        ),
+        (
+            "v6 reply from a port that is no VIP's endpoint",
+            Prog::Tc,
+            frame(b6, c6, TCP, &[], &tcp(b6, c6, 9999, 1, 0x12, b"")),
             Expect::Untouched,
         ),
     ];
@@ -751,7 +767,9 @@ fn icmp_errors_reach_the_flow_owner_with_the_quote_rewritten() {
         } else {
             (ip(CLIENT4), ip(VIP4), ip(BACKEND4), ip(ROUTER4))
         };
-        // Establish the flows: TCP 40200 -> 80 and UDP 40201 -> 53.
+        // Open the flows: TCP 40200 -> 80 (a SYN) and UDP 40201 -> 53 (one
+        // datagram). Neither leaves an affinity entry (balance.h): errors
+        // about them go where Maglev sent them.
         for (p, l4) in [
             (TCP, tcp(c, v, 40200, 80, 2, b"")),
             (UDP, udp(c, v, 40201, 53, b"q")),
@@ -805,7 +823,8 @@ fn icmp_errors_reach_the_flow_owner_with_the_quote_rewritten() {
                 cases += 1;
             }
         }
-        // An error about a flow nobody knows is passed and counted.
+        // An error about a flow without state goes where Maglev sends the
+        // flow; with no healthy backend it is passed and counted.
         let reply = tcp(v, c, 80, 1, 0x18, b"");
         let mut quoted = if v6 {
             ipv6(v, c, TCP, &[], reply.len())
@@ -818,14 +837,28 @@ fn icmp_errors_reach_the_flow_owner_with_the_quote_rewritten() {
         } else {
             icmp4(3, 1, [0; 4], &quoted)
         };
+        let f = frame(rt, v, if v6 { ICMP6 } else { ICMP }, &[], &msg);
+        let (verdict, out) = r.datapath.run_xdp(&f).unwrap();
+        assert_eq!(verdict, XDP_PASS, "error about a flow without state");
+        check_icmp(&out, v6, rt, b, b, 8080, c, 1, TCP);
+        let backend_key = rivora_dataplane::BackendKey {
+            addr: b,
+            port: 8080,
+        };
+        r.dataplane
+            .set_backend_state(&backend_key, abi::backend_state::DOWN)
+            .unwrap();
         run(
             &mut r,
-            "error about an unknown flow",
+            "error about a flow without state, no healthy backend",
             Prog::Xdp,
-            &frame(rt, v, if v6 { ICMP6 } else { ICMP }, &[], &msg),
+            &f,
             Expect::UntouchedCounted(abi::drop_reason::PASS_ICMP_UNMATCHED),
         );
-        cases += 1;
+        r.dataplane
+            .set_backend_state(&backend_key, abi::backend_state::HEALTHY)
+            .unwrap();
+        cases += 2;
         // The backend's own error about the client's datagram (port unreachable)
         // leaves from the VIP, quoting what the client sent to the VIP.
         let sent = udp(c, b, 40201, 5353, b"q");

@@ -156,6 +156,10 @@ pub struct FrameSpec {
     pub vlans: Vlans,
     pub ipv4_options: bool,
     pub payload: Vec<u8>,
+    /// TCP: a SYN (opens a connection: balanced, creates no affinity
+    /// entry) instead of a segment without flags (creates one when none
+    /// exists).
+    pub syn: bool,
 }
 
 impl FrameSpec {
@@ -169,7 +173,14 @@ impl FrameSpec {
             vlans: Vlans::None,
             ipv4_options: false,
             payload: b"rivora test payload".to_vec(),
+            syn: false,
         }
+    }
+
+    /// The same frame as a TCP SYN.
+    pub fn syn(mut self) -> Self {
+        self.syn = true;
+        self
     }
 
     pub fn vlans(mut self, v: Vlans) -> Self {
@@ -226,6 +237,11 @@ impl FrameSpec {
         };
         let mut out = Vec::new();
         match self.proto {
+            proto::TCP if self.syn => step
+                .tcp(self.sport, self.dport, 1000, 64240)
+                .syn()
+                .write(&mut out, &self.payload)
+                .unwrap(),
             proto::TCP => step
                 .tcp(self.sport, self.dport, 1000, 64240)
                 .write(&mut out, &self.payload)
@@ -356,6 +372,24 @@ pub fn pin_to_cpu0() {
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
             0,
             "pinning the test thread to CPU 0"
+        );
+    }
+}
+
+/// Pins the calling thread to the CPU it runs on, so that every
+/// BPF_PROG_TEST_RUN of a test meets the same per-CPU maps (the UDP seen
+/// filter, the new-flow guard's window).
+pub fn pin_to_one_cpu() {
+    // SAFETY: plain libc calls on a zeroed cpu_set_t of our own.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(cpu >= 0, "sched_getcpu");
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "sched_setaffinity"
         );
     }
 }
