@@ -667,6 +667,16 @@ pub struct FlowGuardConfig {
     pub rate: u64,
 }
 
+/// `struct rv_flow_guard_state`: one CPU's guard window (soft state of the
+/// running program, never written by the control plane; mirrored so the
+/// layout check covers it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowGuardState {
+    pub window_start: u64,
+    pub count: u64,
+}
+
 /// `struct rv_rl_config`: a per-source SYN token bucket's parameters.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -816,6 +826,7 @@ pod!(
     NatEpValue4,
     NatEpValue6,
     FlowGuardConfig,
+    FlowGuardState,
     RlConfig,
     RlKey4,
     RlKey6,
@@ -909,6 +920,11 @@ pub fn layouts() -> Vec<StructLayout> {
             FlowGuardConfig,
             "rv_flow_guard_config",
             [limit, window_jiffies, rate]
+        ),
+        layout!(
+            FlowGuardState,
+            "rv_flow_guard_state",
+            [window_start, count]
         ),
         layout!(
             VipStats,
