@@ -921,11 +921,7 @@ pub fn layouts() -> Vec<StructLayout> {
             "rv_flow_guard_config",
             [limit, window_jiffies, rate]
         ),
-        layout!(
-            FlowGuardState,
-            "rv_flow_guard_state",
-            [window_start, count]
-        ),
+        layout!(FlowGuardState, "rv_flow_guard_state", [window_start, count]),
         layout!(
             VipStats,
             "rv_vip_stats",

@@ -243,6 +243,11 @@ fn sample_stats() -> Stats {
                 capacity: 65_536,
             },
         ],
+        flow_guard: Some(FlowGuard {
+            rate_per_s: 100_000,
+            per_cpu_limit: 5_000,
+            window_ms: 100,
+        }),
     }
 }
 

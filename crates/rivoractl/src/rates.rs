@@ -206,6 +206,7 @@ pub(crate) mod tests {
                 capacity: 100,
             }],
             backends: vec![],
+            flow_guard: None,
         }
     }
 

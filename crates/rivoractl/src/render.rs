@@ -1629,6 +1629,7 @@ mod tests {
             at_unix_ms: 1_700_000_000_000,
             tables: vec![],
             backends: vec![],
+            flow_guard: None,
         };
         let out = stats(&totals_only(s));
         println!("{out}");
@@ -1671,6 +1672,7 @@ mod tests {
             at_unix_ms: 0,
             tables: vec![],
             backends: vec![],
+            flow_guard: None,
         }));
         assert_eq!(none, "No VIP counters.\n\nDrops by reason: none\n");
     }

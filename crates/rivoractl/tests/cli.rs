@@ -235,7 +235,10 @@ impl ApiSource for Fake {
                 reply_packets: 0,
                 reply_bytes: 0,
             }],
-            drops: vec![],
+            drops: vec![DropCount {
+                reason: "flow_guarded".into(),
+                packets: 7 * n,
+            }],
             at_unix_ms: 1_700_000_000_000 + 200 * n,
             tables: vec![TableUsage {
                 name: "connection_affinity_map".into(),
@@ -243,6 +246,11 @@ impl ApiSource for Fake {
                 capacity: 100,
             }],
             backends,
+            flow_guard: Some(FlowGuard {
+                rate_per_s: 100_000,
+                per_cpu_limit: 5_000,
+                window_ms: 100,
+            }),
         })
     }
     fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
@@ -536,6 +544,12 @@ fn stats_rates_and_watch() {
     assert_eq!(
         row(&text, "connection_affinity_map"),
         ["connection_affinity_map", "95", "100", "95.0% !"]
+    );
+    assert!(
+        text.contains(
+            "\nNew-flow guard: 100000 state entries/s node-wide (5000 per CPU per 100 ms); 14 packets guarded (forwarded without state)\n"
+        ),
+        "{text}"
     );
     // Per backend: totals of the later sample, rates over the interval.
     assert!(
