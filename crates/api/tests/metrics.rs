@@ -282,6 +282,12 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
         s.last_reload_unix as f64,
     );
     put(
+        "rivora_flow_guard_rate",
+        Kind::Gauge,
+        none.clone(),
+        s.flow_guard_rate as f64,
+    );
+    put(
         "rivora_start_time_seconds",
         Kind::Gauge,
         none,
@@ -473,6 +479,7 @@ fn empty_snapshot_has_only_daemon_families() {
             "rivora_config_generation",
             "rivora_config_last_reload_success",
             "rivora_config_last_reload_timestamp_seconds",
+            "rivora_flow_guard_rate",
             "rivora_start_time_seconds",
         ]
     );
