@@ -338,10 +338,14 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
     let (pins, _datapath, mut dp, load) = fresh("ctl")?;
     sec.rows.push(
         Row::info(
-            "API: load and verify both programs (Datapath::load)",
+            "API: load and verify xdp_ingress and its stages (Datapath::load)",
             fmt_secs(load),
         )
-        .evidence("xdp_ingress + tc_nat, maps created and pinned"),
+        .evidence(format!(
+            "xdp_ingress and its {} tail-call stages verified, their stage array filled; tc_nat \
+             parsed (verified when attached); maps created and pinned",
+            rivora_dataplane::stages::STAGES.len()
+        )),
     );
     let cold = timed_apply(&mut dp, &full_specs(0..0, 1))?;
     let imb: Vec<f64> = dp.vips().map(|v| v.worst_imbalance).collect();

@@ -14,7 +14,8 @@
 //!
 //! Every figure is reported next to a baseline measured in the same run.
 //! Needs root. Run by hand: `cargo run --release -p rivora-bench`; never
-//! part of `cargo test`.
+//! part of `cargo test`. `RIVORA_BENCH_XDP_OBJECT=PATH` runs part 1 with
+//! another build of xdp_ingress.o (an A/B against another commit).
 
 mod control;
 mod frames;
@@ -39,7 +40,10 @@ use report::{Row, Section, Verdict};
 #[command(
     name = "rivora-bench",
     about = "Rivora's benchmarks: per-packet program cost, real traffic on veth, Maglev, control plane. \
-             Needs root; prints a table per part and writes them as markdown."
+             Needs root; prints a table per part and writes them as markdown.",
+    after_help = "Environment: RIVORA_BENCH_XDP_OBJECT=PATH runs part 1 with another build of \
+                  xdp_ingress.o (same map layouts) in place of the embedded one, for an interleaved \
+                  A/B against another commit's program."
 )]
 struct Args {
     /// Fewer runs and shorter windows (about a minute instead of 3-4); the figures are noisier.

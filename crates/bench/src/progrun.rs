@@ -379,9 +379,20 @@ impl Rig {
                 .map_max_entries("maglev_table", abi::MAGLEV_TABLE_DEFAULT)
                 .load(bytes)
         };
-        let mut real_xdp = load_real(objects::XDP_INGRESS).context("xdp_ingress object")?;
+        // RIVORA_BENCH_XDP_OBJECT: another build of xdp_ingress.o over
+        // the same rig and maps (an interleaved A/B against another
+        // commit's program; its map layouts must be this build's).
+        let xdp_bytes = match std::env::var_os("RIVORA_BENCH_XDP_OBJECT") {
+            Some(p) => std::fs::read(&p)
+                .with_context(|| format!("read RIVORA_BENCH_XDP_OBJECT {}", p.display()))?,
+            None => objects::XDP_INGRESS.to_vec(),
+        };
+        let mut real_xdp = load_real(&xdp_bytes).context("xdp_ingress object")?;
         let mut real_tc = load_real(objects::TC_NAT).context("tc_nat object")?;
         let fd_real_xdp = load_prog::<Xdp>(&mut real_xdp, "xdp_ingress")?;
+        // Its tail-call stages, in its own stage array, before it runs.
+        rivora_dataplane::stages::fill(&mut real_xdp)
+            .map_err(|e| anyhow!("xdp_ingress stages: {e}"))?;
         let fd_real_tc = load_prog::<SchedClassifier>(&mut real_tc, "tc_nat")?;
 
         let mut bench_xdp = EbpfLoader::new()
@@ -403,6 +414,9 @@ impl Rig {
 
         let mut sizes = Vec::new();
         sizes.extend(prog_sizes::<Xdp>(&mut real_xdp, "xdp_ingress"));
+        for (_, stage) in rivora_dataplane::stages::STAGES {
+            sizes.extend(prog_sizes::<Xdp>(&mut real_xdp, stage));
+        }
         sizes.extend(prog_sizes::<SchedClassifier>(&mut real_tc, "tc_nat"));
         sizes.extend(prog_sizes::<Xdp>(&mut bench_xdp, "bench_floor"));
         sizes.extend(prog_sizes::<SchedClassifier>(

@@ -62,8 +62,9 @@ pub fn pin_name(xdp_program_id: u32) -> String {
 /// `stage_map` has no stages (an older build given by `--bpf-object-dir`).
 /// A stage program this table does not know, or one it lists missing from
 /// an object that has the array, is an error: the object and this loader
-/// are of different builds.
-pub(crate) fn fill(xdp: &mut Ebpf) -> Result<(), Error> {
+/// are of different builds. Public for tools that load the object
+/// themselves (rivora-bench runs it in its harness).
+pub fn fill(xdp: &mut Ebpf) -> Result<(), Error> {
     let in_object: Vec<String> = xdp
         .programs()
         .map(|(n, _)| n.to_string())

@@ -83,8 +83,9 @@ fn load_all(pins: &Pins, object: &'static str, bytes: &[u8]) -> Vec<Verified> {
 
 #[test]
 fn every_program_verifies_within_the_budget() {
-    let xdp = match std::env::var_os("RIVORA_VERIFIER_OBJECT") {
-        Some(path) => std::fs::read(&path).expect("read RIVORA_VERIFIER_OBJECT"),
+    let other = std::env::var_os("RIVORA_VERIFIER_OBJECT");
+    let xdp = match &other {
+        Some(path) => std::fs::read(path).expect("read RIVORA_VERIFIER_OBJECT"),
         None => rivora_dataplane::objects::XDP_INGRESS.to_vec(),
     };
     let objects: [(&'static str, &[u8]); 3] = [
@@ -113,7 +114,11 @@ fn every_program_verifies_within_the_budget() {
             .any(|v| v.object == object && v.program == program)
     };
     assert!(have("xdp_ingress.o", "xdp_ingress"));
-    for (_, stage) in rivora_dataplane::stages::STAGES {
+    // Another build (an older commit's) may have no stages.
+    for (_, stage) in rivora_dataplane::stages::STAGES
+        .iter()
+        .filter(|_| other.is_none())
+    {
         assert!(
             have("xdp_ingress.o", stage),
             "xdp_ingress.o has no stage program {stage}"

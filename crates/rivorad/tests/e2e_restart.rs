@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 
 use common::*;
+use rivora_dataplane::stages;
 
 /// name -> (service ID, slice offset, slice size, backend IDs)
 fn layout(lab: &Lab) -> BTreeMap<String, (u32, u32, u32, Vec<u32>)> {
@@ -136,7 +137,14 @@ fn persistent_datapath_outlives_the_daemon_and_uninstall_removes_it() {
     lab.start(&["--persist-datapath"]);
     let s1 = lab.status();
     assert!(s1.persist_datapath && s1.programs.iter().all(|p| p.link_pinned));
+    let stage_array = |s: &rivora_api::Status| vec![stages::pin_name(s.programs[0].program_id)];
+    assert_eq!(stages::pinned(&lab.pin_dir), stage_array(&s1));
     assert_eq!(lab.kill(libc::SIGTERM).code(), Some(0));
+    assert_eq!(
+        stages::pinned(&lab.pin_dir),
+        stage_array(&s1),
+        "the attached program's stage array stays pinned with rivorad down"
+    );
     assert!(
         lab.pin_dir.join("link_xdp_eth0").exists()
             && lab.pin_dir.join("link_tcx_egress_eth0").exists()
@@ -174,6 +182,19 @@ fn persistent_datapath_outlives_the_daemon_and_uninstall_removes_it() {
             vec![s2.programs[1].program_id]
         )
     );
+    // The replaced program's stage array goes after the grace period.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = stages::pinned(&lab.pin_dir);
+        if now == stage_array(&s2) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "exactly the new program's stage array pinned within 10 s; last seen {now:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 
     // A start without the flag takes the links over and detaches on stop.
     assert_eq!(lab.kill(libc::SIGTERM).code(), Some(0));
