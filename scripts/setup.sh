@@ -10,7 +10,7 @@
 #   clang-19 (BPF objects), libbpf-dev + linux-libc-dev (headers), ip
 #   (iproute2), sysctl (procps), nsenter/taskset/mount (util-linux), ethtool,
 #   nft (nftables: the DSR and fib e2e tests' counters, the bench's DNAT
-#   baseline), trafgen (netsniff-ng: the bench), bird/birdc, gobgpd/gobgp,
+#   baseline), trafgen (netsniff-ng: the bench and the SYN-flood e2e test), bird/birdc, gobgpd/gobgp,
 #   vtysh/bgpd (frr): the real BGP peers; /usr/bin/time (time): the figures
 #   of build-testdeps.sh, which builds kube-apiserver and etcd with Go.
 set -euo pipefail

@@ -20,9 +20,8 @@
 //! costs.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -32,7 +31,7 @@ use aya::maps::{MapData, PerCpuArray};
 use aya::programs::{Xdp, XdpMode, xdp::XdpLinkId};
 use aya::{Ebpf, EbpfLoader};
 use rivora_lab::topology::{VIP_V4, backend_v4};
-use rivora_lab::{Netns, Rivorad, Topology, link};
+use rivora_lab::{Netns, Rivorad, Topology, Trafgen, link};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::report::{Row, Section};
@@ -207,58 +206,6 @@ fn ksoftirqd_dirs() -> Vec<PathBuf> {
         }
     }
     v
-}
-
-/// A running trafgen; stopped (SIGINT to its process group, then SIGKILL)
-/// on drop.
-struct Trafgen {
-    child: Child,
-}
-
-impl Trafgen {
-    fn start(ns: &Netns, conf: &Path, log: &Path) -> Result<Trafgen> {
-        let mut cmd = Command::new("taskset");
-        cmd.args(["-c", "0", "trafgen", "-o", "eth0", "-P", "1", "-i"])
-            .arg(conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log)?)
-            // Its own process group: trafgen forks a worker per CPU, and
-            // the whole group is stopped together.
-            .process_group(0);
-        let child = ns.spawn(&mut cmd)?;
-        Ok(Trafgen { child })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn stop(&mut self) {
-        let pgid = self.child.id() as libc::pid_t;
-        if self.running() {
-            // SAFETY: signals to the process group of our own child.
-            unsafe { libc::kill(-pgid, libc::SIGINT) };
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while self.running() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        // The forked workers may outlive the parent.
-        // SAFETY: as above; ESRCH when the group is gone is fine.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Trafgen {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// Lab, configs and helpers shared by the phases.
@@ -453,7 +400,7 @@ impl Bench {
         let conf = self.work.join("trafgen.cfg");
         std::fs::write(&conf, trafgen_conf(&self.lb_mac, &self.client_mac, dsts))?;
         let log = self.work.join("trafgen.log");
-        let mut tg = Trafgen::start(&self.topo.client, &conf, &log)?;
+        let mut tg = Trafgen::start(&self.topo.client, "eth0", &[0], &conf, &log)?;
         std::thread::sleep(self.warmup);
         if !tg.running() {
             bail!(

@@ -13,11 +13,13 @@
 //! * [`Netns`]: one namespace; run/spawn commands and threads inside it.
 //! * [`link`]: veth, bridge, address, route and offload helpers.
 //! * [`Topology`]: the standard client -- lb -- backends lab.
+//! * [`front::FrontClients`]: more clients on a bridge in front of the lb.
 //! * [`dsr::DsrLab`]: client segment, L2 and routed L3 DSR backends, a NAT
 //!   backend; DSR replies bypass the balancer.
 //! * [`segment::Segment`]: the balancer on a shared L2 segment with a
 //!   client and a router (ARP/NDP and BGP announcement tests).
 //! * [`traffic`]: [`IdentityServer`], [`tcp_round`], [`udp_round`].
+//! * [`Trafgen`]: netsniff-ng's packet generator, pinned and stopped by PID.
 //! * [`streams`]: long-running [`LongLivedTcp`], [`ConnectionChurn`] and
 //!   [`UdpSequence`] traffic for restart and outage tests.
 //! * [`bgp_peers`]: real BGP daemons (BIRD 2, GoBGP, FRR's bgpd) as peers
@@ -29,6 +31,7 @@
 pub mod bgp_peers;
 pub mod demo;
 pub mod dsr;
+pub mod front;
 pub mod link;
 pub mod netns;
 pub mod rivorad;
@@ -38,6 +41,7 @@ pub mod streams;
 mod sys;
 pub mod topology;
 pub mod traffic;
+pub mod trafgen;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -55,6 +59,7 @@ pub use traffic::{
     IdentityServer, RoundReport, tcp_round, tcp_round_from_ports, tcp_round_reusing_ports,
     udp_round, udp_round_from_ports,
 };
+pub use trafgen::Trafgen;
 
 /// Where the BPF filesystem must be mounted for pinned maps and links.
 pub const BPFFS: &str = "/sys/fs/bpf";

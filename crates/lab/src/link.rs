@@ -199,3 +199,83 @@ fn parse_cidr_addr(cidr: &str) -> Result<IpAddr> {
     ip.parse()
         .with_context(|| format!("{cidr:?} is not an address in CIDR form"))
 }
+
+/// Packet counters of one interface, from the kernel's 64-bit link stats.
+///
+/// Why: tests that account for every frame (a flood's packets against the
+/// balancer's counters) compare what a link sent, received and dropped.
+/// On a veth with an XDP program, `rx_packets` counts every frame the
+/// program ran on, whatever its verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Frames dropped on receive (e.g. a full queue or XDP ring).
+    pub rx_dropped: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Frames dropped on send.
+    pub tx_dropped: u64,
+}
+
+impl Counters {
+    /// The increase from `earlier` to `self`.
+    ///
+    /// Why saturating: counters only grow while the interface exists; a
+    /// smaller value means it was recreated, and 0 is then the honest
+    /// "nothing known" rather than a wrapped huge number.
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            rx_packets: self.rx_packets.saturating_sub(earlier.rx_packets),
+            rx_dropped: self.rx_dropped.saturating_sub(earlier.rx_dropped),
+            tx_packets: self.tx_packets.saturating_sub(earlier.tx_packets),
+            tx_dropped: self.tx_dropped.saturating_sub(earlier.tx_dropped),
+        }
+    }
+}
+
+/// The counters of `ifname` in `ns` (`ip -s -j link show`).
+///
+/// Why netlink rather than /sys/class/net: /sys shows the namespace it was
+/// mounted in, not the one the command runs in.
+pub fn counters(ns: &Netns, ifname: &str) -> Result<Counters> {
+    let out = ns.run(&["ip", "-s", "-j", "link", "show", "dev", ifname])?;
+    let v: serde_json::Value =
+        serde_json::from_str(&out).context("parsing `ip -s -j link show` output")?;
+    let s = &v[0]["stats64"];
+    let get = |dir: &str, key: &str| {
+        s[dir][key].as_u64().with_context(|| {
+            format!(
+                "no stats64.{dir}.{key} for {ifname} in netns {}: {out}",
+                ns.name()
+            )
+        })
+    };
+    Ok(Counters {
+        rx_packets: get("rx", "packets")?,
+        rx_dropped: get("rx", "dropped")?,
+        tx_packets: get("tx", "packets")?,
+        tx_dropped: get("tx", "dropped")?,
+    })
+}
+
+/// Adds (or replaces) a permanent neighbour entry `addr` -> `lladdr` on
+/// `ifname`.
+///
+/// Why: with static entries nobody sends ARP on a link, so every frame a
+/// test counts on it is one of the test's own.
+pub fn neigh_permanent(ns: &Netns, ifname: &str, addr: &str, lladdr: &str) -> Result<()> {
+    ns.run(&[
+        "ip",
+        "neigh",
+        "replace",
+        addr,
+        "lladdr",
+        lladdr,
+        "dev",
+        ifname,
+        "nud",
+        "permanent",
+    ])?;
+    Ok(())
+}
