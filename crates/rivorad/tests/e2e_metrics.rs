@@ -184,14 +184,14 @@ fn metrics_are_valid_prometheus_text_and_match_the_traffic() {
             ) < 0.1
         );
     }
-    // The flow tables hold at least the flows just made.
-    assert!(
-        get(
-            &m,
-            "rivora_table_entries",
-            &[("table", "connection_affinity_map")]
-        ) >= 300.0
+    // The flow table holds an entry per TCP connection just made (made by
+    // its handshake's ACK); the one-datagram UDP exchanges made none.
+    let entries = get(
+        &m,
+        "rivora_table_entries",
+        &[("table", "connection_affinity_map")],
     );
+    assert!((200.0..300.0).contains(&entries), "{entries} entries");
     assert_eq!(
         get(
             &m,
