@@ -113,8 +113,9 @@ static __always_inline int rv_affinity_usable(const struct rv_affinity *a, __u32
  * the entry by a packet, and two flows with the same 32-bit hash make the
  * second one's first packet look like a second. Per CPU: a flow whose
  * packets land on different CPUs gets its entry a packet or two later.
- * Global (verified once), like rv_maglev_pick_slot. */
-__attribute__((noinline)) int rv_udp_seen_before(__u32 h)
+ * Inlined: the per-CPU array lookup becomes a few instructions, where a
+ * global function's call and return cost more than its body. */
+static __always_inline int rv_udp_seen_before(__u32 h)
 {
 	__u32 slot = h & (RV_UDP_SEEN_SLOTS - 1);
 	__u32 tag = h | 1;
