@@ -91,6 +91,8 @@ fn a_restart_adopts_every_id_slice_and_flow() {
         .unwrap();
     let before = ids(&first);
     let max_sid = before.values().map(|v| v.0).max().unwrap();
+    let endpoints = first.dataplane.nat_endpoints().clone();
+    assert!(!endpoints.is_empty());
     first.keep_pins = true;
     drop(first);
 
@@ -105,6 +107,13 @@ fn a_restart_adopts_every_id_slice_and_flow() {
     // Before any config is applied, established flows still go where they went.
     let again: Vec<_> = flows.iter().map(|f| forward(&mut second, f)).collect();
     assert_eq!(chosen, again);
+    // The endpoint table is read back as it was written.
+    let flags = |m: &std::collections::BTreeMap<_, rivora_dataplane::endpoints::EndpointEntry>| {
+        m.iter()
+            .map(|(k, e)| (*k, e.flags, e.target, e.backend))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(flags(second.dataplane.nat_endpoints()), flags(&endpoints));
     // The same config keeps everything as it was.
     let rep = second.dataplane.apply(&config()).unwrap();
     assert_eq!(rep.adopted.len(), 4, "{rep:?}");
@@ -116,6 +125,11 @@ fn a_restart_adopts_every_id_slice_and_flow() {
         ids(&second),
         before,
         "service IDs, slices and backend IDs kept"
+    );
+    assert_eq!(
+        flags(second.dataplane.nat_endpoints()),
+        flags(&endpoints),
+        "the same config leaves the endpoint table as it was"
     );
     let state = second
         .dataplane
@@ -316,5 +330,56 @@ fn abi_7_maps_are_upgraded_in_place() {
         rivora_dataplane::compat::PinnedState::Compatible
     );
     assert_eq!(forward(&mut r, &flow), first, "the flow kept its backend");
+    r.keep_pins = false;
+}
+
+/// ABI 9 added nat_endpoint_map(6) and flow_guard_config_map: maps an ABI 8
+/// rivorad pinned (without them, version 8 in rivora_meta) are adopted with
+/// their flows, the three maps are created, and the next apply fills the
+/// endpoint table.
+#[test]
+fn abi_8_maps_gain_the_endpoint_and_guard_maps_in_place() {
+    let dir = pin_dir("abi8");
+    let (mut r, _, _) = rig_at(&dir);
+    r.dataplane.apply(&config()).unwrap();
+    let flow = FrameSpec::new("10.201.0.9", 40001, VIP4, 80, proto::TCP);
+    let first = forward(&mut r, &flow);
+    r.keep_pins = true;
+    drop(r);
+    for name in [
+        "nat_endpoint_map",
+        "nat_endpoint_map6",
+        "flow_guard_config_map",
+    ] {
+        std::fs::remove_file(dir.join(name)).unwrap();
+    }
+    {
+        let data = aya::maps::MapData::from_pin(dir.join("rivora_meta")).unwrap();
+        let mut meta: aya::maps::Array<_, abi::Meta> =
+            aya::maps::Map::Array(data).try_into().unwrap();
+        let mut m = meta.get(&0, 0).unwrap();
+        m.abi_version = 8;
+        meta.set(0, m, 0).unwrap();
+    }
+    let sizes = rivora_dataplane::compat::TableSizes::defaults();
+    assert_eq!(
+        rivora_dataplane::compat::inspect(&dir, &sizes),
+        rivora_dataplane::compat::PinnedState::Upgradable(8)
+    );
+    let (mut r, outcome, _) = rig_at(&dir);
+    assert_eq!(outcome, LoadOutcome::Reused);
+    assert!(r.dataplane.nat_endpoints().is_empty(), "created empty");
+    assert_eq!(forward(&mut r, &flow), first, "the flow kept its backend");
+    r.dataplane.apply(&config()).unwrap();
+    assert!(
+        r.dataplane.nat_endpoints().values().any(|e| e.exclusive()),
+        "the apply filled the endpoint table"
+    );
+    assert_eq!(
+        rivora_dataplane::compat::read_meta(&dir)
+            .unwrap()
+            .abi_version,
+        abi::ABI_VERSION
+    );
     r.keep_pins = false;
 }
