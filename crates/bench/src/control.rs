@@ -4,7 +4,9 @@
 //! loaded maps), and end to end through the real rivorad: cold start to the
 //! API socket, SIGHUP to the next config generation, and a config change to
 //! the first packet that reaches a newly added backend. rivorad's peak RSS
-//! is its VmHWM.
+//! is its VmHWM; what the flow-table size costs is rivorad's VmHWM plus the
+//! kernel memory of the BPF maps it holds, at the default size and at
+//! 1,048,576 flows.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use rivora_abi as abi;
 use rivora_dataplane::{BackendSpec, Datapath, Dataplane, LoadOptions, VipKey, VipSpec, proto};
+use rivora_lab::memory::{BpfMaps, ProcessMemory};
 use rivora_lab::topology::backend_v4;
 use rivora_lab::{Netns, Rivorad, Topology};
 
@@ -117,29 +120,19 @@ fn timed_apply(dp: &mut Dataplane, specs: &[VipSpec]) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// rivorad's VmHWM and VmRSS in MiB.
-fn rss_mib(pid: u32) -> (f64, f64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let get = |k: &str| {
-        s.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .map(|kb| kb / 1024.0)
-            .unwrap_or(f64::NAN)
-    };
-    (get("VmHWM:"), get("VmRSS:"))
-}
-
 /// A rivorad under test and the way to talk to it.
 struct Daemon {
     d: Rivorad,
     socket: PathBuf,
     config: PathBuf,
+    pin: PathBuf,
     rt: tokio::runtime::Runtime,
 }
 
 impl Daemon {
+    /// Starts rivorad on `yaml` with `extra` flags appended, waits for its
+    /// API socket and returns the time that took.
+    #[allow(clippy::too_many_arguments)] // each is a distinct place or flag
     fn start(
         ns: &Netns,
         ifname: &str,
@@ -147,6 +140,7 @@ impl Daemon {
         work: &Path,
         tag: &str,
         yaml: &str,
+        extra: &[&str],
     ) -> Result<(Daemon, f64)> {
         let config = work.join(format!("{tag}.yaml"));
         std::fs::write(&config, yaml)?;
@@ -155,24 +149,17 @@ impl Daemon {
             "/sys/fs/bpf/rivora-bench-{tag}-{}",
             std::process::id()
         ));
+        let mut args = vec![
+            "--backend-retire-secs",
+            "0",
+            // Only SIGHUP applies a change, so every change is timed
+            // from one known moment.
+            "--config-poll-ms",
+            "3600000",
+        ];
+        args.extend_from_slice(extra);
         let t = Instant::now();
-        let mut d = Rivorad::start(
-            ns,
-            ifname,
-            bin,
-            &config,
-            &pin,
-            &socket,
-            work,
-            &[
-                "--backend-retire-secs",
-                "0",
-                // Only SIGHUP applies a change, so every change is timed
-                // from one known moment.
-                "--config-poll-ms",
-                "3600000",
-            ],
-        )?;
+        let mut d = Rivorad::start(ns, ifname, bin, &config, &pin, &socket, work, &args)?;
         d.wait_ready(&socket, Duration::from_secs(120))?;
         let ready = t.elapsed().as_secs_f64();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -183,19 +170,36 @@ impl Daemon {
                 d,
                 socket,
                 config,
+                pin,
                 rt,
             },
             ready,
         ))
     }
 
+    fn client(&self) -> rivora_api::Client {
+        rivora_api::Client::new(&self.socket).with_timeout(Duration::from_secs(30))
+    }
+
+    fn status(&self) -> Result<rivora_api::Status> {
+        self.rt
+            .block_on(self.client().status())
+            .map_err(|e| anyhow!("status: {e}"))
+    }
+
+    fn stats(&self) -> Result<rivora_api::Stats> {
+        self.rt
+            .block_on(self.client().stats())
+            .map_err(|e| anyhow!("stats: {e}"))
+    }
+
     fn generation(&self) -> Result<u64> {
-        let c = rivora_api::Client::new(&self.socket).with_timeout(Duration::from_secs(30));
-        let s = self
-            .rt
-            .block_on(c.status())
-            .map_err(|e| anyhow!("status: {e}"))?;
-        Ok(s.config_generation)
+        Ok(self.status()?.config_generation)
+    }
+
+    /// rivorad's peak resident set, MiB.
+    fn hwm_mib(&self) -> Result<f64> {
+        Ok(ProcessMemory::of(self.d.pid())?.hwm_mib())
     }
 
     /// Replaces the config file (atomically), sends SIGHUP and returns
@@ -325,7 +329,13 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
         UDP VIP with backends b1, b2 gets b3 added while the client sends a datagram from a new source \
         port about every 80 us (each one a new flow); the figure is SIGHUP to the first datagram \
         received on b3 (the stream adds up to ~0.25 ms: b3 takes a third of the new flows). Peak \
-        memory: rivorad's VmHWM from /proc after its changes."
+        memory: rivorad's VmHWM from /proc after its changes. Memory per flow-table size: rivorad \
+        started on one VIP with the default 65,536-entry flow tables, then with \
+        `--flow-table-size 1048576`; once `/v1/status` shows the VIP applied and `/v1/stats` the \
+        four tables at that capacity, the figure is rivorad's VmHWM plus the kernel memory of the \
+        BPF maps it holds (the `memlock` of each distinct map among its fds in /proc/PID/fdinfo; \
+        the kernel allocates the flow tables whole when it creates them, so they never show in \
+        the RSS)."
         .into();
     let target_row = |label: &str, secs: f64, limit: f64, limit_label: &str, ev: String| {
         Row::info(label, fmt_secs(secs))
@@ -448,6 +458,7 @@ fn rivorad_rows(
         work,
         "full",
         &yaml_of(&full_specs(0..0, 1)),
+        &[],
     )?;
     sec.rows.push(target_row(
         "rivorad: cold start with 4,096 VIPs / 8,192 backends",
@@ -477,7 +488,7 @@ fn rivorad_rows(
         "< 2 s",
         "4,096 slices rebuilt".into(),
     ));
-    peak.push(("4,096 VIPs / 8,192 backends".into(), rss_mib(d.d.pid()).0));
+    peak.push(("4,096 VIPs / 8,192 backends".into(), d.hwm_mib()?));
     drop(d);
 
     let (d, ready) = Daemon::start(
@@ -487,6 +498,7 @@ fn rivorad_rows(
         work,
         "big",
         &yaml_of(&big_spec(1, abi::MAX_BACKENDS as usize)),
+        &[],
     )?;
     sec.rows.push(target_row(
         "rivorad: cold start with one VIP of 8,192 backends",
@@ -504,7 +516,7 @@ fn rivorad_rows(
         "< 2 s",
         "SIGHUP to the next config generation".into(),
     ));
-    peak.push(("one VIP of 8,192 backends".into(), rss_mib(d.d.pid()).0));
+    peak.push(("one VIP of 8,192 backends".into(), d.hwm_mib()?));
     drop(d);
 
     // Config change to the first packet on a new backend.
@@ -528,6 +540,7 @@ fn rivorad_rows(
         work,
         "lat",
         &yaml_of(&lat_spec(2)),
+        &[],
     )?;
     let stop = Arc::new(AtomicBool::new(false));
     let armed = Arc::new(AtomicBool::new(false));
@@ -581,7 +594,7 @@ fn rivorad_rows(
     for h in rx {
         let _ = h.join();
     }
-    peak.push(("the latency test's single VIP".into(), rss_mib(d.d.pid()).0));
+    peak.push(("the latency test's single VIP".into(), d.hwm_mib()?));
     drop(d);
     if let Some(e) = err {
         sec.rows.push(
@@ -630,5 +643,109 @@ fn rivorad_rows(
                 .join(", ")
         )),
     );
+
+    // What the flow-table size costs: the default, then the largest size
+    // an operator is expected to ask for.
+    for size in [abi::MAX_FLOWS, 1 << 20] {
+        sec.rows.push(
+            flow_table_memory_row(topo, bin, work, size).unwrap_or_else(|e| {
+                Row::info(flow_table_memory_case(size), "-")
+                    .not_run()
+                    .evidence(crate::util::short_error(&e))
+            }),
+        );
+    }
     Ok(())
+}
+
+fn flow_table_memory_case(size: u32) -> String {
+    format!(
+        "rivorad: memory with {}-flow tables{} (peak RSS + BPF maps)",
+        crate::stats::fmt_count(size as f64),
+        if size == abi::MAX_FLOWS {
+            " (default)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Starts rivorad with flow tables of `size` entries (no flag for the
+/// default, `--flow-table-size` otherwise) on a one-VIP config, checks that
+/// the config is applied and the tables have that capacity, then reads its
+/// VmHWM and the memlock of every BPF map among its fds.
+fn flow_table_memory_row(topo: &Topology, bin: &Path, work: &Path, size: u32) -> Result<Row> {
+    let flag = size.to_string();
+    let extra: Vec<&str> = if size == abi::MAX_FLOWS {
+        Vec::new()
+    } else {
+        vec!["--flow-table-size", &flag]
+    };
+    let spec = vec![VipSpec::new(
+        "mem",
+        VipKey::exact(IpAddr::V4(Ipv4Addr::new(10, 200, 100, 9)), 80, proto::TCP),
+        (1..=2)
+            .map(|i| BackendSpec::new(IpAddr::V4(backend_v4(i)), 8080))
+            .collect(),
+    )];
+    let (d, _) = Daemon::start(
+        &topo.lb,
+        &topo.lb_if,
+        bin,
+        work,
+        &format!("mem{size}"),
+        &yaml_of(&spec),
+        &extra,
+    )?;
+    let status = d.status()?;
+    if status.vip_count != 1 || status.config_generation == 0 {
+        bail!(
+            "the one-VIP config is not in force: {} VIPs, generation {}",
+            status.vip_count,
+            status.config_generation
+        );
+    }
+    let tables = d.stats()?.tables;
+    if tables.len() != 4 || tables.iter().any(|t| t.capacity != size as u64) {
+        bail!("flow tables are not 4 x {size}: {tables:?}");
+    }
+    let own = ProcessMemory::of(d.d.pid())?;
+    let maps = BpfMaps::of_process(d.d.pid(), Some(&d.pin))?;
+    drop(d);
+    let flow: Vec<_> = maps
+        .pinned_as(&rivora_dataplane::compat::FLOW_TABLES)
+        .collect();
+    if flow.len() != 4 || flow.iter().any(|m| m.max_entries != size) {
+        bail!("rivorad's fds do not show the 4 flow tables at {size} entries: {flow:?}");
+    }
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let flow_bytes: u64 = flow.iter().map(|m| m.memlock).sum();
+    let pinned = maps.maps.iter().filter(|m| m.pin_name.is_some()).count();
+    let total = own.hwm_mib() + mib(maps.memlock());
+    let per_table = flow
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {:.1} via {} fds",
+                m.pin_name.as_deref().unwrap_or("?"),
+                mib(m.memlock),
+                m.fds
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let evidence = format!(
+        "VmHWM {:.1} MiB (/proc/PID/status, one VIP applied, generation {}); BPF maps {:.1} MiB \
+         memlock over {} maps ({pinned} pinned) reached by {} of rivorad's fds (/proc/PID/fdinfo, \
+         counted once per map ID); of that the flow tables, 4 x {} entries (fdinfo max_entries \
+         and /v1/stats): {:.1} MiB ({per_table})",
+        own.hwm_mib(),
+        status.config_generation,
+        mib(maps.memlock()),
+        maps.maps.len(),
+        maps.fds(),
+        crate::stats::fmt_count(size as f64),
+        mib(flow_bytes),
+    );
+    Ok(Row::info(flow_table_memory_case(size), format!("{total:.1} MiB")).evidence(evidence))
 }

@@ -10,7 +10,9 @@
 //!    and connection rates;
 //! 3. Maglev slice build time, imbalance and disruption;
 //! 4. the control plane at the spec's capacities (rivorad and the dataplane
-//!    API), config-change-to-forwarding latency, rivorad's peak RSS.
+//!    API), config-change-to-forwarding latency, rivorad's peak RSS, and its
+//!    memory (peak RSS plus the BPF maps) with the default and with
+//!    1,048,576-flow tables.
 //!
 //! Every figure is reported next to a baseline measured in the same run.
 //! Needs root. Run by hand: `cargo run --release -p rivora-bench`; never

@@ -24,6 +24,8 @@
 //!   [`UdpSequence`] traffic for restart and outage tests.
 //! * [`bgp_peers`]: real BGP daemons (BIRD 2, GoBGP, FRR's bgpd) as peers
 //!   in a namespace, started from a config and queried through their CLIs.
+//! * [`memory`]: a process's peak RSS and the kernel memory of the BPF
+//!   maps it holds (rivorad's flow tables), from /proc.
 //! * [`demo`]: the README demo against a real `rivorad`.
 
 #![warn(missing_docs)]
@@ -33,6 +35,7 @@ pub mod demo;
 pub mod dsr;
 pub mod front;
 pub mod link;
+pub mod memory;
 pub mod netns;
 pub mod rivorad;
 pub mod segment;

@@ -138,3 +138,47 @@ pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() }
 }
+
+/// `bpf(BPF_OBJ_GET)` on a bpffs pin, read-only: an fd of our own on the
+/// pinned map, whose `/proc/self/fdinfo` entry then says which map it is.
+///
+/// Why raw: bpffs files cannot be opened with open(2) as map fds, and the
+/// lab does not otherwise need a BPF library.
+pub(crate) fn bpf_obj_get_rdonly(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    /// The `BPF_OBJ_*` member of `union bpf_attr` (UAPI linux/bpf.h).
+    #[repr(C)]
+    struct ObjAttr {
+        pathname: u64,
+        bpf_fd: u32,
+        file_flags: u32,
+        path_fd: i32,
+        pad: u32,
+    }
+    const BPF_OBJ_GET: libc::c_long = 7;
+    const BPF_F_RDONLY: u32 = 1 << 3;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let attr = ObjAttr {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: BPF_F_RDONLY,
+        path_fd: 0,
+        pad: 0,
+    };
+    // SAFETY: attr is a valid, fully initialised bpf_attr prefix of the
+    // size passed; the path it points to is NUL-terminated and outlives
+    // the call. The kernel only reads it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            &attr as *const ObjAttr,
+            std::mem::size_of::<ObjAttr>() as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success the kernel returned a fresh fd that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
+}

@@ -378,30 +378,30 @@ fn flow_table_size_is_set_at_start_and_kept_across_restarts() {
     assert_eq!(tables.len(), 4, "{tables:?}");
     assert!(tables.iter().all(|t| t.capacity == 1 << 20), "{tables:?}");
     assert!(lab.tcp(VIP4, 80, 20000, 100).all_ok());
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let hwm = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM"))
-        .unwrap_or("");
     // Kernel memory of the flow tables: the memlock of rivorad's map fds
-    // whose capacity is the flow-table size.
-    let mut memlock = 0u64;
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .unwrap()
-        .flatten()
-    {
-        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
-        if info.lines().any(|l| l == "max_entries:\t1048576") {
-            memlock += info
-                .lines()
-                .find_map(|l| l.strip_prefix("memlock:\t"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
+    // pinned under the flow tables' names.
+    let own = rivora_lab::memory::ProcessMemory::of(pid).unwrap();
+    let maps = rivora_lab::memory::BpfMaps::of_process(pid, Some(&lab.pin_dir)).unwrap();
+    let flow: Vec<_> = maps
+        .pinned_as(&rivora_dataplane::compat::FLOW_TABLES)
+        .collect();
+    let memlock: u64 = flow.iter().map(|m| m.memlock).sum();
     eprintln!(
-        "rivorad with 1,048,576-flow tables: {hwm}; the four flow tables hold {} MiB of kernel memory",
-        memlock >> 20
+        "rivorad with 1,048,576-flow tables: VmHWM {} kB; the four flow tables hold {} MiB of \
+         kernel memory, all {} maps {} MiB",
+        own.vm_hwm_kib,
+        memlock >> 20,
+        maps.maps.len(),
+        maps.memlock() >> 20
+    );
+    assert_eq!(
+        flow.len(),
+        4,
+        "rivorad holds the four flow tables: {maps:?}"
+    );
+    assert!(
+        flow.iter().all(|m| m.max_entries == 1 << 20),
+        "created at the asked size: {flow:?}"
     );
     assert!(memlock > 0, "the flow tables' memory is visible in fdinfo");
 
