@@ -8,6 +8,7 @@
 #define RIVORA_HASH_H
 
 #include <linux/types.h>
+#include "rivora_abi.h"
 
 #define RV_HASH_SEED 0x5bd1e995u
 
@@ -53,6 +54,18 @@ static __always_inline __u32 rv_vip_index_word(__u32 h, __u32 w)
 	return h ^ (h >> 16);
 }
 
+/* lowbias32: a full-avalanche finaliser, so the low bits depend on every
+ * input bit. */
+static __always_inline __u32 rv_lowbias32(__u32 h)
+{
+	h ^= h >> 16;
+	h *= 0x7feb352du;
+	h ^= h >> 15;
+	h *= 0x846ca68bu;
+	h ^= h >> 16;
+	return h;
+}
+
 static __always_inline __u32 rv_vip_index_hash(const __u32 *addr, __be16 port, __u8 proto, const int v6)
 {
 	__u32 h = RV_VIP_INDEX_SEED ^ ((__u32)port << 16) ^ ((__u32)proto << 8) ^ (v6 ? 1u : 0u);
@@ -63,12 +76,27 @@ static __always_inline __u32 rv_vip_index_hash(const __u32 *addr, __be16 port, _
 		h = rv_vip_index_word(h, addr[2]);
 		h = rv_vip_index_word(h, addr[3]);
 	}
-	h ^= h >> 16;
-	h *= 0x7feb352du;
-	h ^= h >> 15;
-	h *= 0x846ca68bu;
-	h ^= h >> 16;
-	return h;
+	return rv_lowbias32(h);
+}
+
+/*
+ * The bit of nat_backend_filter_map for a backend address (reverse.h). ABI
+ * like the index hash: the control plane sets the bits with the same
+ * function (rivora_abi::nat_backend_bit).
+ */
+#define RV_NAT_FILTER_SEED 0x6c8e9cf5u
+
+static __always_inline __u32 rv_nat_backend_bit(const __u32 *addr, const int v6)
+{
+	__u32 h = RV_NAT_FILTER_SEED ^ (v6 ? 1u : 0u);
+
+	h = rv_vip_index_word(h, addr[0]);
+	if (v6) {
+		h = rv_vip_index_word(h, addr[1]);
+		h = rv_vip_index_word(h, addr[2]);
+		h = rv_vip_index_word(h, addr[3]);
+	}
+	return rv_lowbias32(h) & (RV_NAT_FILTER_BITS - 1);
 }
 
 #endif /* RIVORA_HASH_H */

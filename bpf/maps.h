@@ -144,6 +144,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat_endpoint_map6 SEC(".maps");
 
+/* Every programmed backend address, as one bit of a 65,536-bit filter
+ * (hash.h rv_nat_backend_bit): tc_nat's first test, so egress traffic that
+ * is no backend's costs one inlined array lookup (reverse.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_NAT_FILTER_BITS / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat_backend_filter_map SEC(".maps");
+
 /* The new-flow guard's setting (guard.h), written by the control plane. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

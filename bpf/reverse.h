@@ -30,6 +30,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "guard.h"
+#include "hash.h"
 
 /* The endpoint entry of (addr, port, proto), or null. The two families'
  * values share their layout after the address, so one pointer type serves
@@ -115,12 +116,28 @@ static __always_inline void rv_nat_ep_vip(const void *ep, __u32 *vip, __be16 *vi
 	}
 }
 
+/* Whether `addr` may be a backend's: its bit in nat_backend_filter_map,
+ * which the control plane sets for every programmed backend address before
+ * a VIP can send it traffic and clears only once the backend is released.
+ * A clear bit means surely not: other egress traffic costs one inlined
+ * array lookup instead of two hash-map walks. */
+static __always_inline int rv_nat_backend_maybe(const __u32 *addr, const int v6)
+{
+	__u32 bit = rv_nat_backend_bit(addr, v6);
+	__u32 word = bit >> 6;
+	const __u64 *w = bpf_map_lookup_elem(&nat_backend_filter_map, &word);
+
+	return w && ((*w >> (bit & 63)) & 1);
+}
+
 /* The VIP (address, port) a backend's reply from src:sport to dst:dport
  * must come from, if the flow is ours: the endpoint's VIP when it is
  * exclusive, else the flow's own entry, else the endpoint's fallback. */
 static __always_inline int rv_reverse(const __u32 *src, const __u32 *dst, __be16 sport, __be16 dport, __u8 proto,
 				      __u32 *vip, __be16 *vip_port, __u32 *service_id, const int v6)
 {
+	if (!rv_nat_backend_maybe(src, v6))
+		return -1;
 	void *ep = rv_nat_endpoint(src, sport, proto, v6);
 	__u8 flags = ep ? rv_nat_ep_flags_of(ep, v6) : 0;
 

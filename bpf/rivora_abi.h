@@ -63,6 +63,8 @@ enum rv_abi_consts {
 	/* Slots of the per-CPU filter that lets a UDP flow earn an affinity
 	 * entry on its second packet (a power of two). */
 	RV_UDP_SEEN_SLOTS = 4096,
+	/* Bits of nat_backend_filter_map (a power of two; 64 per entry). */
+	RV_NAT_FILTER_BITS = 65536,
 };
 
 /* rv_vip_slot.flags bits. */

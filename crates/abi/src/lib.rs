@@ -98,24 +98,49 @@ pub mod vip_index_flags {
 /// network-order value as stored in [`VipKey4::port`]. The program reads
 /// the address as native-endian 32-bit words, and so does this.
 pub fn vip_index_hash(addr: &[u8; 16], port: u16, proto: u8, v6: bool) -> u32 {
-    fn word(h: u32, w: u32) -> u32 {
-        let h = (h ^ w).wrapping_mul(0x9e37_79b1);
-        h ^ (h >> 16)
-    }
     let w = |i: usize| u32::from_ne_bytes(addr[4 * i..4 * i + 4].try_into().unwrap());
     let mut h = 0x2f0b_3c5d ^ (u32::from(port) << 16) ^ (u32::from(proto) << 8) ^ u32::from(v6);
-    h = word(h, w(0));
+    h = index_word(h, w(0));
     if v6 {
-        h = word(h, w(1));
-        h = word(h, w(2));
-        h = word(h, w(3));
+        h = index_word(h, w(1));
+        h = index_word(h, w(2));
+        h = index_word(h, w(3));
     }
+    lowbias32(h)
+}
+
+/// One address word into the index hash (`rv_vip_index_word`).
+fn index_word(h: u32, w: u32) -> u32 {
+    let h = (h ^ w).wrapping_mul(0x9e37_79b1);
+    h ^ (h >> 16)
+}
+
+/// `rv_lowbias32`: the finaliser both ABI hashes share.
+fn lowbias32(mut h: u32) -> u32 {
     h ^= h >> 16;
     h = h.wrapping_mul(0x7feb_352d);
     h ^= h >> 15;
     h = h.wrapping_mul(0x846c_a68b);
     h ^= h >> 16;
     h
+}
+
+/// Bits of `nat_backend_filter_map` (`RV_NAT_FILTER_BITS`).
+pub const NAT_FILTER_BITS: u32 = 65536;
+
+/// The bit of `nat_backend_filter_map` for a backend address
+/// (`rv_nat_backend_bit` in `bpf/hash.h`, ABI): `addr` as in
+/// [`vip_index_hash`].
+pub fn nat_backend_bit(addr: &[u8; 16], v6: bool) -> u32 {
+    let w = |i: usize| u32::from_ne_bytes(addr[4 * i..4 * i + 4].try_into().unwrap());
+    let mut h = 0x6c8e_9cf5 ^ u32::from(v6);
+    h = index_word(h, w(0));
+    if v6 {
+        h = index_word(h, w(1));
+        h = index_word(h, w(2));
+        h = index_word(h, w(3));
+    }
+    lowbias32(h) & (NAT_FILTER_BITS - 1)
 }
 
 /// `enum rv_mode`: how a service forwards.
@@ -1046,6 +1071,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
         ("RV_MAX_NAT_ENDPOINTS", MAX_NAT_ENDPOINTS as i64),
         ("RV_UDP_SEEN_SLOTS", UDP_SEEN_SLOTS as i64),
+        ("RV_NAT_FILTER_BITS", NAT_FILTER_BITS as i64),
         ("RV_NAT_EP_EXCLUSIVE", nat_ep_flags::EXCLUSIVE as i64),
         ("RV_NAT_EP_FALLBACK", nat_ep_flags::FALLBACK as i64),
         ("RV_MAX_FRAGS", MAX_FRAGS as i64),
@@ -1103,6 +1129,27 @@ mod tests {
         assert_eq!(v6("2001:db8::1", 80, 6), 0x0473_ba5c);
         assert_eq!(v6("fd00:200:100::1", 53, 17), 0xf775_b397);
         assert_eq!(v6("::", 0, 0), 0x948b_d269);
+    }
+
+    /// Vectors printed by bpf/hash.h's rv_nat_backend_bit compiled for the
+    /// host (little-endian): ABI, like the index hash.
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn nat_backend_bit_known_vectors() {
+        let v4 = |a: &str| {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&a.parse::<Ipv4Addr>().unwrap().octets());
+            nat_backend_bit(&b, false)
+        };
+        let v6 =
+            |a: &str| nat_backend_bit(&a.parse::<std::net::Ipv6Addr>().unwrap().octets(), true);
+        assert_eq!(v4("10.200.1.11"), 39572);
+        assert_eq!(v4("10.200.1.12"), 51863);
+        assert_eq!(v4("192.168.255.254"), 57231);
+        assert_eq!(v4("0.0.0.0"), 4180);
+        assert_eq!(v6("fd00:200:1::11"), 42440);
+        assert_eq!(v6("2001:db8::1"), 24162);
+        assert_eq!(v6("::"), 27976);
     }
 
     #[test]

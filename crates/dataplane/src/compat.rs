@@ -237,6 +237,13 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
             1,
         ),
         s(
+            "nat_backend_filter_map",
+            MapType::Array,
+            4,
+            8,
+            abi::NAT_FILTER_BITS / 64,
+        ),
+        s(
             "rl_config_map",
             MapType::Array,
             4,
@@ -299,6 +306,7 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
             "nat_endpoint_map",
             "nat_endpoint_map6",
             "flow_guard_config_map",
+            "nat_backend_filter_map",
         ],
     ),
 ];

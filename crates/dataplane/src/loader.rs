@@ -68,6 +68,7 @@ pub const MAP_NAMES: &[&str] = &[
     "nat_endpoint_map",
     "nat_endpoint_map6",
     "flow_guard_config_map",
+    "nat_backend_filter_map",
     "stats_map",
     "backend_stats_map",
     "drop_stats_map",

@@ -42,6 +42,8 @@ pub struct Maps {
     pub nat_endpoint6: HashMap<MapData, abi::NatEpKey6, abi::NatEpValue6>,
     /// The new-flow guard's setting (index 0).
     pub flow_guard: Array<MapData, abi::FlowGuardConfig>,
+    /// Backend addresses as bits (`abi::nat_backend_bit`), 64 per entry.
+    pub nat_backend_filter: Array<MapData, u64>,
     /// Per-service per-CPU counters.
     pub stats: PerCpuArray<MapData, abi::VipStats>,
     /// Per-backend per-CPU counters, by backend ID.
@@ -213,6 +215,7 @@ impl Maps {
             nat_endpoint: typed!(ebpf, "nat_endpoint_map"),
             nat_endpoint6: typed!(ebpf, "nat_endpoint_map6"),
             flow_guard: typed!(ebpf, "flow_guard_config_map"),
+            nat_backend_filter: typed!(ebpf, "nat_backend_filter_map"),
             stats: typed!(ebpf, "stats_map"),
             backend_stats: typed!(ebpf, "backend_stats_map"),
             drop_stats: typed!(ebpf, "drop_stats_map"),

@@ -314,6 +314,8 @@ pub struct Dataplane {
     index: IndexShadow,
     /// What nat_endpoint_map(6) hold (endpoints.rs).
     endpoints: BTreeMap<Endpoint, EndpointEntry>,
+    /// What nat_backend_filter_map holds (None: not read or written yet).
+    backend_filter: Option<Vec<u64>>,
 }
 
 /// An endpoint entry read back from either family's map.
@@ -358,6 +360,7 @@ impl Dataplane {
             node_syn_rate_limit: None,
             index: IndexShadow::zeroed(),
             endpoints: BTreeMap::new(),
+            backend_filter: None,
         }
     }
 
@@ -554,6 +557,7 @@ impl Dataplane {
         }
         // Shared endpoints serving one VIP for a grace become exclusive.
         self.sync_endpoints()?;
+        self.sync_backend_filter(&[])?;
         Ok(expired.len())
     }
 
@@ -700,6 +704,42 @@ impl Dataplane {
                 self.write_endpoint(ep, entry)?;
             }
         }
+        Ok(())
+    }
+
+    /// Writes nat_backend_filter_map so it has the bit of every programmed
+    /// backend address and of `coming` (about to be programmed), and no
+    /// other: a word is written only when it changes.
+    fn sync_backend_filter(&mut self, coming: &[BackendKey]) -> Result<(), Error> {
+        let words = (abi::NAT_FILTER_BITS / 64) as usize;
+        let mut want = vec![0u64; words];
+        for key in self.backends.keys().chain(coming) {
+            let (bytes, v6) = match key.addr {
+                IpAddr::V4(a) => {
+                    let mut b = [0u8; 16];
+                    b[..4].copy_from_slice(&a.octets());
+                    (b, false)
+                }
+                IpAddr::V6(a) => (a.octets(), true),
+            };
+            let bit = abi::nat_backend_bit(&bytes, v6);
+            want[(bit / 64) as usize] |= 1u64 << (bit % 64);
+        }
+        let have = match self.backend_filter.take() {
+            Some(h) => h,
+            None => (0..words as u32)
+                .map(|i| self.maps.nat_backend_filter.get(&i, 0).unwrap_or(0))
+                .collect(),
+        };
+        for (i, (w, h)) in want.iter().zip(&have).enumerate() {
+            if w != h {
+                self.maps
+                    .nat_backend_filter
+                    .set(i as u32, *w, 0)
+                    .map_err(|e| map_err("nat_backend_filter_map", e))?;
+            }
+        }
+        self.backend_filter = Some(want);
         Ok(())
     }
 
@@ -1091,6 +1131,10 @@ impl Dataplane {
         for (ep, entry) in endpoints::demotions(&self.endpoints, &demand, Instant::now()) {
             self.write_endpoint(ep, entry)?;
         }
+        // tc_nat must know every backend address before a VIP can send it
+        // a flow (reverse.h); released ones are cleared after the commit.
+        let coming: Vec<BackendKey> = wanted.keys().copied().collect();
+        self.sync_backend_filter(&coming)?;
 
         // --- commit
         self.backend_ids = backend_ids;
@@ -1240,6 +1284,7 @@ impl Dataplane {
             self.slices.release(slice);
         }
         self.sync_endpoints()?;
+        self.sync_backend_filter(&[])?;
         // The slices no longer name the backends that left: no new entry can
         // point at them, so the old ones can go.
         if !udp_losing.is_empty() {
@@ -1541,6 +1586,9 @@ impl Dataplane {
         // the pinned one already matches.
         dp.sync_vip_index(&BTreeSet::new())?;
         dp.adopt_endpoints()?;
+        // Maps of an older ABI have no filter yet: set it from the adopted
+        // backends before the new tc_nat can see a reply.
+        dp.sync_backend_filter(&[])?;
         Ok((dp, report))
     }
 
