@@ -547,7 +547,7 @@ fn stats_rates_and_watch() {
     );
     assert!(
         text.contains(
-            "\nNew-flow guard: 100000 state entries/s node-wide (5000 per CPU per 100 ms); 14 packets guarded (forwarded without state)\n"
+            "\nNew-flow guard: 100000 state entries/s node-wide (5000 per CPU per 100 ms); 7 packets guarded (forwarded without state)\n"
         ),
         "{text}"
     );
