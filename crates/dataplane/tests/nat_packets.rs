@@ -700,6 +700,13 @@ fn a_removed_vips_flows_stop_at_once() {
     round_trip(&mut r, &api, &backends4());
 }
 
+/// The one backend endpoint of a test with one backend.
+fn only_endpoint(r: &Rig) -> rivora_dataplane::endpoints::EndpointEntry {
+    let eps = r.dataplane.nat_endpoints();
+    assert_eq!(eps.len(), 1, "{eps:?}");
+    *eps.values().next().unwrap()
+}
+
 /// How many entries a table holds.
 fn count<K: aya::Pod, V: aya::Pod>(m: &aya::maps::HashMap<aya::maps::MapData, K, V>) -> usize {
     m.keys().count()
@@ -804,13 +811,7 @@ fn an_endpoint_shared_later_keeps_every_flows_replies_right() {
     assert_eq!(count(&r.dataplane.maps().nat_reverse), 0);
 
     r.dataplane.apply(&[web(), alt()]).unwrap();
-    let e = r
-        .dataplane
-        .nat_endpoints()
-        .values()
-        .next()
-        .copied()
-        .unwrap();
+    let e = only_endpoint(&r);
     assert_eq!(
         e.flags,
         abi::nat_ep_flags::FALLBACK,
@@ -853,23 +854,11 @@ fn an_endpoint_shared_later_keeps_every_flows_replies_right() {
 
     // One VIP again: still shared (alt4's flows may be finishing).
     r.dataplane.apply(&[web()]).unwrap();
-    let e = r
-        .dataplane
-        .nat_endpoints()
-        .values()
-        .next()
-        .copied()
-        .unwrap();
+    let e = only_endpoint(&r);
     assert!(!e.exclusive(), "no promotion before the retire grace");
     r.dataplane.set_retire_grace(Duration::ZERO);
     r.dataplane.release_retired().unwrap();
-    let e = r
-        .dataplane
-        .nat_endpoints()
-        .values()
-        .next()
-        .copied()
-        .unwrap();
+    let e = only_endpoint(&r);
     assert!(e.exclusive(), "promoted once the grace has passed");
     assert_eq!(reply_source(&mut r, &old, b), (VIP4.parse().unwrap(), 80));
 }

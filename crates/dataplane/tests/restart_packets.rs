@@ -303,14 +303,7 @@ fn abi_7_maps_are_upgraded_in_place() {
     let first = forward(&mut r, &flow);
     r.keep_pins = true;
     drop(r);
-    {
-        let data = aya::maps::MapData::from_pin(dir.join("rivora_meta")).unwrap();
-        let mut meta: aya::maps::Array<_, abi::Meta> =
-            aya::maps::Map::Array(data).try_into().unwrap();
-        let mut m = meta.get(&0, 0).unwrap();
-        m.abi_version = 7;
-        meta.set(0, m, 0).unwrap();
-    }
+    record_abi_version(&dir, 7);
     let sizes = rivora_dataplane::compat::TableSizes::defaults();
     assert_eq!(
         rivora_dataplane::compat::inspect(&dir, &sizes),
@@ -333,6 +326,15 @@ fn abi_7_maps_are_upgraded_in_place() {
     r.keep_pins = false;
 }
 
+/// Writes `version` into the pinned rivora_meta, as an older rivorad left it.
+fn record_abi_version(dir: &std::path::Path, version: u32) {
+    let data = aya::maps::MapData::from_pin(dir.join("rivora_meta")).unwrap();
+    let mut meta: aya::maps::Array<_, abi::Meta> = aya::maps::Map::Array(data).try_into().unwrap();
+    let mut m = meta.get(&0, 0).unwrap();
+    m.abi_version = version;
+    meta.set(0, m, 0).unwrap();
+}
+
 /// ABI 9 added nat_endpoint_map(6) and flow_guard_config_map: maps an ABI 8
 /// rivorad pinned (without them, version 8 in rivora_meta) are adopted with
 /// their flows, the three maps are created, and the next apply fills the
@@ -353,14 +355,7 @@ fn abi_8_maps_gain_the_endpoint_and_guard_maps_in_place() {
     ] {
         std::fs::remove_file(dir.join(name)).unwrap();
     }
-    {
-        let data = aya::maps::MapData::from_pin(dir.join("rivora_meta")).unwrap();
-        let mut meta: aya::maps::Array<_, abi::Meta> =
-            aya::maps::Map::Array(data).try_into().unwrap();
-        let mut m = meta.get(&0, 0).unwrap();
-        m.abi_version = 8;
-        meta.set(0, m, 0).unwrap();
-    }
+    record_abi_version(&dir, 8);
     let sizes = rivora_dataplane::compat::TableSizes::defaults();
     assert_eq!(
         rivora_dataplane::compat::inspect(&dir, &sizes),
