@@ -3,9 +3,14 @@
  * xdp_ingress: the forwarding program. For every frame on the attached
  * interface: parse, match a VIP, rate-limit SYNs, pick a backend (affinity,
  * else Maglev), then forward by the VIP's mode. Full NAT: rewrite the
- * destination to the backend, record the reverse mapping for tc_nat, and
- * XDP_PASS so the kernel routes the packet on (or, for `natForwarding:
- * fib`, route it here and redirect it: route.h).
+ * destination to the backend, record the reverse mapping for tc_nat when
+ * the backend endpoint is shared by several VIPs (reverse.h), and XDP_PASS
+ * so the kernel routes the packet on (or, for `natForwarding: fib`, route
+ * it here and redirect it: route.h).
+ *
+ * A flow's state is made by the packet that shows it is one: not by a SYN
+ * or a UDP flow's first datagram (balance.h), and within the new-flow
+ * guard's budget (guard.h), so floods of unproven flows evict nothing.
  *
  * Around that path: a later fragment follows the backend its first fragment
  * chose (frag_map); an ICMP error about a reply goes to the backend that
