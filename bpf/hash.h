@@ -54,6 +54,18 @@ static __always_inline __u32 rv_vip_index_word(__u32 h, __u32 w)
 	return h ^ (h >> 16);
 }
 
+/* The address's words into h: one word for IPv4, four for IPv6. */
+static __always_inline __u32 rv_vip_index_addr(__u32 h, const __u32 *addr, const int v6)
+{
+	h = rv_vip_index_word(h, addr[0]);
+	if (v6) {
+		h = rv_vip_index_word(h, addr[1]);
+		h = rv_vip_index_word(h, addr[2]);
+		h = rv_vip_index_word(h, addr[3]);
+	}
+	return h;
+}
+
 /* lowbias32: a full-avalanche finaliser, so the low bits depend on every
  * input bit. */
 static __always_inline __u32 rv_lowbias32(__u32 h)
@@ -70,13 +82,7 @@ static __always_inline __u32 rv_vip_index_hash(const __u32 *addr, __be16 port, _
 {
 	__u32 h = RV_VIP_INDEX_SEED ^ ((__u32)port << 16) ^ ((__u32)proto << 8) ^ (v6 ? 1u : 0u);
 
-	h = rv_vip_index_word(h, addr[0]);
-	if (v6) {
-		h = rv_vip_index_word(h, addr[1]);
-		h = rv_vip_index_word(h, addr[2]);
-		h = rv_vip_index_word(h, addr[3]);
-	}
-	return rv_lowbias32(h);
+	return rv_lowbias32(rv_vip_index_addr(h, addr, v6));
 }
 
 /*
@@ -90,13 +96,7 @@ static __always_inline __u32 rv_nat_backend_bit(const __u32 *addr, const int v6)
 {
 	__u32 h = RV_NAT_FILTER_SEED ^ (v6 ? 1u : 0u);
 
-	h = rv_vip_index_word(h, addr[0]);
-	if (v6) {
-		h = rv_vip_index_word(h, addr[1]);
-		h = rv_vip_index_word(h, addr[2]);
-		h = rv_vip_index_word(h, addr[3]);
-	}
-	return rv_lowbias32(h) & (RV_NAT_FILTER_BITS - 1);
+	return rv_lowbias32(rv_vip_index_addr(h, addr, v6)) & (RV_NAT_FILTER_BITS - 1);
 }
 
 #endif /* RIVORA_HASH_H */

@@ -98,15 +98,21 @@ pub mod vip_index_flags {
 /// network-order value as stored in [`VipKey4::port`]. The program reads
 /// the address as native-endian 32-bit words, and so does this.
 pub fn vip_index_hash(addr: &[u8; 16], port: u16, proto: u8, v6: bool) -> u32 {
-    let w = |i: usize| u32::from_ne_bytes(addr[4 * i..4 * i + 4].try_into().unwrap());
-    let mut h = 0x2f0b_3c5d ^ (u32::from(port) << 16) ^ (u32::from(proto) << 8) ^ u32::from(v6);
-    h = index_word(h, w(0));
-    if v6 {
-        h = index_word(h, w(1));
-        h = index_word(h, w(2));
-        h = index_word(h, w(3));
+    let h = 0x2f0b_3c5d ^ (u32::from(port) << 16) ^ (u32::from(proto) << 8) ^ u32::from(v6);
+    lowbias32(index_addr(h, addr, v6))
+}
+
+/// The address's native-endian words into `h` (`rv_vip_index_addr`): one
+/// for IPv4, four for IPv6.
+fn index_addr(mut h: u32, addr: &[u8; 16], v6: bool) -> u32 {
+    let words = if v6 { 4 } else { 1 };
+    for i in 0..words {
+        h = index_word(
+            h,
+            u32::from_ne_bytes(addr[4 * i..4 * i + 4].try_into().unwrap()),
+        );
     }
-    lowbias32(h)
+    h
 }
 
 /// One address word into the index hash (`rv_vip_index_word`).
@@ -132,15 +138,7 @@ pub const NAT_FILTER_BITS: u32 = 65536;
 /// (`rv_nat_backend_bit` in `bpf/hash.h`, ABI): `addr` as in
 /// [`vip_index_hash`].
 pub fn nat_backend_bit(addr: &[u8; 16], v6: bool) -> u32 {
-    let w = |i: usize| u32::from_ne_bytes(addr[4 * i..4 * i + 4].try_into().unwrap());
-    let mut h = 0x6c8e_9cf5 ^ u32::from(v6);
-    h = index_word(h, w(0));
-    if v6 {
-        h = index_word(h, w(1));
-        h = index_word(h, w(2));
-        h = index_word(h, w(3));
-    }
-    lowbias32(h) & (NAT_FILTER_BITS - 1)
+    lowbias32(index_addr(0x6c8e_9cf5 ^ u32::from(v6), addr, v6)) & (NAT_FILTER_BITS - 1)
 }
 
 /// `enum rv_mode`: how a service forwards.

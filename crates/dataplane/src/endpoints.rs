@@ -140,7 +140,7 @@ impl Demand {
     /// The single VIP an endpoint serves, if it serves exactly one and no
     /// range VIP makes it ambiguous.
     fn single(&self, ep: &Endpoint) -> Option<Target> {
-        if self.ambiguous.contains(ep) || self.ambiguous_addrs.contains(&(ep.addr, ep.proto)) {
+        if self.is_ambiguous(ep) {
             return None;
         }
         let (_, t) = self.targets.get(ep)?;
@@ -149,6 +149,12 @@ impl Demand {
             (Some(one), None) => Some(*one),
             _ => None,
         }
+    }
+
+    /// Whether a port-range VIP makes the endpoint's replies depend on the
+    /// flow.
+    fn is_ambiguous(&self, ep: &Endpoint) -> bool {
+        self.ambiguous.contains(ep) || self.ambiguous_addrs.contains(&(ep.addr, ep.proto))
     }
 
     /// Whether the endpoint's VIP (address and port, whatever the service
@@ -172,7 +178,7 @@ pub fn demotions(
     current
         .iter()
         .filter(|(ep, e)| {
-            e.exclusive() && (demand.targets.contains_key(ep) || is_ambiguous(demand, ep))
+            e.exclusive() && (demand.targets.contains_key(ep) || demand.is_ambiguous(ep))
         })
         .filter(|(ep, e)| !demand.only(ep, &e.target))
         .map(|(ep, e)| {
@@ -186,10 +192,6 @@ pub fn demotions(
             )
         })
         .collect()
-}
-
-fn is_ambiguous(demand: &Demand, ep: &Endpoint) -> bool {
-    demand.ambiguous.contains(ep) || demand.ambiguous_addrs.contains(&(ep.addr, ep.proto))
 }
 
 /// The whole endpoint table once the VIPs of `demand` are programmed.
@@ -207,7 +209,7 @@ pub fn plan(
     let mut next = BTreeMap::new();
     // Endpoints no VIP names: kept while their backend is programmed.
     for (ep, e) in current {
-        if !demand.targets.contains_key(ep) && !is_ambiguous(demand, ep) && programmed(&e.backend) {
+        if !demand.targets.contains_key(ep) && !demand.is_ambiguous(ep) && programmed(&e.backend) {
             next.insert(*ep, *e);
         }
     }
@@ -216,12 +218,7 @@ pub fn plan(
         .keys()
         .chain(demand.ambiguous.iter())
         .copied()
-        .chain(
-            current
-                .keys()
-                .copied()
-                .filter(|ep| is_ambiguous(demand, ep)),
-        )
+        .chain(current.keys().copied().filter(|ep| demand.is_ambiguous(ep)))
         .collect();
     for ep in eps {
         let cur = current.get(&ep);

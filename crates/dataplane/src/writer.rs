@@ -555,9 +555,14 @@ impl Dataplane {
         for key in &expired {
             self.release_backend(*key)?;
         }
-        // Shared endpoints serving one VIP for a grace become exclusive.
-        self.sync_endpoints()?;
-        self.sync_backend_filter(&[])?;
+        // Shared endpoints serving one VIP for a grace become exclusive;
+        // nothing to plan while none waits for that.
+        if self.endpoints.values().any(|e| e.single_since.is_some()) {
+            self.sync_endpoints()?;
+        }
+        if !expired.is_empty() {
+            self.sync_backend_filter(&[])?;
+        }
         Ok(expired.len())
     }
 
@@ -897,18 +902,7 @@ impl Dataplane {
                         },
                     );
                 }
-                _ => {
-                    self.endpoints.insert(
-                        ep,
-                        EndpointEntry {
-                            target,
-                            flags,
-                            backend: exact,
-                            single_since: None,
-                        },
-                    );
-                    self.remove_endpoint(ep)?;
-                }
+                _ => self.remove_endpoint(ep)?,
             }
         }
         Ok(())

@@ -33,6 +33,14 @@ fn backends6() -> Vec<rivora_dataplane::BackendSpec> {
     ]
 }
 
+/// The backend `chosen`'s answer to `req`, from its own address.
+fn reply_to(req: &FrameSpec, chosen: BackendKey) -> FrameSpec {
+    let mut reply = FrameSpec::new("0.0.0.0", chosen.port, "0.0.0.0", req.sport, req.proto);
+    reply.src = chosen.addr;
+    reply.dst = req.src;
+    reply
+}
+
 /// Sends `req` through xdp_ingress and checks it came out NATed to one of
 /// `backends`; then sends the backend's reply through tc_nat and checks the
 /// client gets the VIP back as the source. Returns the chosen backend.
@@ -72,10 +80,7 @@ fn round_trip(
     assert_eq!(&out[..12], &frame[..12], "MACs untouched in NAT mode");
 
     // The backend answers the client from its own address.
-    let mut reply =
-        FrameSpec::new("0.0.0.0", chosen.port, "0.0.0.0", req.sport, req.proto).vlans(req.vlans);
-    reply.src = chosen.addr;
-    reply.dst = req.src;
+    let mut reply = reply_to(req, chosen).vlans(req.vlans);
     reply.payload = b"reply".to_vec();
     let (tcx, back) = r.datapath.run_tc(&reply.build()).unwrap();
     assert_eq!(tcx, TCX_NEXT, "tc_nat never ends the chain");
@@ -714,10 +719,7 @@ fn count<K: aya::Pod, V: aya::Pod>(m: &aya::maps::HashMap<aya::maps::MapData, K,
 
 /// The reply of `chosen` to `req` as tc_nat leaves it: (source, port).
 fn reply_source(r: &mut Rig, req: &FrameSpec, chosen: BackendKey) -> (IpAddr, u16) {
-    let mut reply = FrameSpec::new("0.0.0.0", chosen.port, "0.0.0.0", req.sport, req.proto);
-    reply.src = chosen.addr;
-    reply.dst = req.src;
-    let (tcx, back) = r.datapath.run_tc(&reply.build()).unwrap();
+    let (tcx, back) = r.datapath.run_tc(&reply_to(req, chosen).build()).unwrap();
     assert_eq!(tcx, TCX_NEXT);
     let q = parse_checked(&back);
     (q.src, q.sport)

@@ -291,24 +291,44 @@ fn the_expected_map_table_matches_what_the_objects_create() {
     }
 }
 
+/// Pins this build's maps with `config()` and one flow from `sport`, then
+/// makes them look like an older ABI's: `version` in rivora_meta and the
+/// maps it did not have (`lacking`) unpinned. Checks that they inspect as
+/// upgradable, and returns (pin directory, the flow, its backend).
+fn pinned_as_older_abi(
+    test: &str,
+    version: u32,
+    sport: u16,
+    lacking: &[&str],
+) -> (std::path::PathBuf, FrameSpec, std::net::IpAddr) {
+    let dir = pin_dir(test);
+    let (mut r, _, _) = rig_at(&dir);
+    r.dataplane.apply(&config()).unwrap();
+    let flow = FrameSpec::new("10.201.0.9", sport, VIP4, 80, proto::TCP);
+    let first = forward(&mut r, &flow);
+    r.keep_pins = true;
+    drop(r);
+    for name in lacking {
+        std::fs::remove_file(dir.join(name)).unwrap();
+    }
+    let data = aya::maps::MapData::from_pin(dir.join("rivora_meta")).unwrap();
+    let mut meta: aya::maps::Array<_, abi::Meta> = aya::maps::Map::Array(data).try_into().unwrap();
+    let mut m = meta.get(&0, 0).unwrap();
+    m.abi_version = version;
+    meta.set(0, m, 0).unwrap();
+    assert_eq!(
+        rivora_dataplane::compat::inspect(&dir, &rivora_dataplane::compat::TableSizes::defaults()),
+        rivora_dataplane::compat::PinnedState::Upgradable(version)
+    );
+    (dir, flow, first)
+}
+
 /// ABI 8 only gave drop_stats_map's slot 12 a meaning (a missing tail-call
 /// stage): maps an ABI 7 rivorad pinned are adopted as they are, flows
 /// included, and the version recorded becomes 8.
 #[test]
 fn abi_7_maps_are_upgraded_in_place() {
-    let dir = pin_dir("abi7");
-    let (mut r, _, _) = rig_at(&dir);
-    r.dataplane.apply(&config()).unwrap();
-    let flow = FrameSpec::new("10.201.0.9", 40000, VIP4, 80, proto::TCP);
-    let first = forward(&mut r, &flow);
-    r.keep_pins = true;
-    drop(r);
-    record_abi_version(&dir, 7);
-    let sizes = rivora_dataplane::compat::TableSizes::defaults();
-    assert_eq!(
-        rivora_dataplane::compat::inspect(&dir, &sizes),
-        rivora_dataplane::compat::PinnedState::Upgradable(7)
-    );
+    let (dir, flow, first) = pinned_as_older_abi("abi7", 7, 40000, &[]);
     let (mut r, outcome, report) = rig_at(&dir);
     assert_eq!(outcome, LoadOutcome::Reused);
     assert_eq!(report.vips, config().len());
@@ -319,47 +339,29 @@ fn abi_7_maps_are_upgraded_in_place() {
         abi::ABI_VERSION
     );
     assert_eq!(
-        rivora_dataplane::compat::inspect(&dir, &sizes),
+        rivora_dataplane::compat::inspect(&dir, &rivora_dataplane::compat::TableSizes::defaults()),
         rivora_dataplane::compat::PinnedState::Compatible
     );
     assert_eq!(forward(&mut r, &flow), first, "the flow kept its backend");
     r.keep_pins = false;
 }
 
-/// Writes `version` into the pinned rivora_meta, as an older rivorad left it.
-fn record_abi_version(dir: &std::path::Path, version: u32) {
-    let data = aya::maps::MapData::from_pin(dir.join("rivora_meta")).unwrap();
-    let mut meta: aya::maps::Array<_, abi::Meta> = aya::maps::Map::Array(data).try_into().unwrap();
-    let mut m = meta.get(&0, 0).unwrap();
-    m.abi_version = version;
-    meta.set(0, m, 0).unwrap();
-}
-
-/// ABI 9 added nat_endpoint_map(6) and flow_guard_config_map: maps an ABI 8
-/// rivorad pinned (without them, version 8 in rivora_meta) are adopted with
-/// their flows, the three maps are created, and the next apply fills the
-/// endpoint table.
+/// ABI 9 added nat_endpoint_map(6), flow_guard_config_map and
+/// nat_backend_filter_map: maps an ABI 8 rivorad pinned (without them,
+/// version 8 in rivora_meta) are adopted with their flows, the four maps are
+/// created, and the next apply fills the endpoint table.
 #[test]
 fn abi_8_maps_gain_the_endpoint_and_guard_maps_in_place() {
-    let dir = pin_dir("abi8");
-    let (mut r, _, _) = rig_at(&dir);
-    r.dataplane.apply(&config()).unwrap();
-    let flow = FrameSpec::new("10.201.0.9", 40001, VIP4, 80, proto::TCP);
-    let first = forward(&mut r, &flow);
-    r.keep_pins = true;
-    drop(r);
-    for name in [
-        "nat_endpoint_map",
-        "nat_endpoint_map6",
-        "flow_guard_config_map",
-    ] {
-        std::fs::remove_file(dir.join(name)).unwrap();
-    }
-    record_abi_version(&dir, 8);
-    let sizes = rivora_dataplane::compat::TableSizes::defaults();
-    assert_eq!(
-        rivora_dataplane::compat::inspect(&dir, &sizes),
-        rivora_dataplane::compat::PinnedState::Upgradable(8)
+    let (dir, flow, first) = pinned_as_older_abi(
+        "abi8",
+        8,
+        40001,
+        &[
+            "nat_endpoint_map",
+            "nat_endpoint_map6",
+            "flow_guard_config_map",
+            "nat_backend_filter_map",
+        ],
     );
     let (mut r, outcome, _) = rig_at(&dir);
     assert_eq!(outcome, LoadOutcome::Reused);
