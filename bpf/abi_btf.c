@@ -29,6 +29,7 @@ struct rv_abi_all {
 	struct rv_nat_ep_value4 nat_ep_value4;
 	struct rv_nat_ep_value6 nat_ep_value6;
 	struct rv_flow_guard_config flow_guard_config;
+	struct rv_flow_filter_ctl flow_filter_ctl;
 	struct rv_flow_guard_state flow_guard_state;
 	struct rv_vip_stats vip_stats;
 	struct rv_backend_stats backend_stats;

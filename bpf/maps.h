@@ -155,6 +155,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nat_backend_filter_map SEC(".maps");
 
+/* Which flows may have an affinity entry: one bit per 5-tuple hash, in two
+ * halves (flow_filter.h). Sized at load from the flow-table size (the
+ * default below is replaced); mmapped by the control plane, which rebuilds
+ * the idle half while the datapath keeps recording into both. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * RV_MAX_FLOWS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flow_filter_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_flow_filter_ctl);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flow_filter_ctl_map SEC(".maps");
+
 /* The new-flow guard's setting (guard.h), written by the control plane. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

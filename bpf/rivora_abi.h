@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 9,
+	RV_ABI_VERSION = 10,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -65,6 +65,11 @@ enum rv_abi_consts {
 	RV_UDP_SEEN_SLOTS = 4096,
 	/* Bits of nat_backend_filter_map (a power of two; 64 per entry). */
 	RV_NAT_FILTER_BITS = 65536,
+	/* Bits of each half of flow_filter_map per flow-table entry: a half
+	 * has as many 64-bit words as the flow-table size rounded up to a
+	 * power of two, so with both families' tables full one bit in 32 is
+	 * set (flow_filter.h). */
+	RV_FLOW_FILTER_BITS_PER_FLOW = 64,
 };
 
 /* rv_vip_slot.flags bits. */
@@ -227,6 +232,18 @@ struct rv_vip_slot {
 struct rv_vip_index_ctl {
 	__u32 half;  /* 0 or 1 */
 	__u32 flags; /* RV_VIP_INDEX_* */
+};
+
+/* flow_filter_ctl_map value (one entry): the shape of flow_filter_map and
+ * what its active half promises (flow_filter.h). All zero (a map just added
+ * by an upgrade): no filter, every flow is looked up. */
+struct rv_flow_filter_ctl {
+	__u32 words;  /* 64-bit words per half, a power of two; 0: no filter */
+	__u32 active; /* the half lookups read: 0 or 1 */
+	__u32 exact;  /* 1: the active half has the bit of every entry of
+		       * connection_affinity_map(6), so a clear bit means no
+		       * entry; 0: bits are recorded, not trusted yet */
+	__u32 pad;
 };
 
 /* service_config_map value, indexed by service ID. The control plane

@@ -34,6 +34,7 @@
 #include "backend_stats.h"
 #include "guard.h"
 #include "reverse.h"
+#include "flow_filter.h"
 #include "stages.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -256,28 +257,6 @@ static __always_inline int rv_syn_allowed(const struct rv_pkt *p, const struct r
 	return 1;
 }
 
-/* The Maglev hash of a flow: the 5-tuple, or the source address alone for
- * sessionAffinity clientIP. */
-static __always_inline __u32 rv_flow_hash(const __u32 *src, const __u32 *dst, __be16 sport, __be16 dport, __u8 proto,
-					  int client_ip, const int v6)
-{
-	__u32 h = RV_HASH_SEED;
-	int words = v6 ? 4 : 1;
-
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		if (i < words)
-			h = rv_hash_mix(h, src[i]);
-	if (client_ip)
-		return rv_hash_final(h);
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		if (i < words)
-			h = rv_hash_mix(h, dst[i]);
-	h = rv_hash_mix(h, ((__u32)sport << 16) | dport);
-	return rv_hash_final(rv_hash_mix(h, proto));
-}
-
 /* The backend of an established flow, if its affinity entry still names a
  * usable backend (healthy or draining, same generation). `entry` (may be
  * null) receives the affinity entry itself, also when it is not used (a
@@ -324,8 +303,11 @@ static __always_inline __u32 rv_nat_tick(void)
 	return rv_route_tick();
 }
 
+/* Makes the flow's affinity entry, and sets its bit in the flow filter
+ * after it (`hf`: hash.h rv_flow_filter_hash), the order flow_filter.h
+ * relies on. */
 static __always_inline void rv_affinity_record(const struct rv_pkt *p, __u32 backend_id, __u32 generation,
-					       __u32 nat_tick, const int v6)
+					       __u32 nat_tick, __u32 hf, const int v6)
 {
 	struct rv_affinity a = {
 		.backend_id = backend_id, .backend_generation = generation, .nat_checked = nat_tick
@@ -342,6 +324,7 @@ static __always_inline void rv_affinity_record(const struct rv_pkt *p, __u32 bac
 		};
 		bpf_map_update_elem(&connection_affinity_map, &f, &a, BPF_ANY);
 	}
+	rv_flow_filter_add(hf);
 }
 
 /* A first fragment's choice, for the later fragments of its datagram. The
@@ -459,12 +442,23 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		return XDP_DROP;
 	}
 
-	/* A SYN is a new connection: balanced, never follows an entry (balance.h). */
-	int unpinned = rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, opens, &backend_id, &be,
-					   &aff, v6);
+	/* A SYN is a new connection: balanced, never follows an entry
+	 * (balance.h). A SYN and a UDP datagram are the packets that are most
+	 * often a new flow's: they ask the flow filter first and skip the
+	 * lookup when it says no entry exists (flow_filter.h). Other TCP
+	 * segments almost always have an entry and go straight to it. */
+	int asks_filter = opens || p->proto == IPPROTO_UDP;
+	__u32 hf = 0;
+	int unpinned = -1;
+	if (asks_filter)
+		hf = rv_flow_filter_hash(p->src, p->dst, p->sport, p->dport, p->proto, v6);
+	if (!asks_filter || rv_flow_maybe_recorded(hf))
+		unpinned = rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, opens, &backend_id, &be,
+					       &aff, v6);
 	if (unpinned) {
 		int client_ip = svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP;
-		__u32 h = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, client_ip, v6);
+		__u32 h5 = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 0, v6);
+		__u32 h = client_ip ? rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 1, v6) : h5;
 		if (rv_maglev_pick(svc, h, &backend_id)) {
 			rv_count_drop(RV_DROP_NO_HEALTHY_BACKEND, service_id);
 			return XDP_DROP;
@@ -486,13 +480,13 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 				aff->backend_id = backend_id;
 				aff->backend_generation = be.generation;
 			}
-		} else if (p->proto == IPPROTO_UDP && !aff &&
-			   !rv_udp_seen_before(client_ip ? rv_flow_hash(p->src, p->dst, p->sport, p->dport,
-									 p->proto, 0, v6)
-							 : h)) {
+		} else if (p->proto == IPPROTO_UDP && !aff && !rv_udp_seen_before(h5)) {
 			new_flow = 1;
 		} else if (rv_guard_ask(&admit)) {
-			rv_affinity_record(p, backend_id, be.generation, rv_nat_tick(), v6);
+			rv_affinity_record(p, backend_id, be.generation, rv_nat_tick(),
+					   asks_filter ? hf : rv_flow_filter_hash(p->src, p->dst, p->sport, p->dport,
+										  p->proto, v6),
+					   v6);
 		}
 	}
 

@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 9;
+pub const ABI_VERSION: u32 = 10;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -139,6 +139,73 @@ pub const NAT_FILTER_BITS: u32 = 65536;
 /// [`vip_index_hash`].
 pub fn nat_backend_bit(addr: &[u8; 16], v6: bool) -> u32 {
     lowbias32(index_addr(0x6c8e_9cf5 ^ u32::from(v6), addr, v6)) & (NAT_FILTER_BITS - 1)
+}
+
+/// Bits of each half of `flow_filter_map` per flow-table entry
+/// (`RV_FLOW_FILTER_BITS_PER_FLOW`): a half has as many 64-bit words as the
+/// flow-table size rounded up to a power of two.
+pub const FLOW_FILTER_BITS_PER_FLOW: u32 = 64;
+
+/// `rv_word_pair`: two 32-bit words as one 64-bit one, `hi` on top.
+fn word_pair(hi: u32, lo: u32) -> u64 {
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// `rv_flow_filter_hash` (`bpf/hash.h`) over the address words and ports
+/// exactly as they sit in a flow key (network byte order in memory, read as
+/// native words): ABI since version 10, because it places a flow's bit in
+/// `flow_filter_map`, which the control plane rebuilds from the affinity
+/// tables' keys.
+fn flow_filter_hash_words(
+    src: &[u32; 4],
+    dst: &[u32; 4],
+    sport: u16,
+    dport: u16,
+    proto: u8,
+    v6: bool,
+) -> u32 {
+    let mut x = word_pair(src[0], dst[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= word_pair(
+        (u32::from(sport) << 16) | u32::from(dport),
+        u32::from(proto),
+    )
+    .wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    if v6 {
+        x ^= word_pair(src[1], dst[1]).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= word_pair(src[2], dst[2]).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= word_pair(src[3], dst[3]).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    }
+    x ^= x >> 29;
+    (x.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as u32
+}
+
+/// The flow filter hash of an IPv4 affinity key (see
+/// [`flow_filter_hash_words`]).
+pub fn flow_filter_hash4(f: &Flow4) -> u32 {
+    flow_filter_hash_words(
+        &[f.src, 0, 0, 0],
+        &[f.dst, 0, 0, 0],
+        f.sport,
+        f.dport,
+        f.proto,
+        false,
+    )
+}
+
+/// The flow filter hash of an IPv6 affinity key (see
+/// [`flow_filter_hash_words`]).
+pub fn flow_filter_hash6(f: &Flow6) -> u32 {
+    let words = |a: &[u8; 16]| -> [u32; 4] {
+        std::array::from_fn(|i| u32::from_ne_bytes(a[4 * i..4 * i + 4].try_into().unwrap()))
+    };
+    flow_filter_hash_words(
+        &words(&f.src),
+        &words(&f.dst),
+        f.sport,
+        f.dport,
+        f.proto,
+        true,
+    )
 }
 
 /// `enum rv_mode`: how a service forwards.
@@ -681,6 +748,18 @@ pub struct NatEpValue6 {
     pub service_id: u32,
 }
 
+/// `struct rv_flow_filter_ctl`: the shape of `flow_filter_map` and whether
+/// its active half is exact (every affinity entry's bit set), which is what
+/// lets a clear bit skip the affinity lookup (`bpf/flow_filter.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowFilterCtl {
+    pub words: u32,
+    pub active: u32,
+    pub exact: u32,
+    pub pad: u32,
+}
+
 /// `struct rv_flow_guard_config`: the new-flow guard's setting.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -849,6 +928,7 @@ pod!(
     NatEpValue4,
     NatEpValue6,
     FlowGuardConfig,
+    FlowFilterCtl,
     FlowGuardState,
     RlConfig,
     RlKey4,
@@ -945,6 +1025,11 @@ pub fn layouts() -> Vec<StructLayout> {
             [limit, window_jiffies, rate]
         ),
         layout!(FlowGuardState, "rv_flow_guard_state", [window_start, count]),
+        layout!(
+            FlowFilterCtl,
+            "rv_flow_filter_ctl",
+            [words, active, exact, pad]
+        ),
         layout!(
             VipStats,
             "rv_vip_stats",
@@ -1070,6 +1155,10 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_MAX_NAT_ENDPOINTS", MAX_NAT_ENDPOINTS as i64),
         ("RV_UDP_SEEN_SLOTS", UDP_SEEN_SLOTS as i64),
         ("RV_NAT_FILTER_BITS", NAT_FILTER_BITS as i64),
+        (
+            "RV_FLOW_FILTER_BITS_PER_FLOW",
+            FLOW_FILTER_BITS_PER_FLOW as i64,
+        ),
         ("RV_NAT_EP_EXCLUSIVE", nat_ep_flags::EXCLUSIVE as i64),
         ("RV_NAT_EP_FALLBACK", nat_ep_flags::FALLBACK as i64),
         ("RV_MAX_FRAGS", MAX_FRAGS as i64),
@@ -1148,6 +1237,44 @@ mod tests {
         assert_eq!(v6("fd00:200:1::11"), 42440);
         assert_eq!(v6("2001:db8::1"), 24162);
         assert_eq!(v6("::"), 27976);
+    }
+
+    /// Vectors printed by bpf/hash.h's rv_flow_filter_hash compiled for the
+    /// host (little-endian): ABI since version 10.
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn flow_filter_hash_known_vectors() {
+        let v4 = |s: &str, d: &str, sp: u16, dp: u16, proto: u8| {
+            flow_filter_hash4(&Flow4 {
+                src: u32::from_ne_bytes(s.parse::<Ipv4Addr>().unwrap().octets()),
+                dst: u32::from_ne_bytes(d.parse::<Ipv4Addr>().unwrap().octets()),
+                sport: sp.to_be(),
+                dport: dp.to_be(),
+                proto,
+                pad: [0; 3],
+            })
+        };
+        let v6 = |s: &str, d: &str, sp: u16, dp: u16, proto: u8| {
+            flow_filter_hash6(&Flow6 {
+                src: s.parse::<std::net::Ipv6Addr>().unwrap().octets(),
+                dst: d.parse::<std::net::Ipv6Addr>().unwrap().octets(),
+                sport: sp.to_be(),
+                dport: dp.to_be(),
+                proto,
+                pad: [0; 3],
+            })
+        };
+        assert_eq!(v4("10.128.0.1", "10.200.100.1", 40000, 80, 6), 0xbb35_4388);
+        assert_eq!(v4("0.0.0.0", "0.0.0.0", 0, 0, 0), 0);
+        assert_eq!(
+            v4("192.168.255.254", "10.0.0.1", 65535, 53, 17),
+            0x9b7b_e8a5
+        );
+        assert_eq!(
+            v6("fd00:100::2", "fd00:200:100::1", 40000, 80, 6),
+            0xdf02_3fa3
+        );
+        assert_eq!(v6("::", "::", 0, 0, 0), 0);
     }
 
     #[test]

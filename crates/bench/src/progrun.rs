@@ -1327,17 +1327,13 @@ pub fn run(opts: Opts) -> Result<Section> {
         let frame = frames::build(&spec);
         // Warm the flow: a TCP segment (no flags) through xdp_ingress
         // creates its affinity entry; a UDP flow needs two datagrams
-        // (balance.h rv_udp_seen_before).
+        // (balance.h rv_udp_seen_before). Through the harness, so the
+        // program under test (RIVORA_BENCH_XDP_OBJECT's, in an A/B) makes
+        // the state it will find, and on the CPU the runs use.
         let warm = if spec.proto == proto::UDP { 2 } else { 1 };
-        let mut last = None;
-        for _ in 0..warm {
-            last = Some(
-                rig.datapath
-                    .run_xdp(&frame.bytes)
-                    .map_err(|e| anyhow!("{e}"))?,
-            );
-        }
-        let (v, out) = last.expect("at least one warm-up packet");
+        rig.set_frame(Hook::Xdp, &frame, Vary::No)?;
+        rig.set_slot(Hook::Xdp, Slot::Real)?;
+        let (v, _, out) = rig.harness_run(Hook::Xdp, &frame.bytes, warm)?;
         ensure!(v == XDP_PASS, "{label}: warm-up verdict {v}");
         let p = frames::parse_checked(&out)?;
         if spec.vlans.is_empty() && spec.proto == proto::TCP {

@@ -244,6 +244,20 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
             abi::NAT_FILTER_BITS / 64,
         ),
         s(
+            "flow_filter_map",
+            MapType::Array,
+            4,
+            8,
+            2 * flow_filter_words(sizes.flow_table),
+        ),
+        s(
+            "flow_filter_ctl_map",
+            MapType::Array,
+            4,
+            size_of::<abi::FlowFilterCtl>(),
+            1,
+        ),
+        s(
             "rl_config_map",
             MapType::Array,
             4,
@@ -309,7 +323,19 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
             "nat_backend_filter_map",
         ],
     ),
+    // The flow filter that lets SYNs and new UDP flows skip the affinity
+    // lookup. Created empty and "not exact": the first rebuild after the
+    // new programs run makes it exact (flow_filter.rs).
+    (10, &["flow_filter_map", "flow_filter_ctl_map"]),
 ];
+
+/// 64-bit words of each half of `flow_filter_map` for flow tables of
+/// `flow_table` entries: [`abi::FLOW_FILTER_BITS_PER_FLOW`] bits per entry,
+/// rounded up to a power of two (the datapath masks the hash).
+pub fn flow_filter_words(flow_table: u32) -> u32 {
+    let bits = u64::from(flow_table.max(1)) * u64::from(abi::FLOW_FILTER_BITS_PER_FLOW);
+    (bits / 64).next_power_of_two().min(1 << 30) as u32
+}
 
 /// The maps created since ABI version `from` if every version after it up
 /// to this build's is an additive one, else None.

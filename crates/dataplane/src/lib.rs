@@ -9,6 +9,7 @@ pub mod alloc;
 pub mod bpffs;
 pub mod compat;
 pub mod endpoints;
+pub mod flow_filter;
 pub mod guard;
 pub mod holder;
 pub mod imbalance;

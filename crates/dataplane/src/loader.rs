@@ -69,6 +69,8 @@ pub const MAP_NAMES: &[&str] = &[
     "nat_endpoint_map6",
     "flow_guard_config_map",
     "nat_backend_filter_map",
+    "flow_filter_map",
+    "flow_filter_ctl_map",
     "stats_map",
     "backend_stats_map",
     "drop_stats_map",
@@ -232,6 +234,10 @@ impl Datapath {
             for name in compat::FLOW_TABLES {
                 loader.map_max_entries(name, opts.flow_table_size);
             }
+            loader.map_max_entries(
+                "flow_filter_map",
+                2 * compat::flow_filter_words(opts.flow_table_size),
+            );
             loader.load(bytes).map_err(|e| Error::Load {
                 what,
                 source: Box::new(e),
@@ -299,6 +305,14 @@ impl Datapath {
                 to = abi::ABI_VERSION,
                 "upgraded the pinned maps in place: the maps this ABI version adds were created empty, the rest adopted"
             );
+        }
+        // The flow filter: exact at once over empty tables; otherwise kept
+        // as the earlier start left it, or (a map this load added) not
+        // trusted until rebuilt (flow_filter.rs).
+        if outcome == LoadOutcome::Reused {
+            maps.flow_filter.init_adopted()?;
+        } else {
+            maps.flow_filter.init_fresh()?;
         }
         if outcome != LoadOutcome::Reused {
             let meta = abi::Meta {

@@ -8,6 +8,7 @@ use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, PerCpuArray};
 use rivora_abi as abi;
 
 use crate::Error;
+use crate::flow_filter::FlowFilter;
 
 /// All maps the control plane writes or reads.
 pub struct Maps {
@@ -44,6 +45,8 @@ pub struct Maps {
     pub flow_guard: Array<MapData, abi::FlowGuardConfig>,
     /// Backend addresses as bits (`abi::nat_backend_bit`), 64 per entry.
     pub nat_backend_filter: Array<MapData, u64>,
+    /// Which flows may have an affinity entry (flow_filter.rs), mapped.
+    pub flow_filter: FlowFilter,
     /// Per-service per-CPU counters.
     pub stats: PerCpuArray<MapData, abi::VipStats>,
     /// Per-backend per-CPU counters, by backend ID.
@@ -216,6 +219,13 @@ impl Maps {
             nat_endpoint6: typed!(ebpf, "nat_endpoint_map6"),
             flow_guard: typed!(ebpf, "flow_guard_config_map"),
             nat_backend_filter: typed!(ebpf, "nat_backend_filter_map"),
+            flow_filter: FlowFilter::map(
+                take(ebpf, "flow_filter_map").and_then(|m| match m {
+                    Map::Array(data) => Ok(data),
+                    _ => Err(Error::MissingMap("flow_filter_map")),
+                })?,
+                typed!(ebpf, "flow_filter_ctl_map"),
+            )?,
             stats: typed!(ebpf, "stats_map"),
             backend_stats: typed!(ebpf, "backend_stats_map"),
             drop_stats: typed!(ebpf, "drop_stats_map"),

@@ -1852,6 +1852,39 @@ impl Dataplane {
         Ok(out)
     }
 
+    /// Keeps the flow filter useful (flow_filter.rs): rebuilds it when it
+    /// has too many stale bits or was never exact. Cheap when nothing is
+    /// due (the bits are counted at most once a second), so rivorad calls
+    /// it on every tick; call it only while this build's programs are the
+    /// ones attached.
+    pub fn maintain_flow_filter(
+        &mut self,
+    ) -> Result<Option<crate::flow_filter::RebuildReport>, Error> {
+        let Maps {
+            flow_filter,
+            affinity,
+            affinity6,
+            ..
+        } = &mut self.maps;
+        flow_filter.maintain(affinity, affinity6)
+    }
+
+    /// Rebuilds the flow filter now, due or not (tests, benchmarks).
+    pub fn rebuild_flow_filter(&mut self) -> Result<crate::flow_filter::RebuildReport, Error> {
+        let Maps {
+            flow_filter,
+            affinity,
+            affinity6,
+            ..
+        } = &mut self.maps;
+        flow_filter.rebuild(affinity, affinity6)
+    }
+
+    /// The flow filter's size, fill and whether it is exact.
+    pub fn flow_filter_status(&self) -> crate::flow_filter::FilterStatus {
+        self.maps.flow_filter.status()
+    }
+
     /// Entries in use in each flow table and its capacity, so an operator
     /// sees a table filling before LRU eviction starts dropping live flows.
     /// Counts by walking the keys: one syscall per entry, so call it at

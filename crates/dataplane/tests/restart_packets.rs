@@ -347,9 +347,10 @@ fn abi_7_maps_are_upgraded_in_place() {
 }
 
 /// ABI 9 added nat_endpoint_map(6), flow_guard_config_map and
-/// nat_backend_filter_map: maps an ABI 8 rivorad pinned (without them,
-/// version 8 in rivora_meta) are adopted with their flows, the four maps are
-/// created, and the next apply fills the endpoint table.
+/// nat_backend_filter_map (and ABI 10 the flow filter): maps an ABI 8
+/// rivorad pinned (without them, version 8 in rivora_meta) are adopted with
+/// their flows, the six maps are created, and the next apply fills the
+/// endpoint table.
 #[test]
 fn abi_8_maps_gain_the_endpoint_and_guard_maps_in_place() {
     let (dir, flow, first) = pinned_as_older_abi(
@@ -361,6 +362,8 @@ fn abi_8_maps_gain_the_endpoint_and_guard_maps_in_place() {
             "nat_endpoint_map6",
             "flow_guard_config_map",
             "nat_backend_filter_map",
+            "flow_filter_map",
+            "flow_filter_ctl_map",
         ],
     );
     let (mut r, outcome, _) = rig_at(&dir);
@@ -377,6 +380,78 @@ fn abi_8_maps_gain_the_endpoint_and_guard_maps_in_place() {
             .unwrap()
             .abi_version,
         abi::ABI_VERSION
+    );
+    r.keep_pins = false;
+}
+
+/// ABI 10 added the flow filter (flow_filter_map, flow_filter_ctl_map):
+/// maps an ABI 9 rivorad pinned are adopted with their flows, whose entries
+/// have no bits. The new filter starts "not exact" (every SYN and UDP
+/// datagram is looked up, so the adopted flow keeps its backend and a SYN
+/// reusing its 5-tuple still finds its entry), and the first maintenance a
+/// second after start rebuilds it from the tables and makes it exact.
+#[test]
+fn abi_9_maps_gain_the_flow_filter_and_it_becomes_exact_after_a_rebuild() {
+    let (dir, flow, first) = pinned_as_older_abi(
+        "abi9",
+        9,
+        40002,
+        &["flow_filter_map", "flow_filter_ctl_map"],
+    );
+    let (mut r, outcome, _) = rig_at(&dir);
+    assert_eq!(outcome, LoadOutcome::Reused);
+    let ctl = r.dataplane.maps().flow_filter.ctl().unwrap();
+    assert_eq!(
+        ctl.exact, 0,
+        "an added filter is not trusted before a rebuild"
+    );
+    assert!(ctl.words > 0, "but it records bits from now on");
+    assert_eq!(r.dataplane.maps().flow_filter.ones(ctl.active), 0);
+    assert_eq!(forward(&mut r, &flow), first, "the flow kept its backend");
+    assert!(
+        r.dataplane.maintain_flow_filter().unwrap().is_none(),
+        "no rebuild in the first second (an old program may still be finishing a packet)"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let report = loop {
+        if let Some(rep) = r.dataplane.maintain_flow_filter().unwrap() {
+            break rep;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no rebuild within 10 s; filter {:?}",
+            r.dataplane.flow_filter_status()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(!report.was_exact);
+    assert!(
+        report.keys >= 1,
+        "the adopted flow's entry was read: {report:?}"
+    );
+    let ctl = r.dataplane.maps().flow_filter.ctl().unwrap();
+    assert_eq!(ctl.exact, 1);
+    let entries: Vec<abi::Flow4> = r
+        .dataplane
+        .maps()
+        .affinity
+        .keys()
+        .map(|k| k.unwrap())
+        .collect();
+    assert!(!entries.is_empty());
+    for k in &entries {
+        assert!(
+            r.dataplane
+                .maps()
+                .flow_filter
+                .has(abi::flow_filter_hash4(k))
+                .unwrap()
+        );
+    }
+    assert_eq!(forward(&mut r, &flow), first, "the flow kept its backend");
+    assert!(
+        r.dataplane.maintain_flow_filter().unwrap().is_none(),
+        "an exact, sparse filter needs no rebuild"
     );
     r.keep_pins = false;
 }

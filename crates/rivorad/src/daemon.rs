@@ -300,6 +300,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     let Shared { dataplane, prober, announcer, .. } = &mut *s;
                     announcer.refresh(dataplane, prober);
                     occupancy.check(dataplane);
+                    maintain_flow_filter(dataplane);
                 }
                 if watch.changed() && watch.settled().await {
                     info!("{} changed: re-reading", config_path.display());
@@ -628,6 +629,29 @@ impl FlowTableWatch {
                 self.warned.remove(name);
             }
         }
+    }
+}
+
+/// Keeps the flow filter that lets SYNs and new UDP flows skip the
+/// affinity lookup exact and sparse (rivora_dataplane::flow_filter): a
+/// rebuild is due after as many new flows as the tables hold.
+fn maintain_flow_filter(dataplane: &mut rivora_dataplane::Dataplane) {
+    match dataplane.maintain_flow_filter() {
+        Ok(None) => {}
+        Ok(Some(r)) if !r.was_exact => info!(
+            keys = r.keys,
+            took_ms = r.took.as_millis() as u64,
+            "flow filter built from the adopted flow tables: SYNs and new UDP flows now skip \
+             the affinity lookup when no entry can exist"
+        ),
+        Ok(Some(r)) => tracing::debug!(
+            keys = r.keys,
+            bits_before = r.ones_before,
+            bits_after = r.ones,
+            took_ms = r.took.as_millis() as u64,
+            "flow filter rebuilt"
+        ),
+        Err(e) => warn!("rebuilding the flow filter: {e} (new flows keep their affinity lookup)"),
     }
 }
 
