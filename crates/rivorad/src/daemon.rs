@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use rivora_api::{ProgramInfo, ReloadInfo};
+use rivora_api::ReloadInfo;
 use rivora_dataplane::{
     AttachOptions, Datapath, Dataplane, LoadOptions, LoadOutcome, XdpModeRequest, ensure_bpffs,
     remove_link_pins, remove_pins,
@@ -14,12 +14,14 @@ use rivora_dataplane::{
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
+use crate::apply::{self, warn_if_crowded};
 use crate::instance::InstanceLock;
-use crate::kernel;
-use crate::source::{Shared, StateSource};
-use crate::watch::ConfigWatch;
-use crate::{Args, XdpModeArg, announce, desired, health};
+use crate::source::file::from_config;
+use crate::source::watch::ConfigWatch;
+use crate::state::{Shared, StateSource, programs};
+use crate::{Args, XdpModeArg, announce};
 use rivora_dataplane::BackendKey;
+use rivora_desired::DesiredState;
 use rivora_health::Prober;
 
 /// Seconds since the epoch, for the API.
@@ -75,7 +77,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // The first configuration must be valid: there is nothing older to keep.
     let mut watch = ConfigWatch::new(&config_path);
     let (config, text) = watch.read_and_parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let specs = desired::from_config(&config);
+    let desired = from_config(&config);
 
     let (mut datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: args.pin_dir.clone(),
@@ -147,7 +149,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let existed_before: BTreeSet<BackendKey> = dataplane.backends().map(|b| b.key).collect();
-    let report = match apply_config(&mut dataplane, &config, &interface) {
+    let report = match apply::program(&mut dataplane, &desired, &interface) {
         Ok(r) => r,
         Err(e) => {
             fail(&datapath);
@@ -155,7 +157,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     watch.mark_applied(text);
-    info!(vips = specs.len(), "programmed: {report}");
+    info!(vips = desired.vips.len(), "programmed: {report}");
     warn_if_crowded(&dataplane);
 
     let request = match args.xdp_mode {
@@ -169,7 +171,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         persist: args.persist_datapath,
         // tc_nat only for NAT VIPs (the forwarding-modes spec: a node with
         // only DSR VIPs does not load it); a reload adds it when needed.
-        egress: has_nat_vip(&specs),
+        egress: desired.has_nat_vip(),
     };
     let attachment = match datapath.attach(&attach) {
         Ok(a) => a.clone(),
@@ -190,7 +192,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         persistent = attachment.persistent,
         "datapath attached"
     );
-    warn_if_not_forwarding(&specs);
+    warn_if_not_forwarding(&desired);
 
     let start_summary = match (&outcome, attachment.replaced_pinned_links) {
         (LoadOutcome::Reused, swapped) => format!(
@@ -209,7 +211,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (LoadOutcome::Fresh, _) => "fresh datapath".to_string(),
     };
     let (mut prober, transitions) = Prober::new();
-    update_probes(&config, &mut dataplane, &mut prober, &existed_before);
+    apply::probes(&desired, &mut dataplane, &mut prober, &existed_before);
     let started = now_unix();
     let shared = Arc::new(Mutex::new(Shared {
         dataplane,
@@ -240,7 +242,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         announcer: announce::Announcer::default(),
     }));
     // BGP sessions and ARP/NDP answers: only once the datapath forwards.
-    announce::reconfigure(&shared, &config, &interface).await;
+    announce::reconfigure(&shared, &desired, &interface).await;
 
     let socket = rivora_api::bind(&args.api_socket)
         .with_context(|| format!("API socket {}", args.api_socket.display()))?;
@@ -285,8 +287,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 info!("SIGHUP: re-reading {}", config_path.display());
-                if let Some(config) = reload(&mut watch, &shared, &mut datapath, true) {
-                    announce::reconfigure(&shared, &config, &interface).await;
+                if let Some(desired) = reload(&mut watch, &shared, &mut datapath, true) {
+                    announce::reconfigure(&shared, &desired, &interface).await;
                 }
             }
             _ = tick.tick() => {
@@ -303,8 +305,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 if watch.changed() && watch.settled().await {
                     info!("{} changed: re-reading", config_path.display());
-                    if let Some(config) = reload(&mut watch, &shared, &mut datapath, false) {
-                        announce::reconfigure(&shared, &config, &interface).await;
+                    if let Some(desired) = reload(&mut watch, &shared, &mut datapath, false) {
+                        announce::reconfigure(&shared, &desired, &interface).await;
                     }
                 }
             }
@@ -337,65 +339,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         info!("datapath detached and pins removed; bye");
     }
     Ok(())
-}
-
-/// Programs everything `config` asks for: the VIPs, then the node-wide SYN
-/// rate limit (which only takes effect for VIPs without their own).
-fn apply_config(
-    dataplane: &mut Dataplane,
-    config: &rivora_config::Config,
-    interface: &str,
-) -> Result<rivora_dataplane::ApplyReport, rivora_dataplane::Error> {
-    match kernel::prepare_tunnel_fallback(interface, config) {
-        Ok(kernel::Prepared::AcceptLocalSet) => info!(
-            interface,
-            "set accept_local=1: IPv4 L3 DSR packets handed to the kernel carry a local source address"
-        ),
-        Ok(kernel::Prepared::Unchanged) => {}
-        Err(e) => warn!("{e}"),
-    }
-    let (v4, v6) = desired::tunnel_source(config);
-    let before = dataplane.tunnel_source();
-    dataplane.set_tunnel_source(v4, v6)?;
-    let report = match dataplane.apply(&desired::from_config(config)) {
-        Ok(r) => r,
-        Err(e) => {
-            // Nothing of a rejected file may stay in force.
-            let _ = dataplane.set_tunnel_source(before.0, before.1);
-            return Err(e);
-        }
-    };
-    dataplane.set_node_syn_rate_limit(desired::node_syn_rate_limit(config))?;
-    Ok(report)
-}
-
-/// One warning per apply (not one per VIP) when the shared Maglev table is
-/// too crowded for the VIPs to balance within the threshold, naming the
-/// `--maglev-table-size` that fixes it.
-fn warn_if_crowded(dataplane: &Dataplane) {
-    if let Some(w) =
-        dataplane.imbalance_warning(rivora_dataplane::imbalance::IMBALANCE_WARN_THRESHOLD)
-    {
-        warn!("{w}");
-    }
-}
-
-/// Points the prober at the checks `config` asks for, and lets backends that
-/// lost their check come back up.
-fn update_probes(
-    config: &rivora_config::Config,
-    dataplane: &mut Dataplane,
-    prober: &mut Prober<BackendKey>,
-    existed_before: &BTreeSet<BackendKey>,
-) {
-    let targets = health::targets(config, dataplane, existed_before);
-    for key in health::unchecked_but_down(&targets, dataplane) {
-        match dataplane.set_probe_down(&key, false) {
-            Ok(_) => info!(backend = %key, "no health check any more: back in service"),
-            Err(e) => error!(backend = %key, "clearing probe state: {e}"),
-        }
-    }
-    prober.set_targets(targets);
 }
 
 /// Applies the prober's verdicts to the dataplane as they arrive.
@@ -459,37 +402,8 @@ fn uninstall(pin_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether any VIP of `specs` is a NAT VIP (whose replies need tc_nat).
-fn has_nat_vip(specs: &[rivora_dataplane::VipSpec]) -> bool {
-    specs.iter().any(|s| s.mode == rivora_dataplane::Mode::Nat)
-}
-
-/// The programs as the API shows them: xdp_ingress, and tc_nat when it is
-/// attached.
-fn programs(a: &rivora_dataplane::Attachment) -> Vec<ProgramInfo> {
-    let mut v = vec![ProgramInfo {
-        name: "xdp_ingress".into(),
-        attach: format!("xdp {} on {}", a.xdp_mode.as_str(), a.interface),
-        program_id: a.xdp_program_id,
-        link_id: Some(a.xdp_link_id),
-        link_pinned: a.persistent,
-        loaded_at_unix: a.xdp_loaded_at_unix,
-    }];
-    if a.egress {
-        v.push(ProgramInfo {
-            name: "tc_nat".into(),
-            attach: format!("tcx egress on {}", a.interface),
-            program_id: a.tc_program_id,
-            link_id: Some(a.tc_link_id),
-            link_pinned: a.persistent,
-            loaded_at_unix: a.tc_loaded_at_unix,
-        });
-    }
-    v
-}
-
 /// Re-reads the file and applies it to the datapath; returns the applied
-/// configuration, for the announcements. Anything invalid leaves the
+/// desired state, for the announcements. Anything invalid leaves the
 /// running configuration untouched and is logged and reported in the API
 /// status.
 fn reload(
@@ -497,7 +411,7 @@ fn reload(
     shared: &Arc<Mutex<Shared>>,
     datapath: &mut Datapath,
     forced: bool,
-) -> Option<rivora_config::Config> {
+) -> Option<DesiredState> {
     let mut s = shared.lock().expect("state lock");
     let mut applied = None;
     // A file whose text is in force already changes nothing: no new
@@ -512,46 +426,16 @@ fn reload(
             same_text = true;
             Ok(BACK_IN_FORCE.to_string())
         }
-        Ok((config, _))
-            if has_nat_vip(&desired::from_config(&config))
-                && datapath.attachment().is_some_and(|a| !a.egress)
-                && let Err(e) = datapath.attach_egress() =>
-        {
-            // Without tc_nat a NAT VIP's replies would leave with the
-            // backend's address: keep the running configuration.
-            Err(format!(
-                "the first NAT VIP needs tc_nat (TCX egress), which failed to attach: {e}"
-            ))
-        }
         Ok((config, text)) => {
-            if let Some(a) = datapath.attachment().filter(|a| a.egress)
-                && s.status.programs.iter().all(|p| p.name != "tc_nat")
-            {
-                info!(
-                    tc_prog_id = a.tc_program_id,
-                    tc_link_id = a.tc_link_id,
-                    "tc_nat attached for the first NAT VIP"
-                );
-                s.status.programs = programs(a);
-            }
-            let existed_before: BTreeSet<BackendKey> =
-                s.dataplane.backends().map(|b| b.key).collect();
-            let interface = s.status.interface.clone();
-            match apply_config(&mut s.dataplane, &config, &interface) {
+            let desired = from_config(&config);
+            match apply::while_running(&mut s, datapath, &desired) {
                 Ok(report) => {
                     same_text = watch.is_applied(&text) && report.is_empty();
                     watch.mark_applied(text);
-                    let Shared {
-                        dataplane, prober, ..
-                    } = &mut *s;
-                    update_probes(&config, dataplane, prober, &existed_before);
-                    if !report.is_empty() {
-                        warn_if_crowded(dataplane);
-                    }
-                    applied = Some(config);
+                    applied = Some(desired);
                     Ok(report.to_string())
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(e),
             }
         }
     };
@@ -637,12 +521,13 @@ const BACK_IN_FORCE: &str = "no change (the file is back to the configuration in
 
 /// Full NAT hands rewritten packets to the kernel to route: without IP
 /// forwarding they die silently, which is the first thing to tell an operator.
-fn warn_if_not_forwarding(specs: &[rivora_dataplane::VipSpec]) {
+fn warn_if_not_forwarding(desired: &DesiredState) {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .map(|s| s.trim() == "1")
             .unwrap_or(false)
     };
+    let specs = desired.specs();
     if specs.iter().any(|s| s.key.addr.is_ipv4()) && !read("/proc/sys/net/ipv4/ip_forward") {
         warn!(
             "net.ipv4.ip_forward is 0: NAT VIPs cannot forward (sysctl -w net.ipv4.ip_forward=1)"
