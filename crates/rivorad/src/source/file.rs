@@ -1,9 +1,12 @@
-//! The static YAML source: turns the validated file model into the
-//! source-neutral [`DesiredState`] every subsystem reads. This is the only
+//! The static YAML source: [`from_config`] turns the validated file model
+//! into the source-neutral [`DesiredState`] every subsystem reads (pure, no
+//! I/O), and [`FileSource`] is the run loop's [`Source`] for `--config`:
+//! the file re-read on SIGHUP and whenever it changes. This is the only
 //! place that knows the YAML model; the Kubernetes source will produce the
-//! same [`DesiredState`] from its own objects. Pure: no I/O.
+//! same [`DesiredState`] from its own objects.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 
 use rivora_bgp::{PeerConfig, SpeakerConfig};
 use rivora_config::{
@@ -17,6 +20,95 @@ use rivora_desired::{
     Origin, TunnelSource,
 };
 use rivora_health::{ProbeKind, ProbeSpec};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tracing::info;
+
+use super::watch::ConfigWatch;
+use super::{Candidate, Reading, Source, Trigger};
+
+/// What a reload reports when the file is back to the text in force after
+/// a rejected one: nothing to apply, and the failure is over.
+const BACK_IN_FORCE: &str = "no change (the file is back to the configuration in force)";
+
+/// `--config FILE` as a source: its token is the file's text, so a file
+/// whose text is in force is not applied again unless forced.
+pub struct FileSource {
+    watch: ConfigWatch,
+    hup: Option<Signal>,
+}
+
+impl FileSource {
+    /// The source for `path` (nothing is read yet).
+    pub fn new(path: &Path) -> Self {
+        Self {
+            watch: ConfigWatch::new(path),
+            hup: None,
+        }
+    }
+}
+
+impl Source for FileSource {
+    type Token = String;
+
+    fn describe(&self) -> String {
+        self.watch.path().display().to_string()
+    }
+
+    fn initial(&mut self) -> anyhow::Result<Candidate<String>> {
+        let (config, text) = self
+            .watch
+            .read_and_parse()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Candidate {
+            desired: from_config(&config),
+            same_as_applied: false,
+            token: text,
+        })
+    }
+
+    fn listen(&mut self) -> anyhow::Result<()> {
+        self.hup = Some(signal(SignalKind::hangup())?);
+        Ok(())
+    }
+
+    async fn woken(&mut self) -> Trigger {
+        match &mut self.hup {
+            Some(hup) => {
+                hup.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+        info!("SIGHUP: re-reading {}", self.describe());
+        Trigger::Forced
+    }
+
+    async fn polled(&mut self) -> Option<Trigger> {
+        if self.watch.changed() && self.watch.settled().await {
+            info!("{} changed: re-reading", self.describe());
+            Some(Trigger::Changed)
+        } else {
+            None
+        }
+    }
+
+    fn read(&mut self, trigger: Trigger) -> Reading<String> {
+        match self.watch.read_and_parse() {
+            Err(e) => Reading::Invalid(e.to_string()),
+            Ok((_, text)) if trigger == Trigger::Changed && self.watch.is_applied(&text) => {
+                Reading::InForce(BACK_IN_FORCE)
+            }
+            Ok((config, text)) => Reading::New(Candidate {
+                desired: from_config(&config),
+                same_as_applied: self.watch.is_applied(&text),
+                token: text,
+            }),
+        }
+    }
+
+    fn applied(&mut self, text: String) {
+        self.watch.mark_applied(text);
+    }
+}
 
 fn rate_limit(l: CfgRateLimit) -> RateLimit {
     RateLimit {
