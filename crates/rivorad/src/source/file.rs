@@ -508,6 +508,51 @@ vips:
     }
 
     #[test]
+    fn the_file_source_reads_applies_and_tells_what_is_in_force() {
+        let dir = std::env::temp_dir().join(format!("rivorad-file-source-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("vips.yaml");
+        let one = "vips:\n  - { name: a, address: 10.0.0.1, port: 80 }\n";
+        let two = "vips:\n  - { name: b, address: 10.0.0.2, port: 80 }\n";
+        std::fs::write(&path, one).unwrap();
+        let mut src = FileSource::new(&path);
+        assert_eq!(src.describe(), path.display().to_string());
+        let first = src.initial().unwrap();
+        assert_eq!(first.desired.vips[0].spec.name, "a");
+        assert!(!first.same_as_applied);
+        assert_eq!(first.token, one);
+        src.applied(first.token);
+
+        // The text in force: nothing to apply unless forced; forced, it is
+        // applied again and said to be the same input.
+        assert!(matches!(src.read(Trigger::Changed), Reading::InForce(n) if n == BACK_IN_FORCE));
+        match src.read(Trigger::Forced) {
+            Reading::New(c) => assert!(c.same_as_applied && c.desired.vips[0].spec.name == "a"),
+            _ => panic!("a forced read of a valid file offers it"),
+        }
+
+        // A new text is offered until applied; an invalid one names the field.
+        std::fs::write(&path, two).unwrap();
+        let Reading::New(c) = src.read(Trigger::Changed) else {
+            panic!("a changed file is offered");
+        };
+        assert!(!c.same_as_applied);
+        assert_eq!(c.desired.vips[0].spec.name, "b");
+        src.applied(c.token);
+        assert!(matches!(src.read(Trigger::Changed), Reading::InForce(_)));
+        std::fs::write(
+            &path,
+            "vips:\n  - { name: c, address: 10.0.0.3, port: 0 }\n",
+        )
+        .unwrap();
+        match src.read(Trigger::Changed) {
+            Reading::Invalid(e) => assert!(e.contains("vips[0].port"), "{e}"),
+            _ => panic!("an invalid file is refused"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_minimal_file_sets_no_node_settings() {
         let cfg = rivora_config::parse("vips: []\n", "t.yaml").unwrap();
         assert_eq!(from_config(&cfg), DesiredState::default());
