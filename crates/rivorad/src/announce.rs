@@ -1,6 +1,6 @@
 //! Announcing VIPs to the network: the BGP speaker (rivora-bgp) and the
-//! ARP/NDP responder (rivora-speaker), driven by the config and the
-//! backends' health.
+//! ARP/NDP responder (rivora-speaker), driven by the desired state and
+//! the backends' health.
 //!
 //! What is announced when:
 //!
@@ -17,10 +17,10 @@
 //! * L2: ARP and NDP are answered for every VIP address with `advertise`
 //!   on, healthy or not (static mode: the responder is always active).
 //!
-//! A change of the `bgp:` section restarts the speaker (the old one
-//! withdraws its routes and sends Cease first); a change of `l2Announce:`
-//! starts a new responder before the old one stops. Neither touches the
-//! datapath.
+//! A change of the node's BGP settings (the file's `bgp:` section)
+//! restarts the speaker (the old one withdraws its routes and sends Cease
+//! first); a change of its L2 settings (`l2Announce:`) starts a new
+//! responder before the old one stops. Neither touches the datapath.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -29,88 +29,33 @@ use std::time::{Duration, SystemTime};
 
 use rivora_abi::backend_state;
 use rivora_api::{BgpPeerInfo, BgpRouteInfo, BgpStatus, SpeakerStatus, SpeakerVipInfo};
-use rivora_bgp::{PeerConfig, Prefix, RouteAttrs, Speaker, SpeakerConfig};
-use rivora_config::Config;
+use rivora_bgp::{Prefix, RouteAttrs, Speaker, SpeakerConfig};
 use rivora_dataplane::{BackendKey, Dataplane};
+use rivora_desired::{AnnouncePolicy, Community, DesiredState};
 use rivora_health::Prober;
 use rivora_speaker::{Responder, ResponderOptions};
 use tracing::{error, info, warn};
 
-use crate::source::Shared;
-
-/// What one VIP (by name) asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct VipPolicy {
-    advertise: bool,
-    communities: Vec<u32>,
-}
+use crate::state::Shared;
 
 /// The responder's settings in force: interface and announce interval.
 type L2Settings = (String, Duration);
 
-/// The speaker, the responder and what the config asks of them.
+/// The speaker, the responder and what the desired state asks of them.
 #[derive(Default)]
 pub struct Announcer {
-    /// The `bgp:` section in force (as the speaker's config).
+    /// The BGP settings in force (the speaker's config).
     bgp_config: Option<SpeakerConfig>,
     speaker: Option<Arc<Speaker>>,
-    /// The `l2Announce:` section in force, resolved.
+    /// The L2 settings in force, the interface resolved.
     l2_config: Option<L2Settings>,
     responder: Option<Responder>,
     /// Why the responder is not running, if it should be.
     l2_error: Option<String>,
     /// Per VIP name: advertise and communities.
-    policy: BTreeMap<String, VipPolicy>,
+    policy: BTreeMap<String, AnnouncePolicy>,
     /// Which VIPs each announced prefix stands for (for the API).
     announced: BTreeMap<Prefix, Vec<String>>,
-}
-
-/// The speaker config the `bgp:` section describes.
-pub fn speaker_config(bgp: &rivora_config::BgpConfig) -> SpeakerConfig {
-    SpeakerConfig {
-        local_as: bgp.local_as,
-        router_id: bgp.router_id,
-        peers: bgp
-            .peers
-            .iter()
-            .map(|p| {
-                let mut c = PeerConfig::new(p.address, p.remote_as);
-                c.port = p.port;
-                c.password = p.password.clone();
-                c.hold_time = p.hold_time;
-                c.next_hop_v4 = p.next_hop_v4;
-                c.next_hop_v6 = p.next_hop_v6;
-                c.local_address = p.local_address;
-                c
-            })
-            .collect(),
-    }
-}
-
-fn policy(config: &Config) -> BTreeMap<String, VipPolicy> {
-    config
-        .vips
-        .iter()
-        .map(|v| {
-            (
-                v.name.clone(),
-                VipPolicy {
-                    advertise: v.advertise,
-                    communities: v.communities.iter().map(|c| c.0).collect(),
-                },
-            )
-        })
-        .collect()
-}
-
-/// The addresses the L2 responder answers for.
-fn l2_vips(config: &Config) -> BTreeSet<IpAddr> {
-    config
-        .vips
-        .iter()
-        .filter(|v| v.advertise)
-        .map(|v| v.address)
-        .collect()
 }
 
 /// The BGP routes the dataplane's state calls for, with the VIPs behind
@@ -124,7 +69,7 @@ fn l2_vips(config: &Config) -> BTreeSet<IpAddr> {
 fn desired_routes(
     dp: &Dataplane,
     prober: &Prober<BackendKey>,
-    policy: &BTreeMap<String, VipPolicy>,
+    policy: &BTreeMap<String, AnnouncePolicy>,
 ) -> BTreeMap<Prefix, (RouteAttrs, Vec<String>)> {
     let probes: BTreeMap<BackendKey, Option<bool>> = prober
         .snapshot()
@@ -157,7 +102,7 @@ fn desired_routes(
 fn routes_for<'a>(
     vips: impl Iterator<Item = (&'a str, IpAddr, Vec<BackendKey>)>,
     healthy: &BTreeSet<BackendKey>,
-    policy: &BTreeMap<String, VipPolicy>,
+    policy: &BTreeMap<String, AnnouncePolicy>,
 ) -> BTreeMap<Prefix, (RouteAttrs, Vec<String>)> {
     let mut out: BTreeMap<Prefix, (RouteAttrs, Vec<String>)> = BTreeMap::new();
     for (name, addr, backends) in vips {
@@ -168,7 +113,7 @@ fn routes_for<'a>(
             continue;
         }
         let e = out.entry(Prefix::host(addr)).or_default();
-        e.0.communities.extend(p.communities.iter().copied());
+        e.0.communities.extend(p.communities.iter().map(|c| c.0));
         e.1.push(name.to_string());
     }
     for (attrs, names) in out.values_mut() {
@@ -234,7 +179,7 @@ impl Announcer {
                     communities: a
                         .communities
                         .iter()
-                        .map(|c| rivora_config::Community(*c).to_string())
+                        .map(|c| Community(*c).to_string())
                         .collect(),
                     vips: self.announced.get(p).cloned().unwrap_or_default(),
                 })
@@ -314,13 +259,17 @@ impl Announcer {
     }
 }
 
-/// Makes the speaker and the responder match `config` (start, restart or
+/// Makes the speaker and the responder match `desired` (start, restart or
 /// stop them) and announces what the dataplane calls for. Called after
 /// every successful apply, the first one included. `default_interface` is
 /// rivorad's `--interface`. The datapath is not touched.
-pub async fn reconfigure(shared: &Arc<Mutex<Shared>>, config: &Config, default_interface: &str) {
-    let want_bgp = config.bgp.as_ref().map(speaker_config);
-    let want_l2: Option<L2Settings> = config.l2_announce.as_ref().map(|l| {
+pub async fn reconfigure(
+    shared: &Arc<Mutex<Shared>>,
+    desired: &DesiredState,
+    default_interface: &str,
+) {
+    let want_bgp = desired.node.bgp.clone();
+    let want_l2: Option<L2Settings> = desired.node.l2.as_ref().map(|l| {
         (
             l.interface
                 .clone()
@@ -328,13 +277,13 @@ pub async fn reconfigure(shared: &Arc<Mutex<Shared>>, config: &Config, default_i
             l.announce_interval,
         )
     });
-    let l2_vips = l2_vips(config);
+    let l2_vips = desired.l2_addresses();
 
     // 1. Under the lock: the new policy, and take out what must stop.
     let (old_speaker, l2_changed) = {
         let mut s = shared.lock().expect("state lock");
         let a = &mut s.announcer;
-        a.policy = policy(config);
+        a.policy = desired.announce_policies();
         let old_speaker = if a.bgp_config != want_bgp {
             a.bgp_config = None;
             a.announced.clear();
@@ -454,36 +403,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn speaker_config_maps_every_field() {
-        let cfg = rivora_config::parse(
-            "bgp:\n  localAS: 65010\n  routerID: 192.0.2.2\n  peers:\n    - { address: 192.0.2.1, as: 65000, port: 1179, password: pw, holdTime: 30, nextHop: { ipv4: 192.0.2.3, ipv6: \"2001:db8::3\" }, localAddress: 192.0.2.2 }\nvips: []\n",
-            "t.yaml",
-        )
-        .unwrap();
-        let sc = speaker_config(cfg.bgp.as_ref().unwrap());
-        assert_eq!(sc.local_as, 65010);
-        assert_eq!(sc.router_id.to_string(), "192.0.2.2");
-        let p = &sc.peers[0];
-        assert_eq!(p.address.to_string(), "192.0.2.1");
-        assert_eq!((p.remote_as, p.port, p.hold_time), (65000, 1179, 30));
-        assert_eq!(p.password.as_deref(), Some("pw"));
-        assert_eq!(p.next_hop_v4.unwrap().to_string(), "192.0.2.3");
-        assert_eq!(p.next_hop_v6.unwrap().to_string(), "2001:db8::3");
-        assert_eq!(p.local_address.unwrap().to_string(), "192.0.2.2");
-        assert!(
-            sc.validate().is_ok(),
-            "what the config accepts, the speaker accepts"
-        );
-    }
-
-    #[test]
     fn only_advertised_vips_with_a_healthy_backend_are_routed() {
         let cfg = rivora_config::parse(
             "vips:\n  - { name: a, address: 10.0.0.1, port: 80, communities: [\"65000:1\"] }\n  - { name: b, address: 10.0.0.1, port: 81, communities: [\"65000:2\", \"65000:1\"] }\n  - { name: c, address: \"2001:db8::1\", port: 80 }\n  - { name: d, address: 10.0.0.2, port: 80, advertise: false }\n  - { name: e, address: 10.0.0.3, port: 80 }\n",
             "t.yaml",
         )
         .unwrap();
-        let pol = policy(&cfg);
+        let pol = crate::source::file::from_config(&cfg).announce_policies();
         let key = |s: &str| BackendKey {
             addr: s.parse().unwrap(),
             port: 80,
@@ -543,9 +469,14 @@ mod tests {
             "t.yaml",
         )
         .unwrap();
-        let v: Vec<String> = l2_vips(&cfg).iter().map(|a| a.to_string()).collect();
+        let desired = crate::source::file::from_config(&cfg);
+        let v: Vec<String> = desired
+            .l2_addresses()
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
         assert_eq!(v, ["10.0.0.1", "2001:db8::1"]);
-        let p = policy(&cfg);
+        let p = desired.announce_policies();
         assert!(!p["d"].advertise);
         assert!(p["a"].advertise && p["a"].communities.is_empty());
     }

@@ -10,8 +10,8 @@ use std::path::Path;
 use rivora_api::VipInfo;
 use rivora_dataplane::{Mode, VipSpec};
 
-use crate::desired;
-use crate::source::{proto_name, syn_rate_limit};
+use crate::source::file::from_config;
+use crate::state::{proto_name, syn_rate_limit};
 
 /// What an operator compares between the file and the running VIPs: the
 /// fields `GET /v1/vips` reports, derived the same way from both sides.
@@ -164,8 +164,9 @@ pub fn diff(running: &BTreeMap<String, VipView>, file: &BTreeMap<String, VipView
 /// every problem for an invalid one.
 pub async fn run(file: &Path, api_socket: &Path) -> Result<String, String> {
     let config = rivora_config::load(file).map_err(|e| e.to_string())?;
-    let specs = desired::from_config(&config);
-    let node_limit = desired::node_syn_rate_limit(&config);
+    let desired = from_config(&config);
+    let specs = desired.specs();
+    let node_limit = desired.node.syn_rate_limit;
     let wanted: BTreeMap<String, VipView> = specs
         .iter()
         .map(|s| (s.name.clone(), VipView::of_spec(s, node_limit)))

@@ -1,4 +1,8 @@
-//! Start-up, the run loop and shutdown of rivorad.
+//! Start-up, the run loop and shutdown of rivorad, as the steps they are:
+//! [`preflight`], [`load_and_adopt`], [`first_apply`], [`attach`],
+//! [`start_state`], [`serve_api`], [`run_loop`] over a [`Source`], and
+//! [`shutdown`]. Everything after choosing the source is generic over it,
+//! so a second source (Kubernetes) reuses every step.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -6,21 +10,24 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use rivora_api::{ProgramInfo, ReloadInfo};
+use rivora_api::ReloadInfo;
 use rivora_dataplane::{
-    AttachOptions, Datapath, Dataplane, LoadOptions, LoadOutcome, XdpModeRequest, ensure_bpffs,
-    remove_link_pins, remove_pins,
+    AdoptReport, ApplyReport, AttachOptions, Attachment, Datapath, Dataplane, LoadOptions,
+    LoadOutcome, XdpModeRequest, ensure_bpffs, remove_link_pins, remove_pins,
 };
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
+use crate::apply::{self, warn_if_crowded};
 use crate::instance::InstanceLock;
-use crate::kernel;
-use crate::source::{Shared, StateSource};
-use crate::watch::ConfigWatch;
-use crate::{Args, XdpModeArg, announce, desired, health};
+use crate::source::file::FileSource;
+use crate::source::{Reading, Source, Trigger};
+use crate::state::{Shared, StateSource, programs};
+use crate::{Args, XdpModeArg, announce};
 use rivora_dataplane::BackendKey;
-use rivora_health::Prober;
+use rivora_desired::DesiredState;
+use rivora_health::{Prober, Transition};
 
 /// Seconds since the epoch, for the API.
 pub fn now_unix() -> u64 {
@@ -32,6 +39,72 @@ pub fn now_unix() -> u64 {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    preflight(&args)?;
+    if args.uninstall {
+        let Some(_lock) = InstanceLock::for_uninstall(&args.pin_dir)? else {
+            info!(
+                "nothing to uninstall: {} does not exist",
+                args.pin_dir.display()
+            );
+            return Ok(());
+        };
+        return uninstall(&args.pin_dir);
+    }
+    let config_path = args.config.clone().expect("clap requires --config");
+    let interface = args.interface.clone().expect("clap requires --interface");
+    // Before anything is read or written: a second rivorad on this pin
+    // directory or API socket would wreck the running one's datapath.
+    let _instance = InstanceLock::for_daemon(&args.pin_dir, &args.api_socket)?;
+    run_with(&args, &interface, FileSource::new(&config_path)).await
+}
+
+/// Everything after the source is chosen: start, serve, loop, stop.
+async fn run_with<S: Source>(args: &Args, interface: &str, mut source: S) -> anyhow::Result<()> {
+    // The first desired state must be valid: there is nothing older to keep.
+    let first = source.initial()?;
+    let desired = first.desired;
+
+    let mut loaded = load_and_adopt(args, interface)?;
+    let existed_before: BTreeSet<BackendKey> = loaded.dataplane.backends().map(|b| b.key).collect();
+    let report = first_apply(&mut loaded, &desired, interface, &source.describe())?;
+    source.applied(first.token);
+
+    let attachment = attach(args, interface, &mut loaded, &desired)?;
+    let Loaded {
+        mut datapath,
+        mut dataplane,
+        outcome,
+        adopted,
+    } = loaded;
+    let start = start_summary(&outcome, &adopted, &attachment);
+    // The rest of the apply step, now that the datapath forwards.
+    let (mut prober, transitions) = Prober::new();
+    apply::probes(&desired, &mut dataplane, &mut prober, &existed_before);
+    let shared = start_state(
+        args,
+        &source.describe(),
+        dataplane,
+        prober,
+        &attachment,
+        &report,
+        start,
+    );
+    // BGP sessions and ARP/NDP answers: only once the datapath forwards.
+    announce::reconfigure(&shared, &desired, interface).await;
+
+    let services = serve_api(args, &shared, transitions).await?;
+    info!(socket = %args.api_socket.display(), "rivorad ready");
+
+    let poll = Duration::from_millis(args.config_poll_ms.max(50));
+    run_loop(&mut source, &shared, &mut datapath, interface, poll).await?;
+    shutdown(&shared, services, datapath, args).await;
+    Ok(())
+}
+
+/// Checks that cannot wait for anything to be loaded: root, a prime Maglev
+/// table, a bpffs that outlives this rivorad when that matters; mounts
+/// bpffs if it is missing.
+fn preflight(args: &Args) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("rivorad must run as root: it loads BPF programs and pins maps");
@@ -55,29 +128,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.pin_dir.starts_with("/sys/fs/bpf") && ensure_bpffs(Path::new("/sys/fs/bpf"))? {
         info!("mounted bpffs at /sys/fs/bpf");
     }
+    Ok(())
+}
 
-    if args.uninstall {
-        let Some(_lock) = InstanceLock::for_uninstall(&args.pin_dir)? else {
-            info!(
-                "nothing to uninstall: {} does not exist",
-                args.pin_dir.display()
-            );
-            return Ok(());
-        };
-        return uninstall(&args.pin_dir);
+/// The datapath loaded (or found pinned) and its maps adopted, before
+/// anything new is programmed.
+struct Loaded {
+    datapath: Datapath,
+    dataplane: Dataplane,
+    outcome: LoadOutcome,
+    adopted: AdoptReport,
+}
+
+impl Loaded {
+    /// Undoes what this start pinned, when a later step fails. Pins this
+    /// start created are ours to remove; adopted ones may be what keeps a
+    /// persistent datapath forwarding: never touch them.
+    fn fail(&self) {
+        fail_unpin(&self.datapath, &self.outcome);
     }
-    let config_path = args.config.clone().expect("clap requires --config");
-    let interface = args.interface.clone().expect("clap requires --interface");
-    // Before anything is read or written: a second rivorad on this pin
-    // directory or API socket would wreck the running one's datapath.
-    let _instance = InstanceLock::for_daemon(&args.pin_dir, &args.api_socket)?;
+}
 
-    // The first configuration must be valid: there is nothing older to keep.
-    let mut watch = ConfigWatch::new(&config_path);
-    let (config, text) = watch.read_and_parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let specs = desired::from_config(&config);
+fn fail_unpin(datapath: &Datapath, outcome: &LoadOutcome) {
+    if *outcome != LoadOutcome::Reused {
+        let _ = datapath.unpin_all();
+    }
+}
 
-    let (mut datapath, maps, outcome) = Datapath::load(&LoadOptions {
+/// Loads the programs and maps (adopting pinned ones), takes over what the
+/// maps hold, and sets what does not depend on the desired state: the
+/// retire grace, the new-flow guard, the interface's MAC and index.
+fn load_and_adopt(args: &Args, interface: &str) -> anyhow::Result<Loaded> {
+    let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: args.pin_dir.clone(),
         maglev_table_size: args.maglev_table_size,
         flow_table_size: args.flow_table_size,
@@ -85,14 +167,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         object_dir: args.bpf_object_dir.clone(),
     })
     .context("loading the BPF datapath")?;
-    // Pins this start created are ours to remove if it fails; adopted ones
-    // may be what keeps a persistent datapath forwarding: never touch them.
-    let fresh = outcome != LoadOutcome::Reused;
-    let fail = |datapath: &Datapath| {
-        if fresh {
-            let _ = datapath.unpin_all();
-        }
-    };
     if let LoadOutcome::Reset(why) = &outcome {
         warn!(
             "--reset-pinned-state: replaced incompatible pinned maps ({})",
@@ -102,7 +176,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (mut dataplane, adopted) = match Dataplane::adopt(maps) {
         Ok(r) => r,
         Err(e) => {
-            fail(&datapath);
+            fail_unpin(&datapath, &outcome);
             return Err(e).context("adopting the pinned maps");
         }
     };
@@ -139,42 +213,67 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     // L2 DSR and ICMP answers leave with the interface's own MAC.
-    let ifindex = rivora_dataplane::interface_index(&interface).unwrap_or(0);
-    match rivora_dataplane::interface_mac(&interface) {
+    let ifindex = rivora_dataplane::interface_index(interface).unwrap_or(0);
+    match rivora_dataplane::interface_mac(interface) {
         Some(mac) => dataplane.set_interface(mac, ifindex)?,
         None => {
             warn!(interface = %interface, "cannot read the interface's MAC: L2 DSR will not work")
         }
     }
-    let existed_before: BTreeSet<BackendKey> = dataplane.backends().map(|b| b.key).collect();
-    let report = match apply_config(&mut dataplane, &config, &interface) {
+    Ok(Loaded {
+        datapath,
+        dataplane,
+        outcome,
+        adopted,
+    })
+}
+
+/// The first apply's datapath part, before anything is attached, so the
+/// first packet meets the programmed maps. A failure undoes this start's
+/// pins (`source` names the input in the error).
+fn first_apply(
+    loaded: &mut Loaded,
+    desired: &DesiredState,
+    interface: &str,
+    source: &str,
+) -> anyhow::Result<ApplyReport> {
+    let report = match apply::program(&mut loaded.dataplane, desired, interface) {
         Ok(r) => r,
         Err(e) => {
-            fail(&datapath);
-            return Err(e).context(format!("programming {}", config_path.display()));
+            loaded.fail();
+            return Err(e).context(format!("programming {source}"));
         }
     };
-    watch.mark_applied(text);
-    info!(vips = specs.len(), "programmed: {report}");
-    warn_if_crowded(&dataplane);
+    info!(vips = desired.vips.len(), "programmed: {report}");
+    warn_if_crowded(&loaded.dataplane);
+    Ok(report)
+}
 
+/// Attaches XDP (and tc_nat when `desired` has a NAT VIP) to `interface`,
+/// hot-swapping pinned links if there are any.
+fn attach(
+    args: &Args,
+    interface: &str,
+    loaded: &mut Loaded,
+    desired: &DesiredState,
+) -> anyhow::Result<Attachment> {
     let request = match args.xdp_mode {
         XdpModeArg::Auto => XdpModeRequest::Auto,
         XdpModeArg::Native => XdpModeRequest::Native,
         XdpModeArg::Generic => XdpModeRequest::Generic,
     };
-    let attach = AttachOptions {
-        interface: interface.clone(),
+    let options = AttachOptions {
+        interface: interface.to_string(),
         xdp_mode: request,
         persist: args.persist_datapath,
         // tc_nat only for NAT VIPs (the forwarding-modes spec: a node with
         // only DSR VIPs does not load it); a reload adds it when needed.
-        egress: has_nat_vip(&specs),
+        egress: desired.has_nat_vip(),
     };
-    let attachment = match datapath.attach(&attach) {
+    let attachment = match loaded.datapath.attach(&options) {
         Ok(a) => a.clone(),
         Err(e) => {
-            fail(&datapath);
+            loaded.fail();
             return Err(e).context("attaching the datapath");
         }
     };
@@ -190,9 +289,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         persistent = attachment.persistent,
         "datapath attached"
     );
-    warn_if_not_forwarding(&specs);
+    warn_if_not_forwarding(desired);
+    Ok(attachment)
+}
 
-    let start_summary = match (&outcome, attachment.replaced_pinned_links) {
+/// How this start began, for the API's status.
+fn start_summary(outcome: &LoadOutcome, adopted: &AdoptReport, attachment: &Attachment) -> String {
+    match (outcome, attachment.replaced_pinned_links) {
         (LoadOutcome::Reused, swapped) => format!(
             "adopted {} VIPs and {} backends from pinned maps{}",
             adopted.vips,
@@ -207,11 +310,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "incompatible pinned maps replaced (--reset-pinned-state)".to_string()
         }
         (LoadOutcome::Fresh, _) => "fresh datapath".to_string(),
-    };
-    let (mut prober, transitions) = Prober::new();
-    update_probes(&config, &mut dataplane, &mut prober, &existed_before);
+    }
+}
+
+/// The verdicts of the prober, as it sends them.
+type Transitions = tokio::sync::mpsc::UnboundedReceiver<Transition<BackendKey>>;
+
+/// The shared state the run loop and the API work on: the dataplane, the
+/// prober, and the first status (`source` names the input, `report` is
+/// what the first apply changed, `start` how this start began).
+fn start_state(
+    args: &Args,
+    source: &str,
+    dataplane: Dataplane,
+    prober: Prober<BackendKey>,
+    attachment: &Attachment,
+    report: &ApplyReport,
+    start: String,
+) -> Arc<Mutex<Shared>> {
     let started = now_unix();
-    let shared = Arc::new(Mutex::new(Shared {
+    Arc::new(Mutex::new(Shared {
         dataplane,
         prober,
         status: rivora_api::Status {
@@ -224,7 +342,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             xdp_mode_requested: format!("{:?}", args.xdp_mode).to_lowercase(),
             xdp_mode: attachment.xdp_mode.as_str().to_string(),
             pin_dir: args.pin_dir.display().to_string(),
-            config_path: config_path.display().to_string(),
+            config_path: source.to_string(),
             config_generation: 1,
             last_reload: ReloadInfo {
                 at_unix: started,
@@ -234,17 +352,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             },
             started_at_unix: started,
             persist_datapath: attachment.persistent,
-            start: start_summary,
-            programs: programs(&attachment),
+            start,
+            programs: programs(attachment),
         },
         announcer: announce::Announcer::default(),
-    }));
-    // BGP sessions and ARP/NDP answers: only once the datapath forwards.
-    announce::reconfigure(&shared, &config, &interface).await;
+    }))
+}
 
+/// What [`serve_api`] started, for [`shutdown`] to stop.
+struct Services {
+    stop: tokio::sync::watch::Sender<bool>,
+    api: JoinHandle<std::io::Result<()>>,
+    metrics: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// Serves the local API, applies the prober's verdicts as they come, and
+/// serves metrics if asked to.
+async fn serve_api(
+    args: &Args,
+    shared: &Arc<Mutex<Shared>>,
+    transitions: Transitions,
+) -> anyhow::Result<Services> {
     let socket = rivora_api::bind(&args.api_socket)
         .with_context(|| format!("API socket {}", args.api_socket.display()))?;
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
     let api = tokio::spawn(
         socket.serve(Arc::new(StateSource(shared.clone())), async move {
             let _ = stop_rx.wait_for(|s| *s).await;
@@ -260,7 +391,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let for_scrape = shared.clone();
             let snapshot: Arc<rivora_api::metrics::SnapshotFn> =
                 Arc::new(move || crate::metrics::snapshot(&for_scrape));
-            let mut stop = stop_tx.subscribe();
+            let mut stop = stop.subscribe();
             info!(%addr, "Prometheus metrics at http://{addr}/metrics");
             Some(tokio::spawn(rivora_api::metrics::serve_metrics(
                 listener,
@@ -271,22 +402,32 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             )))
         }
     };
-    info!(socket = %args.api_socket.display(), "rivorad ready");
+    Ok(Services { stop, api, metrics })
+}
 
+/// Until SIGTERM or SIGINT: housekeeping on every tick (retired backends,
+/// announcements, flow-table fill), and every desired state the source
+/// offers applied.
+async fn run_loop<S: Source>(
+    source: &mut S,
+    shared: &Arc<Mutex<Shared>>,
+    datapath: &mut Datapath,
+    interface: &str,
+    poll: Duration,
+) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
+    source.listen()?;
     let mut occupancy = FlowTableWatch::default();
-    let mut tick = tokio::time::interval(Duration::from_millis(args.config_poll_ms.max(50)));
+    let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = term.recv() => { info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { info!("SIGINT: stopping"); break; }
-            _ = hup.recv() => {
-                info!("SIGHUP: re-reading {}", config_path.display());
-                if let Some(config) = reload(&mut watch, &shared, &mut datapath, true) {
-                    announce::reconfigure(&shared, &config, &interface).await;
+            trigger = source.woken() => {
+                if let Some(desired) = reload(source, trigger, shared, datapath) {
+                    announce::reconfigure(shared, &desired, interface).await;
                 }
             }
             _ = tick.tick() => {
@@ -302,24 +443,34 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     occupancy.check(dataplane);
                     maintain_flow_filter(dataplane);
                 }
-                if watch.changed() && watch.settled().await {
-                    info!("{} changed: re-reading", config_path.display());
-                    if let Some(config) = reload(&mut watch, &shared, &mut datapath, false) {
-                        announce::reconfigure(&shared, &config, &interface).await;
-                    }
+                if let Some(trigger) = source.polled().await
+                    && let Some(desired) = reload(source, trigger, shared, datapath)
+                {
+                    announce::reconfigure(shared, &desired, interface).await;
                 }
             }
         }
     }
+    Ok(())
+}
 
+/// Stops in the order that keeps clients served longest: routes withdrawn
+/// while the datapath still forwards, then the API and metrics, then the
+/// datapath detached (or left forwarding with --persist-datapath).
+async fn shutdown(
+    shared: &Arc<Mutex<Shared>>,
+    services: Services,
+    datapath: Datapath,
+    args: &Args,
+) {
     // Withdraw the routes (Cease) while the datapath still forwards, so
     // routers move the traffic away before it stops being served here.
-    announce::shutdown(&shared).await;
-    let _ = stop_tx.send(true);
-    if let Some(m) = metrics {
+    announce::shutdown(shared).await;
+    let _ = services.stop.send(true);
+    if let Some(m) = services.metrics {
         let _ = tokio::time::timeout(Duration::from_secs(3), m).await;
     }
-    match tokio::time::timeout(Duration::from_secs(3), api).await {
+    match tokio::time::timeout(Duration::from_secs(3), services.api).await {
         Ok(Ok(Err(e))) => warn!("API server: {e}"),
         Err(_) => warn!("API server did not stop within 3 s"),
         _ => {}
@@ -337,66 +488,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         drop(datapath); // closing the last link fds detaches XDP and TCX
         info!("datapath detached and pins removed; bye");
     }
-    Ok(())
-}
-
-/// Programs everything `config` asks for: the VIPs, then the node-wide SYN
-/// rate limit (which only takes effect for VIPs without their own).
-fn apply_config(
-    dataplane: &mut Dataplane,
-    config: &rivora_config::Config,
-    interface: &str,
-) -> Result<rivora_dataplane::ApplyReport, rivora_dataplane::Error> {
-    match kernel::prepare_tunnel_fallback(interface, config) {
-        Ok(kernel::Prepared::AcceptLocalSet) => info!(
-            interface,
-            "set accept_local=1: IPv4 L3 DSR packets handed to the kernel carry a local source address"
-        ),
-        Ok(kernel::Prepared::Unchanged) => {}
-        Err(e) => warn!("{e}"),
-    }
-    let (v4, v6) = desired::tunnel_source(config);
-    let before = dataplane.tunnel_source();
-    dataplane.set_tunnel_source(v4, v6)?;
-    let report = match dataplane.apply(&desired::from_config(config)) {
-        Ok(r) => r,
-        Err(e) => {
-            // Nothing of a rejected file may stay in force.
-            let _ = dataplane.set_tunnel_source(before.0, before.1);
-            return Err(e);
-        }
-    };
-    dataplane.set_node_syn_rate_limit(desired::node_syn_rate_limit(config))?;
-    Ok(report)
-}
-
-/// One warning per apply (not one per VIP) when the shared Maglev table is
-/// too crowded for the VIPs to balance within the threshold, naming the
-/// `--maglev-table-size` that fixes it.
-fn warn_if_crowded(dataplane: &Dataplane) {
-    if let Some(w) =
-        dataplane.imbalance_warning(rivora_dataplane::imbalance::IMBALANCE_WARN_THRESHOLD)
-    {
-        warn!("{w}");
-    }
-}
-
-/// Points the prober at the checks `config` asks for, and lets backends that
-/// lost their check come back up.
-fn update_probes(
-    config: &rivora_config::Config,
-    dataplane: &mut Dataplane,
-    prober: &mut Prober<BackendKey>,
-    existed_before: &BTreeSet<BackendKey>,
-) {
-    let targets = health::targets(config, dataplane, existed_before);
-    for key in health::unchecked_but_down(&targets, dataplane) {
-        match dataplane.set_probe_down(&key, false) {
-            Ok(_) => info!(backend = %key, "no health check any more: back in service"),
-            Err(e) => error!(backend = %key, "clearing probe state: {e}"),
-        }
-    }
-    prober.set_targets(targets);
 }
 
 /// Applies the prober's verdicts to the dataplane as they arrive.
@@ -460,106 +551,46 @@ fn uninstall(pin_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether any VIP of `specs` is a NAT VIP (whose replies need tc_nat).
-fn has_nat_vip(specs: &[rivora_dataplane::VipSpec]) -> bool {
-    specs.iter().any(|s| s.mode == rivora_dataplane::Mode::Nat)
-}
-
-/// The programs as the API shows them: xdp_ingress, and tc_nat when it is
-/// attached.
-fn programs(a: &rivora_dataplane::Attachment) -> Vec<ProgramInfo> {
-    let mut v = vec![ProgramInfo {
-        name: "xdp_ingress".into(),
-        attach: format!("xdp {} on {}", a.xdp_mode.as_str(), a.interface),
-        program_id: a.xdp_program_id,
-        link_id: Some(a.xdp_link_id),
-        link_pinned: a.persistent,
-        loaded_at_unix: a.xdp_loaded_at_unix,
-    }];
-    if a.egress {
-        v.push(ProgramInfo {
-            name: "tc_nat".into(),
-            attach: format!("tcx egress on {}", a.interface),
-            program_id: a.tc_program_id,
-            link_id: Some(a.tc_link_id),
-            link_pinned: a.persistent,
-            loaded_at_unix: a.tc_loaded_at_unix,
-        });
-    }
-    v
-}
-
-/// Re-reads the file and applies it to the datapath; returns the applied
-/// configuration, for the announcements. Anything invalid leaves the
+/// Reads the source and applies what it offers; returns the applied
+/// desired state, for the announcements. Anything invalid leaves the
 /// running configuration untouched and is logged and reported in the API
 /// status.
-fn reload(
-    watch: &mut ConfigWatch,
+fn reload<S: Source>(
+    source: &mut S,
+    trigger: Trigger,
     shared: &Arc<Mutex<Shared>>,
     datapath: &mut Datapath,
-    forced: bool,
-) -> Option<rivora_config::Config> {
+) -> Option<DesiredState> {
     let mut s = shared.lock().expect("state lock");
     let mut applied = None;
-    // A file whose text is in force already changes nothing: no new
-    // generation (docs/metrics.md), but a failed reload before it is over.
-    let mut same_text = false;
-    let outcome = match watch.read_and_parse() {
-        Err(e) => Err(e.to_string()),
-        Ok((_, text)) if !forced && watch.is_applied(&text) => {
+    // Input that is in force already changes nothing: no new generation
+    // (docs/metrics.md), but a failed reload before it is over.
+    let mut same_input = false;
+    let outcome = match source.read(trigger) {
+        Reading::Invalid(e) => Err(e),
+        Reading::InForce(note) => {
             if s.status.last_reload.ok {
                 return None;
             }
-            same_text = true;
-            Ok(BACK_IN_FORCE.to_string())
+            same_input = true;
+            Ok(note.to_string())
         }
-        Ok((config, _))
-            if has_nat_vip(&desired::from_config(&config))
-                && datapath.attachment().is_some_and(|a| !a.egress)
-                && let Err(e) = datapath.attach_egress() =>
-        {
-            // Without tc_nat a NAT VIP's replies would leave with the
-            // backend's address: keep the running configuration.
-            Err(format!(
-                "the first NAT VIP needs tc_nat (TCX egress), which failed to attach: {e}"
-            ))
-        }
-        Ok((config, text)) => {
-            if let Some(a) = datapath.attachment().filter(|a| a.egress)
-                && s.status.programs.iter().all(|p| p.name != "tc_nat")
-            {
-                info!(
-                    tc_prog_id = a.tc_program_id,
-                    tc_link_id = a.tc_link_id,
-                    "tc_nat attached for the first NAT VIP"
-                );
-                s.status.programs = programs(a);
-            }
-            let existed_before: BTreeSet<BackendKey> =
-                s.dataplane.backends().map(|b| b.key).collect();
-            let interface = s.status.interface.clone();
-            match apply_config(&mut s.dataplane, &config, &interface) {
+        Reading::New(candidate) => {
+            match apply::while_running(&mut s, datapath, &candidate.desired) {
                 Ok(report) => {
-                    same_text = watch.is_applied(&text) && report.is_empty();
-                    watch.mark_applied(text);
-                    let Shared {
-                        dataplane, prober, ..
-                    } = &mut *s;
-                    update_probes(&config, dataplane, prober, &existed_before);
-                    if !report.is_empty() {
-                        warn_if_crowded(dataplane);
-                    }
-                    applied = Some(config);
+                    same_input = candidate.same_as_applied && report.is_empty();
+                    source.applied(candidate.token);
+                    applied = Some(candidate.desired);
                     Ok(report.to_string())
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(e),
             }
         }
     };
     let at_unix = now_unix();
     s.status.last_reload = match outcome {
         Ok(report) => {
-            if same_text {
+            if same_input {
                 info!(generation = s.status.config_generation, "re-read: {report}");
             } else {
                 s.status.config_generation += 1;
@@ -575,7 +606,7 @@ fn reload(
         Err(e) => {
             error!(
                 "rejected {}; the running configuration stays in force:\n{e}",
-                watch.path().display()
+                source.describe()
             );
             ReloadInfo {
                 at_unix,
@@ -655,18 +686,15 @@ fn maintain_flow_filter(dataplane: &mut rivora_dataplane::Dataplane) {
     }
 }
 
-/// What a reload reports when the file is back to the text in force after
-/// a rejected one: nothing to apply, and the failure is over.
-const BACK_IN_FORCE: &str = "no change (the file is back to the configuration in force)";
-
 /// Full NAT hands rewritten packets to the kernel to route: without IP
 /// forwarding they die silently, which is the first thing to tell an operator.
-fn warn_if_not_forwarding(specs: &[rivora_dataplane::VipSpec]) {
+fn warn_if_not_forwarding(desired: &DesiredState) {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .map(|s| s.trim() == "1")
             .unwrap_or(false)
     };
+    let specs = desired.specs();
     if specs.iter().any(|s| s.key.addr.is_ipv4()) && !read("/proc/sys/net/ipv4/ip_forward") {
         warn!(
             "net.ipv4.ip_forward is 0: NAT VIPs cannot forward (sysctl -w net.ipv4.ip_forward=1)"

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 
-use rivora_config::{Config, Mode};
+use rivora_desired::DesiredState;
 
 fn conf_path(interface: &str, key: &str) -> PathBuf {
     PathBuf::from(format!("/proc/sys/net/ipv4/conf/{interface}/{key}"))
@@ -23,12 +23,9 @@ fn read_u32(path: &PathBuf) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// Whether `config` has an IPv4 VIP in an L3 DSR mode.
-pub fn needs_ipv4_tunnel_fallback(config: &Config) -> bool {
-    config
-        .vips
-        .iter()
-        .any(|v| v.address.is_ipv4() && matches!(v.mode, Mode::DsrIpip | Mode::DsrGre))
+/// Whether `desired` has an IPv4 VIP in an L3 DSR mode.
+pub fn needs_ipv4_tunnel_fallback(desired: &DesiredState) -> bool {
+    desired.has_ipv4_l3_dsr_vip()
 }
 
 /// What preparing the interface did, for the log.
@@ -40,12 +37,15 @@ pub enum Prepared {
     AcceptLocalSet,
 }
 
-/// Sets `accept_local` on `interface` when `config` has an IPv4 L3 DSR VIP,
+/// Sets `accept_local` on `interface` when `desired` has an IPv4 L3 DSR VIP,
 /// and reports (as an error string for a warning) a strict `rp_filter`, which
 /// rivorad does not change: loosening it is the operator's decision.
 /// Never switches anything off: another VIP set or another tool may need it.
-pub fn prepare_tunnel_fallback(interface: &str, config: &Config) -> Result<Prepared, String> {
-    if !needs_ipv4_tunnel_fallback(config) {
+pub fn prepare_tunnel_fallback(
+    interface: &str,
+    desired: &DesiredState,
+) -> Result<Prepared, String> {
+    if !needs_ipv4_tunnel_fallback(desired) {
         return Ok(Prepared::Unchanged);
     }
     let accept_local = conf_path(interface, "accept_local");
@@ -83,8 +83,10 @@ pub fn prepare_tunnel_fallback(interface: &str, config: &Config) -> Result<Prepa
 mod tests {
     use super::*;
 
-    fn config(text: &str) -> Config {
-        rivora_config::parse(text, "test.yaml").expect("valid config")
+    fn config(text: &str) -> DesiredState {
+        crate::source::file::from_config(
+            &rivora_config::parse(text, "test.yaml").expect("valid config"),
+        )
     }
 
     #[test]

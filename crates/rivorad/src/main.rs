@@ -3,15 +3,15 @@
 //! changes, and serves the local API that rivoractl talks to.
 
 mod announce;
+mod apply;
 mod check;
 mod daemon;
-mod desired;
 mod health;
 mod instance;
 mod kernel;
 mod metrics;
 mod source;
-mod watch;
+mod state;
 
 use std::path::PathBuf;
 

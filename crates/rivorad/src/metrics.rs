@@ -8,7 +8,7 @@ use rivora_abi as abi;
 use rivora_api::metrics::{BackendMetrics, BgpPeerMetrics, MetricsSnapshot, VipMetrics};
 use rivora_dataplane::{BackendKey, proto};
 
-use crate::source::{Shared, state_name};
+use crate::state::{Shared, state_name};
 
 /// Reads everything a scrape reports.
 pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> {
@@ -55,7 +55,7 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
         .collect();
     let probes: BTreeMap<BackendKey, rivora_health::ProbeStatus> =
         s.prober.snapshot().into_iter().collect();
-    let traffic = crate::source::backend_counters(dp)?;
+    let traffic = crate::state::backend_counters(dp)?;
     let backends = dp
         .backends()
         .map(|b| {

@@ -1,5 +1,7 @@
-//! What the local API reads: the dataplane's bookkeeping and counters, plus
-//! the daemon's status, behind one lock shared with the reload loop.
+//! The daemon's state behind one lock (the dataplane's bookkeeping, the
+//! prober, the announcer and the daemon's status), shared by the run loop
+//! and the local API, and what the API reads of it. (Where the desired
+//! state comes from is `source`.)
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -338,4 +340,28 @@ fn select_backends(dp: &Dataplane, selector: &str) -> Result<Vec<BackendKey>, Ap
             port: b.port,
         })
         .collect())
+}
+
+/// The programs as the API shows them: xdp_ingress, and tc_nat when it is
+/// attached.
+pub fn programs(a: &rivora_dataplane::Attachment) -> Vec<rivora_api::ProgramInfo> {
+    let mut v = vec![rivora_api::ProgramInfo {
+        name: "xdp_ingress".into(),
+        attach: format!("xdp {} on {}", a.xdp_mode.as_str(), a.interface),
+        program_id: a.xdp_program_id,
+        link_id: Some(a.xdp_link_id),
+        link_pinned: a.persistent,
+        loaded_at_unix: a.xdp_loaded_at_unix,
+    }];
+    if a.egress {
+        v.push(rivora_api::ProgramInfo {
+            name: "tc_nat".into(),
+            attach: format!("tcx egress on {}", a.interface),
+            program_id: a.tc_program_id,
+            link_id: Some(a.tc_link_id),
+            link_pinned: a.persistent,
+            loaded_at_unix: a.tc_loaded_at_unix,
+        });
+    }
+    v
 }

@@ -1,0 +1,136 @@
+//! Applying a [`DesiredState`], whichever source produced it: the one place
+//! that turns desired state into kernel settings, dataplane maps, probe
+//! targets and (through [`crate::announce::reconfigure`]) announcements.
+//!
+//! Order, at start and on every change:
+//! 1. [`program`]: interface sysctls, tunnel source, the VIPs, the
+//!    node-wide SYN limit. All or nothing for what the dataplane holds.
+//! 2. [`probes`]: the prober follows the new checks.
+//! 3. the daemon records the outcome in its status, then, outside the state
+//!    lock (it may wait for a BGP speaker to say goodbye), the announcer is
+//!    reconfigured.
+//!
+//! At start the datapath is attached between 1 and 2 (the maps are
+//! programmed before the first packet meets them, and the prober only
+//! starts once the datapath forwards); on a running daemon
+//! [`while_running`] does 1 and 2 together, attaching tc_nat first if the
+//! first NAT VIP needs it.
+
+use std::collections::BTreeSet;
+
+use rivora_dataplane::{ApplyReport, BackendKey, Datapath, Dataplane};
+use rivora_desired::DesiredState;
+use rivora_health::Prober;
+use tracing::{error, info, warn};
+
+use crate::kernel;
+use crate::state::{Shared, programs};
+
+/// Programs everything `desired` asks of the kernel and the dataplane: the
+/// interface's sysctls, the tunnel source, the VIPs, then the node-wide SYN
+/// rate limit (which only takes effect for VIPs without their own). A
+/// state that breaks the model's rules, or that the dataplane refuses,
+/// leaves the dataplane as it was.
+pub fn program(
+    dataplane: &mut Dataplane,
+    desired: &DesiredState,
+    interface: &str,
+) -> anyhow::Result<ApplyReport> {
+    if let Err(problems) = desired.validate() {
+        let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        anyhow::bail!("inconsistent desired state:\n{}", lines.join("\n"));
+    }
+    match kernel::prepare_tunnel_fallback(interface, desired) {
+        Ok(kernel::Prepared::AcceptLocalSet) => info!(
+            interface,
+            "set accept_local=1: IPv4 L3 DSR packets handed to the kernel carry a local source address"
+        ),
+        Ok(kernel::Prepared::Unchanged) => {}
+        Err(e) => warn!("{e}"),
+    }
+    let tunnel = desired.node.tunnel_source;
+    let before = dataplane.tunnel_source();
+    dataplane.set_tunnel_source(tunnel.v4, tunnel.v6)?;
+    let report = match dataplane.apply(&desired.specs()) {
+        Ok(r) => r,
+        Err(e) => {
+            // Nothing of a rejected state may stay in force.
+            let _ = dataplane.set_tunnel_source(before.0, before.1);
+            return Err(e.into());
+        }
+    };
+    dataplane.set_node_syn_rate_limit(desired.node.syn_rate_limit)?;
+    Ok(report)
+}
+
+/// Points the prober at the checks `desired` asks for, and lets backends
+/// that lost their check come back up. `existed_before` are the backends
+/// programmed before this apply (they start up, not unknown).
+pub fn probes(
+    desired: &DesiredState,
+    dataplane: &mut Dataplane,
+    prober: &mut Prober<BackendKey>,
+    existed_before: &BTreeSet<BackendKey>,
+) {
+    let targets = crate::health::targets(desired, dataplane, existed_before);
+    for key in crate::health::unchecked_but_down(&targets, dataplane) {
+        match dataplane.set_probe_down(&key, false) {
+            Ok(_) => info!(backend = %key, "no health check any more: back in service"),
+            Err(e) => error!(backend = %key, "clearing probe state: {e}"),
+        }
+    }
+    prober.set_targets(targets);
+}
+
+/// Steps 1 and 2 on a running daemon, under the state lock: tc_nat for
+/// the first NAT VIP, the datapath, the probes, and a warning if the
+/// Maglev table got too crowded. An error leaves the running state in
+/// force and says why.
+pub fn while_running(
+    s: &mut Shared,
+    datapath: &mut Datapath,
+    desired: &DesiredState,
+) -> Result<ApplyReport, String> {
+    if desired.has_nat_vip()
+        && datapath.attachment().is_some_and(|a| !a.egress)
+        && let Err(e) = datapath.attach_egress()
+    {
+        // Without tc_nat a NAT VIP's replies would leave with the
+        // backend's address: keep the running configuration.
+        return Err(format!(
+            "the first NAT VIP needs tc_nat (TCX egress), which failed to attach: {e}"
+        ));
+    }
+    if let Some(a) = datapath.attachment().filter(|a| a.egress)
+        && s.status.programs.iter().all(|p| p.name != "tc_nat")
+    {
+        info!(
+            tc_prog_id = a.tc_program_id,
+            tc_link_id = a.tc_link_id,
+            "tc_nat attached for the first NAT VIP"
+        );
+        s.status.programs = programs(a);
+    }
+    let existed_before: BTreeSet<BackendKey> = s.dataplane.backends().map(|b| b.key).collect();
+    let interface = s.status.interface.clone();
+    let report = program(&mut s.dataplane, desired, &interface).map_err(|e| e.to_string())?;
+    let Shared {
+        dataplane, prober, ..
+    } = s;
+    probes(desired, dataplane, prober, &existed_before);
+    if !report.is_empty() {
+        warn_if_crowded(dataplane);
+    }
+    Ok(report)
+}
+
+/// One warning per apply (not one per VIP) when the shared Maglev table is
+/// too crowded for the VIPs to balance within the threshold, naming the
+/// `--maglev-table-size` that fixes it.
+pub fn warn_if_crowded(dataplane: &Dataplane) {
+    if let Some(w) =
+        dataplane.imbalance_warning(rivora_dataplane::imbalance::IMBALANCE_WARN_THRESHOLD)
+    {
+        warn!("{w}");
+    }
+}

@@ -1,0 +1,83 @@
+//! Where the desired state comes from, and the seam the run loop reads it
+//! through. A node has one source: the static YAML file ([`file`]) or,
+//! later, Kubernetes. Each produces a whole
+//! [`rivora_desired::DesiredState`]; what happens to it after that (the
+//! apply step, the status, the announcements) is the run loop's, shared by
+//! every source.
+
+pub mod file;
+pub mod watch;
+
+use rivora_desired::DesiredState;
+
+/// Why the run loop reads its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The operator asked (SIGHUP): apply even what is in force already,
+    /// which also retries whatever failed around it.
+    Forced,
+    /// The source saw its input change.
+    Changed,
+}
+
+/// A desired state a source offers for applying.
+pub struct Candidate<T> {
+    /// What to apply.
+    pub desired: DesiredState,
+    /// The source's input is what was last applied (a forced re-read of an
+    /// unchanged file): if the apply changes nothing either, the
+    /// configuration generation does not move (docs/metrics.md).
+    pub same_as_applied: bool,
+    /// What the source needs back in [`Source::applied`] once this is in
+    /// force (the file's text).
+    pub token: T,
+}
+
+/// What a read of the source gives.
+pub enum Reading<T> {
+    /// The input is invalid; the text names every problem. The running
+    /// configuration stays in force.
+    Invalid(String),
+    /// The input is what is in force already: nothing to apply. The text
+    /// is what the status says if this ends a failed reload.
+    InForce(&'static str),
+    /// Something to apply.
+    New(Candidate<T>),
+}
+
+/// A producer of desired state for the run loop. The loop owns the
+/// signals that stop rivorad and the housekeeping tick; a source adds its
+/// own wake-ups ([`Source::woken`]), its own change detection on each tick
+/// ([`Source::polled`]) and its reads, and hears what got applied.
+pub trait Source {
+    /// What the source hands back on success (see [`Candidate::token`]).
+    type Token;
+
+    /// Names the input in logs and in the API's status (the file's path).
+    fn describe(&self) -> String;
+
+    /// The desired state to start with. An error stops rivorad: at start
+    /// there is nothing older to keep forwarding with.
+    fn initial(&mut self) -> anyhow::Result<Candidate<Self::Token>>;
+
+    /// Called once when the run loop starts, before any [`Source::woken`]:
+    /// installs what the source listens to (the file source: SIGHUP, which
+    /// until then keeps its default action).
+    fn listen(&mut self) -> anyhow::Result<()>;
+
+    /// Resolves when the source wants a read out of the tick (SIGHUP).
+    /// Must be cancel-safe: the run loop drops it when something else
+    /// happens first.
+    async fn woken(&mut self) -> Trigger;
+
+    /// Called on every housekeeping tick: whether the input changed and
+    /// should be read now (the file source waits for a changed file to
+    /// settle first).
+    async fn polled(&mut self) -> Option<Trigger>;
+
+    /// Reads the input for `trigger`.
+    fn read(&mut self, trigger: Trigger) -> Reading<Self::Token>;
+
+    /// The candidate whose token this is is now in force.
+    fn applied(&mut self, token: Self::Token);
+}
