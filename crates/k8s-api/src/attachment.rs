@@ -50,7 +50,11 @@ pub fn specificity(
 /// without a creationTimestamp, which the API server always sets, sorts last).
 fn age_key(policy: &ServicePolicy) -> (bool, Option<&k8s_openapi::jiff::Timestamp>, &str) {
     let ts = policy.metadata.creation_timestamp.as_ref().map(|t| &t.0);
-    (ts.is_none(), ts, policy.metadata.name.as_deref().unwrap_or(""))
+    (
+        ts.is_none(),
+        ts,
+        policy.metadata.name.as_deref().unwrap_or(""),
+    )
 }
 
 /// The policy whose settings apply to the port `port_name` of Service `namespace/service`:
@@ -113,8 +117,14 @@ mod tests {
             Some("a-whole")
         );
         // An unnamed port is reached by whole-Service references only.
-        assert_eq!(name(attached_policy(&all, "ns", "web", None)), Some("a-whole"));
-        assert_eq!(name(attached_policy(&all, "ns", "web", Some(""))), Some("a-whole"));
+        assert_eq!(
+            name(attached_policy(&all, "ns", "web", None)),
+            Some("a-whole")
+        );
+        assert_eq!(
+            name(attached_policy(&all, "ns", "web", Some(""))),
+            Some("a-whole")
+        );
         // Other Service, other namespace: nothing.
         assert_eq!(name(attached_policy(&all, "ns", "db", Some("https"))), None);
         assert_eq!(name(attached_policy(&all, "other", "web", None)), None);
@@ -124,8 +134,14 @@ mod tests {
     fn equal_ages_fall_back_to_the_name() {
         let b = policy("b", "2026-01-01T00:00:00Z", json!([svc_ref("web")]));
         let a = policy("a", "2026-01-01T00:00:00Z", json!([svc_ref("web")]));
-        assert_eq!(name(attached_policy([&b, &a], "ns", "web", None)), Some("a"));
-        assert_eq!(name(attached_policy([&a, &b], "ns", "web", None)), Some("a"));
+        assert_eq!(
+            name(attached_policy([&b, &a], "ns", "web", None)),
+            Some("a")
+        );
+        assert_eq!(
+            name(attached_policy([&a, &b], "ns", "web", None)),
+            Some("a")
+        );
     }
 
     #[test]

@@ -139,7 +139,11 @@ impl HealthCheck {
     /// `interval` with its default; `Err` names the field when it is not a duration (the CRD's
     /// pattern refuses that already, but a reader must not trust every writer).
     pub fn interval(&self) -> Result<std::time::Duration, String> {
-        field_duration("interval", self.interval.as_deref(), check_defaults::INTERVAL)
+        field_duration(
+            "interval",
+            self.interval.as_deref(),
+            check_defaults::INTERVAL,
+        )
     }
 
     /// `timeout` with its default; `Err` names the field when it is not a duration.
