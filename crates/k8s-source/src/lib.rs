@@ -12,11 +12,13 @@
 //! - [`endpoints`]: the EndpointSlice join (kube-proxy's EndpointSliceCache).
 //! - [`select`]: which endpoints take traffic (kube-proxy's CategorizeEndpoints).
 //! - [`translate`]: a snapshot to VIPs per Service, with policies, conflicts and failures.
+//! - [`initsync`]: the gate before adopted VIPs nothing claimed are removed.
 //! - [`healthz`]: the healthCheckNodePort answer (kube-proxy's status, headers and body).
 
 #![warn(missing_docs)]
 
 pub mod endpoints;
 pub mod healthz;
+pub mod initsync;
 pub mod select;
 pub mod translate;
