@@ -304,4 +304,63 @@ mod tests {
         assert!(!g.observe(&results(&[("a", failed())])));
         assert!(g.observe(&results(&[("a", ok())])));
     }
+
+    #[test]
+    fn a_service_whose_slice_loops_holds_the_gate_until_the_slice_is_fixed() {
+        use crate::endpoints::tests::slice;
+        use crate::translate::{NodeIdentity, Snapshot, translate};
+        use rivora_k8s_api::class::ClassConfig;
+        use serde_json::json;
+        use std::sync::Arc;
+
+        let svc = |name: &str, ip: &str| {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"namespace": "ns", "name": name,
+                                 "creationTimestamp": "2026-01-01T00:00:00Z"},
+                    "spec": {"type": "LoadBalancer",
+                             "loadBalancerClass": rivora_k8s_api::class::LOAD_BALANCER_CLASS,
+                             "ports": [{"port": 80, "protocol": "TCP"}]},
+                    "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
+                }))
+                .unwrap(),
+            )
+        };
+        let slice_to = |addr: &str| {
+            slice(
+                "ns",
+                "f-1",
+                Some("f"),
+                json!({"addressType": "IPv4", "ports": [{"name": "", "port": 80, "protocol": "TCP"}],
+                       "endpoints": [{"addresses": [addr]}]}),
+            )
+        };
+        let node = NodeIdentity {
+            name: "n1".into(),
+            addresses: vec![],
+        };
+        let mut snap = Snapshot {
+            services: vec![svc("a", "203.0.113.1"), svc("f", "203.0.113.2")],
+            // f's endpoint is a's VIP.
+            slices: vec![slice_to("203.0.113.1")],
+            policies: vec![],
+        };
+        let mut g = InitialSync::new(Kind::ALL);
+        g.services_listed(snap.services.iter().map(|s| ServiceKey::of(s)));
+        for k in [Kind::EndpointSlice, Kind::ServicePolicy, Kind::Node] {
+            g.listed(k);
+        }
+        assert!(!g.observe(&translate(&snap, &node, &ClassConfig::default())));
+        let blockers = g.blockers();
+        assert_eq!(blockers.len(), 1, "{blockers:?}");
+        assert!(
+            blockers[0]
+                .to_string()
+                .starts_with("Service ns/f fails: endpoint 203.0.113.1"),
+            "{}",
+            blockers[0]
+        );
+        snap.slices = vec![slice_to("10.1.0.1")];
+        assert!(g.observe(&translate(&snap, &node, &ClassConfig::default())));
+    }
 }
