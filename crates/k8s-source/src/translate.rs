@@ -1101,18 +1101,16 @@ mod tests {
             80,
             json!([ready("203.0.113.9", "node-a")]),
         );
-        let mut p = (*service(
+        let assigned = service(
             "shop",
             "pending",
             "2026-01-01T00:00:00Z",
             json!({"ports": http_port()}),
             json!([{"ip": "203.0.113.1"}]),
-        ))
-        .clone();
-        p.metadata.uid = None;
+        );
         let out = run(
             vec![
-                Arc::new(p),
+                assigned,
                 web(
                     json!({"loadBalancerClass": "x/y"}),
                     json!([{"ip": "203.0.113.9"}]),
