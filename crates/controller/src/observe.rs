@@ -18,8 +18,6 @@ use serde_json::{Value, json};
 use crate::ipam::blocks::Family;
 use crate::ipam::{Assignment, ClaimKind, ClaimView, FamilyPolicy, PoolView, Sharing, Unsupported};
 
-/// `spec.loadBalancerClass` that marks a Service as Rivora's.
-pub const LOAD_BALANCER_CLASS: &str = "rivora.dev/lb";
 /// Annotation with requested addresses, comma-separated (one per family, for dual-stack).
 pub const ANNOTATION_IPS: &str = "rivora.dev/load-balancer-ips";
 /// Annotation naming the AddressPool to take the address from (on a Service or a Gateway).
@@ -33,35 +31,9 @@ pub const CONDITION_TYPE: &str = "rivora.dev/AddressAssigned";
 /// The field manager of every write (one, so server-side apply tracks one owner).
 pub const FIELD_MANAGER: &str = "rivora-controller";
 
-/// Which Services are Rivora's.
-#[derive(Debug, Clone)]
-pub struct ClassConfig {
-    /// The class Services name (`spec.loadBalancerClass`).
-    pub class: String,
-    /// Whether Services without a class are Rivora's too (Rivora is the cluster's default).
-    pub default_class: bool,
-}
-
-impl Default for ClassConfig {
-    fn default() -> Self {
-        ClassConfig {
-            class: LOAD_BALANCER_CLASS.into(),
-            default_class: false,
-        }
-    }
-}
-
-/// Whether rivora-controller assigns this Service's address.
-pub fn is_ours(svc: &Service, cfg: &ClassConfig) -> bool {
-    let Some(spec) = &svc.spec else { return false };
-    if spec.type_.as_deref() != Some("LoadBalancer") {
-        return false;
-    }
-    match spec.load_balancer_class.as_deref() {
-        Some(c) => c == cfg.class,
-        None => cfg.default_class,
-    }
-}
+/// Which Services are ours: one definition, in rivora-k8s-api, shared with rivorad's node agent
+/// so the two can never disagree about a Service.
+pub use rivora_k8s_api::class::{ClassConfig, LOAD_BALANCER_CLASS, is_ours};
 
 /// The allocator's view of a Service of ours; `Err` names a bad annotation (reported as a
 /// failure by the caller, like any other).
@@ -377,25 +349,6 @@ mod tests {
 
     fn service(value: Value) -> Service {
         serde_json::from_value(value).unwrap()
-    }
-
-    #[test]
-    fn only_load_balancers_of_our_class_are_ours() {
-        let cfg = ClassConfig::default();
-        let default = ClassConfig {
-            default_class: true,
-            ..ClassConfig::default()
-        };
-        let lb = service(json!({"spec": {"type": "LoadBalancer"}}));
-        let ours = service(
-            json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": LOAD_BALANCER_CLASS}}),
-        );
-        let other = service(json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": "x/y"}}));
-        let cluster_ip = service(json!({"spec": {"type": "ClusterIP"}}));
-        assert!(is_ours(&ours, &cfg) && is_ours(&ours, &default));
-        assert!(!is_ours(&lb, &cfg) && is_ours(&lb, &default));
-        assert!(!is_ours(&other, &default));
-        assert!(!is_ours(&cluster_ip, &default));
     }
 
     #[test]

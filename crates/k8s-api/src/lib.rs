@@ -14,7 +14,9 @@
 #![warn(missing_docs)]
 
 pub mod address_pool;
+pub mod attachment;
 pub mod bgp_peer;
+pub mod class;
 mod schema;
 pub mod service_policy;
 

@@ -117,6 +117,115 @@ pub struct HealthCheck {
     pub fall: Option<i32>,
 }
 
+/// Defaults of the optional [`HealthCheck`] fields, as the CRD documents them (and as the
+/// static YAML's `healthCheck` uses them).
+pub mod check_defaults {
+    use std::time::Duration;
+    /// Time between probes.
+    pub const INTERVAL: Duration = Duration::from_secs(2);
+    /// Longest a probe may take.
+    pub const TIMEOUT: Duration = Duration::from_secs(1);
+    /// Consecutive successes that bring a backend back.
+    pub const RISE: u32 = 2;
+    /// Consecutive failures that take a backend down.
+    pub const FALL: u32 = 3;
+    /// HTTP request path.
+    pub const PATH: &str = "/";
+    /// Accepted HTTP status codes, inclusive.
+    pub const EXPECT_STATUS: (u16, u16) = (200, 399);
+}
+
+impl HealthCheck {
+    /// `interval` with its default; `Err` names the field when it is not a duration (the CRD's
+    /// pattern refuses that already, but a reader must not trust every writer).
+    pub fn interval(&self) -> Result<std::time::Duration, String> {
+        field_duration(
+            "interval",
+            self.interval.as_deref(),
+            check_defaults::INTERVAL,
+        )
+    }
+
+    /// `timeout` with its default; `Err` names the field when it is not a duration.
+    pub fn timeout(&self) -> Result<std::time::Duration, String> {
+        field_duration("timeout", self.timeout.as_deref(), check_defaults::TIMEOUT)
+    }
+
+    /// `rise` with its default (values below 1 read as 1, which the schema refuses anyway).
+    pub fn rise(&self) -> u32 {
+        self.rise.map_or(check_defaults::RISE, |r| r.max(1) as u32)
+    }
+
+    /// `fall` with its default (values below 1 read as 1).
+    pub fn fall(&self) -> u32 {
+        self.fall.map_or(check_defaults::FALL, |f| f.max(1) as u32)
+    }
+}
+
+fn field_duration(
+    field: &str,
+    value: Option<&str>,
+    default: std::time::Duration,
+) -> Result<std::time::Duration, String> {
+    match value {
+        None => Ok(default),
+        Some(v) => parse_duration(v).map_err(|e| format!("healthCheck.{field}: {e}")),
+    }
+}
+
+/// Parses a duration as the CRD's pattern writes them: one or more `<number><unit>` with units
+/// `ms`, `s`, `m`, `h` and an optional decimal fraction (`1.5s`, `1m30s`, `250ms`).
+///
+/// Why our own: these are Go `time.ParseDuration` strings restricted by the schema, and no
+/// crate already in the workspace parses exactly that subset.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{s:?} is not a duration like 2s, 500ms or 1m30s");
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut rest = s;
+    let mut total_nanos: u128 = 0;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (num, tail) = rest.split_at(num_len);
+        let (unit_nanos, unit_len): (u128, usize) = if tail.starts_with("ms") {
+            (1_000_000, 2)
+        } else if tail.starts_with('s') {
+            (1_000_000_000, 1)
+        } else if tail.starts_with('m') {
+            (60_000_000_000, 1)
+        } else if tail.starts_with('h') {
+            (3_600_000_000_000, 1)
+        } else {
+            return Err(bad());
+        };
+        let (int, frac) = match num.split_once('.') {
+            Some((i, f)) if !i.is_empty() && !f.is_empty() => (i, f),
+            None if !num.is_empty() => (num, ""),
+            _ => return Err(bad()),
+        };
+        if frac.contains('.') {
+            return Err(bad());
+        }
+        let int: u128 = int.parse().map_err(|_| bad())?;
+        let mut part = int.checked_mul(unit_nanos).ok_or_else(bad)?;
+        let mut scale = unit_nanos;
+        for d in frac.bytes() {
+            scale /= 10;
+            part += u128::from(d - b'0') * scale;
+        }
+        total_nanos = total_nanos.checked_add(part).ok_or_else(bad)?;
+        rest = &tail[unit_len..];
+    }
+    let secs = u64::try_from(total_nanos / 1_000_000_000).map_err(|_| bad())?;
+    Ok(std::time::Duration::new(
+        secs,
+        (total_nanos % 1_000_000_000) as u32,
+    ))
+}
+
 /// The probe of a [`HealthCheck`].
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -320,4 +429,34 @@ fn status_range_schema(schema: &mut Schema) {
             ".to",
         )],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse_as_the_pattern_writes_them() {
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["", "2", "s", "2x", "1.s", ".5s", "1..5s", "-1s", "2 s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn health_check_defaults_are_the_documented_ones() {
+        let hc: HealthCheck = serde_json::from_value(json!({"type": "tcp"})).unwrap();
+        assert_eq!(hc.interval(), Ok(Duration::from_secs(2)));
+        assert_eq!(hc.timeout(), Ok(Duration::from_secs(1)));
+        assert_eq!((hc.rise(), hc.fall()), (2, 3));
+        let bad: HealthCheck =
+            serde_json::from_value(json!({"type": "tcp", "interval": "soon"})).unwrap();
+        let err = bad.interval().unwrap_err();
+        assert!(err.contains("healthCheck.interval"), "{err}");
+    }
 }
