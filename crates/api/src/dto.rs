@@ -314,6 +314,30 @@ pub struct Stats {
     /// held back is the `flow_guarded` entry of `drops`.
     #[serde(default)]
     pub flow_guard: Option<FlowGuard>,
+    /// The flow filter that lets SYNs and new UDP flows skip the affinity
+    /// lookup (None from an older rivorad).
+    #[serde(default)]
+    pub flow_filter: Option<FlowFilter>,
+}
+
+/// The flow filter (`flow_filter_map`): one bit per 5-tuple hash, set for
+/// every flow that has an affinity entry. A packet of a new flow whose bit
+/// is clear skips the affinity lookup (the costliest part of a new flow
+/// with full tables); bits of gone flows pile up until rivorad rebuilds the
+/// filter from the tables. Shown so an operator can see it working (exact,
+/// sparse) rather than take it on trust.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FlowFilter {
+    /// Bits in the half in use.
+    pub bits: u64,
+    /// Bits set in it, as last counted (each one a flow that may have an
+    /// entry: the share of them is the share of new flows still looked up).
+    pub bits_set: u64,
+    /// Whether a clear bit is trusted (false after an upgrade from an ABI
+    /// without the filter, until the first rebuild).
+    pub exact: bool,
+    /// Rebuilds since rivorad started.
+    pub rebuilds: u64,
 }
 
 /// The new-flow guard (`--new-flow-guard-rate`): how many state entries

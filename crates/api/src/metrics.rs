@@ -42,6 +42,10 @@
 //! | `rivora_table_entries` | gauge | `table` |
 //! | `rivora_table_capacity` | gauge | `table` |
 //! | `rivora_flow_guard_rate` | gauge | |
+//! | `rivora_flow_filter_bits` | gauge | |
+//! | `rivora_flow_filter_bits_set` | gauge | |
+//! | `rivora_flow_filter_exact` | gauge (0/1) | |
+//! | `rivora_flow_filter_rebuilds_total` | counter | |
 //! | `rivora_config_generation` | gauge | |
 //! | `rivora_config_last_reload_success` | gauge (0/1) | |
 //! | `rivora_config_last_reload_timestamp_seconds` | gauge | |
@@ -122,6 +126,8 @@ pub struct MetricsSnapshot {
     /// off), beside `rivora_drops_total{reason="flow_guarded"}` which counts
     /// what it held back.
     pub flow_guard_rate: u64,
+    /// The flow filter (bits, bits set, exact, rebuilds); None: not read.
+    pub flow_filter: Option<(u64, u64, bool, u64)>,
 }
 
 /// One BGP peer's session, so a down session (no traffic attracted) can be
@@ -534,6 +540,36 @@ impl Collector for SnapshotCollector {
             None,
             [(NO_LABELS, s.flow_guard_rate)],
         )?;
+        if let Some((bits, set, exact, rebuilds)) = s.flow_filter {
+            gauges(
+                &mut enc,
+                "rivora_flow_filter_bits",
+                "Bits of the flow filter's half in use (one per 5-tuple hash; a SYN or UDP datagram whose bit is clear skips the affinity lookup)",
+                None,
+                [(NO_LABELS, bits)],
+            )?;
+            gauges(
+                &mut enc,
+                "rivora_flow_filter_bits_set",
+                "Bits set in the flow filter as last counted: flows that may have an affinity entry, including gone ones until the next rebuild",
+                None,
+                [(NO_LABELS, set)],
+            )?;
+            gauges(
+                &mut enc,
+                "rivora_flow_filter_exact",
+                "1 when a clear bit of the flow filter is trusted; 0 after an upgrade from an ABI without the filter, until its first rebuild",
+                None,
+                [(NO_LABELS, u64::from(exact))],
+            )?;
+            counters(
+                &mut enc,
+                "rivora_flow_filter_rebuilds",
+                "Rebuilds of the flow filter from the flow tables since rivorad started",
+                None,
+                [(NO_LABELS, rebuilds)],
+            )?;
+        }
 
         // --- daemon ---
         gauges(

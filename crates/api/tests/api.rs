@@ -248,6 +248,12 @@ fn sample_stats() -> Stats {
             per_cpu_limit: 5_000,
             window_ms: 100,
         }),
+        flow_filter: Some(rivora_api::FlowFilter {
+            bits: 4_194_304,
+            bits_set: 12_345,
+            exact: true,
+            rebuilds: 1,
+        }),
     }
 }
 

@@ -33,6 +33,7 @@ enum Kind {
 fn sample_snapshot() -> MetricsSnapshot {
     MetricsSnapshot {
         flow_guard_rate: 100_000,
+        flow_filter: Some((4_194_304, 70_123, true, 3)),
         vips: vec![
             VipMetrics {
                 name: "web".into(),
@@ -287,6 +288,32 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
         none.clone(),
         s.flow_guard_rate as f64,
     );
+    if let Some((bits, set, exact, rebuilds)) = s.flow_filter {
+        put(
+            "rivora_flow_filter_bits",
+            Kind::Gauge,
+            none.clone(),
+            bits as f64,
+        );
+        put(
+            "rivora_flow_filter_bits_set",
+            Kind::Gauge,
+            none.clone(),
+            set as f64,
+        );
+        put(
+            "rivora_flow_filter_exact",
+            Kind::Gauge,
+            none.clone(),
+            if exact { 1.0 } else { 0.0 },
+        );
+        put(
+            "rivora_flow_filter_rebuilds_total",
+            Kind::Counter,
+            none.clone(),
+            rebuilds as f64,
+        );
+    }
     put(
         "rivora_start_time_seconds",
         Kind::Gauge,

@@ -207,6 +207,7 @@ pub(crate) mod tests {
             }],
             backends: vec![],
             flow_guard: None,
+            flow_filter: None,
         }
     }
 

@@ -520,7 +520,29 @@ pub fn stats(r: &StatsReport) -> String {
     }
     out.push_str(&flow_tables(&s.tables));
     out.push_str(&flow_guard(s));
+    out.push_str(&flow_filter(s));
     out
+}
+
+/// The flow filter's line: how full it is, whether it is trusted yet.
+fn flow_filter(s: &rivora_api::Stats) -> String {
+    let Some(f) = &s.flow_filter else {
+        return String::new();
+    };
+    let pct = if f.bits == 0 {
+        0.0
+    } else {
+        f.bits_set as f64 * 100.0 / f.bits as f64
+    };
+    let state = if f.exact {
+        "exact: new flows whose bit is clear skip the affinity lookup"
+    } else {
+        "not exact yet (upgraded pins, rebuilt within seconds): every new flow is looked up"
+    };
+    format!(
+        "Flow filter: {} of {} bits set ({pct:.2}%), {state}; {} rebuilds\n",
+        f.bits_set, f.bits, f.rebuilds
+    )
 }
 
 /// The new-flow guard's line: its setting and what it held back.
@@ -1630,6 +1652,7 @@ mod tests {
             tables: vec![],
             backends: vec![],
             flow_guard: None,
+            flow_filter: None,
         };
         let out = stats(&totals_only(s));
         println!("{out}");
@@ -1673,6 +1696,7 @@ mod tests {
             tables: vec![],
             backends: vec![],
             flow_guard: None,
+            flow_filter: None,
         }));
         assert_eq!(none, "No VIP counters.\n\nDrops by reason: none\n");
     }

@@ -251,6 +251,12 @@ impl ApiSource for Fake {
                 per_cpu_limit: 5_000,
                 window_ms: 100,
             }),
+            flow_filter: Some(rivora_api::FlowFilter {
+                bits: 4_194_304,
+                bits_set: 41_943,
+                exact: true,
+                rebuilds: 2,
+            }),
         })
     }
     fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
@@ -548,6 +554,12 @@ fn stats_rates_and_watch() {
     assert!(
         text.contains(
             "\nNew-flow guard: 100000 state entries/s node-wide (5000 per CPU per 100 ms); 7 packets guarded (forwarded without state)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "Flow filter: 41943 of 4194304 bits set (1.00%), exact: new flows whose bit is clear skip the affinity lookup; 2 rebuilds\n"
         ),
         "{text}"
     );

@@ -85,8 +85,10 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
         .map(|(n, e, c)| (n.to_string(), e, c))
         .collect();
     let flow_guard_rate = dp.flow_guard().map(|g| g.rate).unwrap_or(0);
+    let f = dp.flow_filter_status();
     Ok(MetricsSnapshot {
         flow_guard_rate,
+        flow_filter: Some((f.bits, f.ones, f.exact, f.rebuilds)),
         vips,
         drops,
         backends,

@@ -259,6 +259,13 @@ impl ApiSource for StateSource {
                 },
             }
         });
+        let f = s.dataplane.flow_filter_status();
+        let flow_filter = Some(rivora_api::FlowFilter {
+            bits: f.bits,
+            bits_set: f.ones,
+            exact: f.exact,
+            rebuilds: f.rebuilds,
+        });
         Ok(Stats {
             vips,
             drops,
@@ -266,6 +273,7 @@ impl ApiSource for StateSource {
             tables,
             backends,
             flow_guard,
+            flow_filter,
         })
     }
 

@@ -200,6 +200,27 @@ fn metrics_are_valid_prometheus_text_and_match_the_traffic() {
         ),
         65536.0
     );
+    // The flow filter holds a bit for each of those entries (counted by
+    // rivorad's tick at most once a second: wait for a count that covers
+    // them), and is exact on fresh maps.
+    assert_eq!(get(&m, "rivora_flow_filter_bits", &[]), 4_194_304.0);
+    assert_eq!(get(&m, "rivora_flow_filter_exact", &[]), 1.0);
+    let bits = rivora_lab::poll_until(
+        "the flow filter's count to cover the TCP connections' entries",
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis(100),
+        || {
+            let set = get(&scrape(&lab), "rivora_flow_filter_bits_set", &[]);
+            // Distinct flows may share a bit (a few in 4 million).
+            if set >= entries - 2.0 && set <= entries {
+                Ok(set)
+            } else {
+                Err(format!("rivora_flow_filter_bits_set {set}, {entries} entries"))
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("flow filter: {bits} bits set for {entries} affinity entries");
     assert_eq!(get(&m, "rivora_config_generation", &[]), 1.0);
     assert_eq!(get(&m, "rivora_config_last_reload_success", &[]), 1.0);
     // The API reports the same counters.
