@@ -700,6 +700,42 @@ impl Rig {
         slot: Slot,
         repeat: u32,
     ) -> Result<(Timed, Timed)> {
+        self.timed_with_floor_on(hook, f, vary, slot, repeat, false)
+    }
+
+    /// Turns the harness's new-flow variation of the stored frame on or
+    /// off, keeping its sequence: the floor of a new-flow case runs on the
+    /// fixed frame between runs of the case, whose flows stay new.
+    fn set_varying(&mut self, hook: Hook, on: bool) -> Result<()> {
+        let names = hook.names();
+        let mut arr: Array<&mut MapData, BenchFrame> = self
+            .ebpf(hook)
+            .map_mut(names.frame)
+            .context("frame map")?
+            .try_into()?;
+        let mut v = arr.get(&0, 0)?;
+        if on {
+            v.flags |= F_VARY;
+        } else {
+            v.flags &= !F_VARY;
+        }
+        arr.set(0, v, 0)?;
+        Ok(())
+    }
+
+    /// [`Rig::timed_with_floor`]; with `floor_fixed` (new-flow cases) the
+    /// floor's runs see the frame as it is while the sink's and the case's
+    /// see a new flow on every iteration (see [`Rig::set_varying`]), so the
+    /// floor is measured in the same runs as for every other case.
+    fn timed_with_floor_on(
+        &mut self,
+        hook: Hook,
+        f: &Frame,
+        vary: Vary,
+        slot: Slot,
+        repeat: u32,
+        floor_fixed: bool,
+    ) -> Result<(Timed, Timed)> {
         self.set_frame(hook, f, vary)?;
         let before = self.snapshot(hook)?;
         let (mut diffs, mut floors, mut sinks, mut ratios) =
@@ -711,6 +747,9 @@ impl Rig {
             let (mut t_sink, mut t_floor, mut t_prog) = (0.0, 0.0, 0.0);
             for s in order {
                 self.set_slot(hook, s)?;
+                if floor_fixed {
+                    self.set_varying(hook, s != Slot::Floor)?;
+                }
                 let (ret, ns, out) = self.harness_run(hook, &f.bytes, repeat)?;
                 match s {
                     Slot::Sink => t_sink = ns,
@@ -973,9 +1012,14 @@ fn run_case(rig: &mut Rig, c: &Case) -> Result<CaseResult> {
         _ => (Vary::No, 1),
     };
     rig.floor_key(c.hook, &c.frame, keys)?;
-    // Same frame and flows for both: measure them in the same runs.
+    // Same frame and flows for both: measure them in the same runs. New
+    // flows too: the floor's runs then see the fixed frame.
     let (floor, t) = if floor_vary == c.vary && c.repeat == rig.opts.repeat {
         let (floor, t) = rig.timed_with_floor(c.hook, &c.frame, c.vary, Slot::Real, c.repeat)?;
+        (floor, Some(t))
+    } else if c.vary == Vary::New {
+        let (floor, t) =
+            rig.timed_with_floor_on(c.hook, &c.frame, c.vary, Slot::Real, c.repeat, true)?;
         (floor, Some(t))
     } else {
         let floor = rig.timed(c.hook, &c.frame, floor_vary, Slot::Floor, rig.opts.repeat)?;
@@ -1262,7 +1306,8 @@ pub fn run(opts: Opts) -> Result<Section> {
          in the same runs: each run times the sink, the floor and the case in an order that rotates \
          from run to run, and the ratio is the median of the per-run ratios, so a burst of other load \
          on the machine hits both sides of it (new-flow rows, whose frame changes on every \
-         iteration: floor measured right before the case, ratio of the medians). The datapath's own per-VIP counters \
+         iteration, too: their floor runs see the frame unchanged, the sink's and the case's a new \
+         flow each time). The datapath's own per-VIP counters \
          (`stats_map`, `drop_stats_map`) and the harness's iteration counter are read before and after: \
          a row only appears if every iteration took the intended path (evidence column), and the frame \
          the last iteration left is checked with etherparse (addresses, checksums).\n\n\

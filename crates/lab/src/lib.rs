@@ -16,6 +16,8 @@
 //! * [`front::FrontClients`]: more clients on a bridge in front of the lb.
 //! * [`dsr::DsrLab`]: client segment, L2 and routed L3 DSR backends, a NAT
 //!   backend; DSR replies bypass the balancer.
+//! * [`cluster::Cluster`]: Kubernetes-like nodes on a segment, pods behind
+//!   each node routed as a routed CNI does, and clients.
 //! * [`segment::Segment`]: the balancer on a shared L2 segment with a
 //!   client and a router (ARP/NDP and BGP announcement tests).
 //! * [`traffic`]: [`IdentityServer`], [`tcp_round`], [`udp_round`].
@@ -31,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod bgp_peers;
+pub mod cluster;
 pub mod demo;
 pub mod dsr;
 pub mod front;

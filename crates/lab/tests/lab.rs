@@ -365,3 +365,89 @@ fn drop_cleans_up_when_a_test_panics() {
     .unwrap();
     assert_gone(&[names]);
 }
+
+/// The Kubernetes lab: pods on two nodes answer the client directly (a pod
+/// sees the client's address: no NAT anywhere yet), a node reaches its own
+/// and the other node's pods, and a node forwarding the client's flow to a
+/// pod on the other node does not see the reply: the other node routes it
+/// straight back to the client, which is why ETP Cluster needs a source
+/// translation for remote endpoints.
+#[test]
+fn cluster_lab_routes_pods_like_a_routed_cni() {
+    root();
+    use rivora_lab::cluster::{self, Cluster};
+    let lab = Cluster::build("clu", &[2, 1]).expect("building the cluster lab");
+    let names = lab.netns_names();
+    assert_eq!(names.len(), 3 + 2 + 3, "{names:?}");
+    let mut servers = Vec::new();
+    for node in &lab.nodes {
+        for pod in &node.pods {
+            let addrs = [
+                SocketAddr::new(pod.v4.into(), 8080),
+                SocketAddr::new(pod.v6.into(), 8080),
+            ];
+            servers.push(IdentityServer::start(&pod.ns, &pod.name, &addrs).unwrap());
+        }
+    }
+    for node in &lab.nodes {
+        for pod in &node.pods {
+            for ip in [IpAddr::V4(pod.v4), IpAddr::V6(pod.v6)] {
+                let target = SocketAddr::new(ip, 8080);
+                let expected: BTreeMap<String, usize> = [(pod.name.clone(), 10)].into();
+                let t = tcp_round(&lab.client, target, 10, 4, TIMEOUT);
+                assert!(t.all_ok(), "{t}");
+                assert_eq!(t.per_backend, expected, "{t}");
+                assert_eq!(t.source_rewritten, 0, "the pod sees the client: {t}");
+                let u = udp_round(&lab.client2, target, 10, 4, TIMEOUT);
+                assert!(u.all_ok(), "{u}");
+                assert_eq!(u.per_backend, expected, "{u}");
+            }
+        }
+    }
+    // The client reaches pods through their own node only if it routes
+    // them so; from node 1, pod-2-1 is reached via node 2.
+    let via = lab
+        .node(1)
+        .unwrap()
+        .ns
+        .run(&[
+            "ip",
+            "-4",
+            "route",
+            "get",
+            &cluster::pod_v4(2, 1).to_string(),
+        ])
+        .unwrap();
+    assert!(
+        via.contains(&format!("via {}", cluster::node_v4(2))),
+        "{via}"
+    );
+    // A reply of pod-2-1 to the client leaves node 2 straight for it.
+    let back = lab
+        .node(2)
+        .unwrap()
+        .ns
+        .run(&[
+            "ip",
+            "-4",
+            "route",
+            "get",
+            &cluster::CLIENT_V4.to_string(),
+            "from",
+            &cluster::pod_v4(2, 1).to_string(),
+            "iif",
+            "vp1",
+        ])
+        .unwrap();
+    assert!(back.contains("dev eth0") && !back.contains("via"), "{back}");
+    assert!(lab.route_vip_via("10.99.0.1".parse().unwrap(), 3).is_err());
+    lab.route_vip_via("10.99.0.1".parse().unwrap(), 2).unwrap();
+    let r = lab
+        .client
+        .run(&["ip", "-4", "route", "get", "10.99.0.1"])
+        .unwrap();
+    assert!(r.contains(&format!("via {}", cluster::node_v4(2))), "{r}");
+    drop(servers);
+    drop(lab);
+    assert_gone(&names);
+}

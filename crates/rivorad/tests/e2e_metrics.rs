@@ -215,7 +215,9 @@ fn metrics_are_valid_prometheus_text_and_match_the_traffic() {
             if set >= entries - 2.0 && set <= entries {
                 Ok(set)
             } else {
-                Err(format!("rivora_flow_filter_bits_set {set}, {entries} entries"))
+                Err(format!(
+                    "rivora_flow_filter_bits_set {set}, {entries} entries"
+                ))
             }
         },
     )
