@@ -538,14 +538,18 @@ impl Rig {
             seq: 0,
             data,
         };
+        self.frame_map(hook)?.set(0, v, 0)?;
+        Ok(())
+    }
+
+    /// The harness's stored frame (one entry).
+    fn frame_map(&mut self, hook: Hook) -> Result<Array<&mut MapData, BenchFrame>> {
         let names = hook.names();
-        let mut arr: Array<&mut MapData, BenchFrame> = self
+        Ok(self
             .ebpf(hook)
             .map_mut(names.frame)
             .context("frame map")?
-            .try_into()?;
-        arr.set(0, v, 0)?;
-        Ok(())
+            .try_into()?)
     }
 
     /// Puts the flow of `f` into the floor's hash map, so its lookup hits;
@@ -707,12 +711,7 @@ impl Rig {
     /// off, keeping its sequence: the floor of a new-flow case runs on the
     /// fixed frame between runs of the case, whose flows stay new.
     fn set_varying(&mut self, hook: Hook, on: bool) -> Result<()> {
-        let names = hook.names();
-        let mut arr: Array<&mut MapData, BenchFrame> = self
-            .ebpf(hook)
-            .map_mut(names.frame)
-            .context("frame map")?
-            .try_into()?;
+        let mut arr = self.frame_map(hook)?;
         let mut v = arr.get(&0, 0)?;
         if on {
             v.flags |= F_VARY;

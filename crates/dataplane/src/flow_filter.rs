@@ -29,6 +29,7 @@ use aya::maps::{Array, HashMap, MapData};
 use rivora_abi as abi;
 
 use crate::Error;
+use crate::mmap::MappedMap;
 
 /// Fraction of the active half's bits (1 in N) above which it is rebuilt:
 /// with tables full of live flows one bit in 32 is set
@@ -76,11 +77,10 @@ pub struct FilterStatus {
 
 /// `flow_filter_map`, mapped into our address space, and its control word.
 pub struct FlowFilter {
-    _map: MapData,
+    mapping: MappedMap,
     ptr: *const AtomicU64,
     /// 64-bit words per half.
     words: u32,
-    mapped_bytes: usize,
     ctl: Array<MapData, abi::FlowFilterCtl>,
     /// When the filter was first found not exact (see FIRST_REBUILD_AFTER).
     inexact_since: Option<Instant>,
@@ -111,31 +111,12 @@ impl FlowFilter {
                 source: std::io::Error::from(std::io::ErrorKind::InvalidData),
             });
         }
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let mapped_bytes = (entries as usize * 8).div_ceil(page) * page;
-        // SAFETY: a fresh shared mapping of the map's fd; checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                data.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::Io {
-                what: "mmap of flow_filter_map (was it created without BPF_F_MMAPABLE?)".into(),
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        let mapping = MappedMap::new(data, entries as usize * 8, "flow_filter_map")?;
         let words = entries / 2;
         Ok(Self {
-            _map: data,
-            ptr: ptr.cast(),
+            ptr: mapping.ptr().cast(),
+            mapping,
             words,
-            mapped_bytes,
             ctl,
             inexact_since: None,
             next_count: None,
@@ -147,7 +128,10 @@ impl FlowFilter {
     }
 
     fn word(&self, index: usize) -> &AtomicU64 {
-        assert!(index < 2 * self.words as usize, "beyond flow_filter_map");
+        assert!(
+            index < 2 * self.words as usize && (index + 1) * 8 <= self.mapping.len(),
+            "beyond flow_filter_map"
+        );
         // SAFETY: in bounds (above); the mapping lives as long as self and
         // an AtomicU64 has the layout of the u64 the kernel stores there.
         unsafe { &*self.ptr.add(index) }
@@ -300,13 +284,6 @@ impl FlowFilter {
         let w = (ctl.active & 1) as usize * self.words as usize
             + ((h >> 6) & (self.words - 1)) as usize;
         Ok(self.word(w).load(Ordering::Relaxed) >> (h & 63) & 1 == 1)
-    }
-}
-
-impl Drop for FlowFilter {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in map(), unmapped once.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.mapped_bytes) };
     }
 }
 

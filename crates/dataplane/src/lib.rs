@@ -16,6 +16,7 @@ pub mod imbalance;
 pub mod jiffies;
 pub mod loader;
 pub mod maps;
+pub mod mmap;
 pub mod model;
 pub mod objects;
 pub mod stages;

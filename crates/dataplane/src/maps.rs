@@ -1,7 +1,5 @@
 //! Typed handles on every pinned map, taken from the loaded ingress object.
 
-use std::os::fd::{AsFd, AsRawFd};
-
 use aya::Ebpf;
 use aya::maps::lpm_trie::Key as LpmKey;
 use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, PerCpuArray};
@@ -9,6 +7,7 @@ use rivora_abi as abi;
 
 use crate::Error;
 use crate::flow_filter::FlowFilter;
+use crate::mmap::MappedMap;
 
 /// All maps the control plane writes or reads.
 pub struct Maps {
@@ -185,7 +184,17 @@ macro_rules! typed {
     };
 }
 
+/// The IPv4 affinity table's handle.
+pub type Affinity4 = HashMap<MapData, abi::Flow4, abi::Affinity>;
+/// The IPv6 affinity table's handle.
+pub type Affinity6 = HashMap<MapData, abi::Flow6, abi::Affinity>;
+
 impl Maps {
+    /// The flow filter and the two affinity tables it is rebuilt from.
+    pub fn flow_filter_parts(&mut self) -> (&mut FlowFilter, &Affinity4, &Affinity6) {
+        (&mut self.flow_filter, &self.affinity, &self.affinity6)
+    }
+
     /// Takes every map out of the loaded ingress object.
     pub fn take_from(ebpf: &mut Ebpf) -> Result<Self, Error> {
         let maglev_map = take(ebpf, "maglev_table")?;
@@ -252,10 +261,10 @@ const SLOT_STRIDE_U32: usize = 2;
 /// The kernel lays array elements out at a stride of the value size rounded
 /// up to 8 bytes, so slot `i` is the u32 at byte `8 * i` of the mapping.
 pub struct MaglevTable {
-    _map: MapData,
+    /// Keeps the map and its mapping alive (`ptr` points into it).
+    _mapping: MappedMap,
     ptr: *mut u32,
     len: u32,
-    mapped_bytes: usize,
 }
 
 // SAFETY: the mapping is owned by this value and only written through
@@ -270,30 +279,11 @@ impl MaglevTable {
             source: e,
         })?;
         let len = info.max_entries();
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let mapped_bytes = (len as usize * SLOT_STRIDE_U32 * 4).div_ceil(page) * page;
-        // SAFETY: a fresh shared mapping of the map's fd; checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                data.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::Io {
-                what: "mmap of maglev_table (was it created without BPF_F_MMAPABLE?)".into(),
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        let mapping = MappedMap::new(data, len as usize * SLOT_STRIDE_U32 * 4, "maglev_table")?;
         Ok(Self {
-            _map: data,
-            ptr: ptr.cast(),
+            ptr: mapping.ptr().cast(),
+            _mapping: mapping,
             len,
-            mapped_bytes,
         })
     }
 
@@ -338,12 +328,5 @@ impl MaglevTable {
                     .read_volatile()
             })
             .collect()
-    }
-}
-
-impl Drop for MaglevTable {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what map() mapped.
-        unsafe { libc::munmap(self.ptr.cast(), self.mapped_bytes) };
     }
 }

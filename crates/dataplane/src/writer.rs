@@ -1860,24 +1860,14 @@ impl Dataplane {
     pub fn maintain_flow_filter(
         &mut self,
     ) -> Result<Option<crate::flow_filter::RebuildReport>, Error> {
-        let Maps {
-            flow_filter,
-            affinity,
-            affinity6,
-            ..
-        } = &mut self.maps;
-        flow_filter.maintain(affinity, affinity6)
+        let (filter, v4, v6) = self.maps.flow_filter_parts();
+        filter.maintain(v4, v6)
     }
 
     /// Rebuilds the flow filter now, due or not (tests, benchmarks).
     pub fn rebuild_flow_filter(&mut self) -> Result<crate::flow_filter::RebuildReport, Error> {
-        let Maps {
-            flow_filter,
-            affinity,
-            affinity6,
-            ..
-        } = &mut self.maps;
-        flow_filter.rebuild(affinity, affinity6)
+        let (filter, v4, v6) = self.maps.flow_filter_parts();
+        filter.rebuild(v4, v6)
     }
 
     /// The flow filter's size, fill and whether it is exact.

@@ -14,6 +14,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use common::raw::{TCP, UDP, frame, tcp, udp};
+use common::send_flow as send;
 use common::*;
 use rivora_abi as abi;
 use rivora_dataplane::{BackendKey, BackendSpec, proto};
@@ -44,39 +45,6 @@ fn addrs(v6: bool) -> (IpAddr, IpAddr) {
         (ip("fd00:210::2"), ip("fd00:210:100::1"))
     } else {
         (ip("10.210.0.2"), ip("10.210.100.1"))
-    }
-}
-
-/// Sends one TCP segment (`flags`) or UDP datagram (`flags` ignored) from
-/// `client:sport` to `vip:vport` through xdp_ingress and returns the backend
-/// it was NATed to (checked: XDP_PASS, valid checksums, source unchanged).
-fn send(
-    r: &mut Rig,
-    client: IpAddr,
-    sport: u16,
-    vip: IpAddr,
-    vport: u16,
-    l4: u8,
-    flags: u8,
-) -> BackendKey {
-    let seg = if l4 == TCP {
-        tcp(client, vip, sport, vport, flags, b"rivora affinity test")
-    } else {
-        udp(client, vip, sport, vport, b"rivora affinity test")
-    };
-    let (verdict, out) = r
-        .datapath
-        .run_xdp(&frame(client, vip, l4, &[], &seg))
-        .unwrap();
-    assert_eq!(
-        verdict, XDP_PASS,
-        "{client}:{sport} -> {vip}:{vport} flags {flags:#x}"
-    );
-    let p = parse_checked(&out);
-    assert_eq!((p.src, p.sport, p.proto), (client, sport, l4));
-    BackendKey {
-        addr: p.dst,
-        port: p.dport,
     }
 }
 

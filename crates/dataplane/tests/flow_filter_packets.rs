@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use aya::maps::{Array, Map, MapData};
-use common::raw::{TCP, UDP, frame, tcp, udp};
+use common::raw::{TCP, UDP, frame, tcp};
 use common::*;
 use rivora_abi as abi;
 use rivora_dataplane::{BackendKey, Datapath, LoadOptions, LoadOutcome, proto};
@@ -47,28 +47,9 @@ fn backends(v6: bool) -> Vec<rivora_dataplane::BackendSpec> {
         .collect()
 }
 
-/// Sends one TCP segment or UDP datagram through xdp_ingress and returns
-/// the backend it was NATed to.
+/// One segment or datagram to `vip:80` (common::send_flow).
 fn send(r: &mut Rig, client: IpAddr, sport: u16, vip: IpAddr, l4: u8, flags: u8) -> BackendKey {
-    let seg = if l4 == TCP {
-        tcp(client, vip, sport, 80, flags, b"rivora flow filter test")
-    } else {
-        udp(client, vip, sport, 80, b"rivora flow filter test")
-    };
-    let (verdict, out) = r
-        .datapath
-        .run_xdp(&frame(client, vip, l4, &[], &seg))
-        .unwrap();
-    assert_eq!(
-        verdict, XDP_PASS,
-        "{client}:{sport} -> {vip} flags {flags:#x}"
-    );
-    let p = parse_checked(&out);
-    assert_eq!((p.src, p.sport, p.proto), (client, sport, l4));
-    BackendKey {
-        addr: p.dst,
-        port: p.dport,
-    }
+    send_flow(r, client, sport, vip, 80, l4, flags)
 }
 
 /// The flow hash of the affinity key of `client:sport -> vip:80`, built
@@ -98,6 +79,11 @@ fn hash(client: IpAddr, sport: u16, vip: IpAddr, l4: u8) -> u32 {
 /// Where hash `h` lives in a half of `words` words (word, bit).
 fn place(h: u32, words: u32) -> (u32, u32) {
     ((h >> 6) & (words - 1), h & 63)
+}
+
+/// Whether hash `h`'s bit is set in the filter's active half.
+fn bit(r: &Rig, h: u32) -> bool {
+    r.dataplane.maps().flow_filter.has(h).unwrap()
 }
 
 fn ctl_of(r: &Rig) -> abi::FlowFilterCtl {
@@ -148,7 +134,7 @@ fn the_datapath_sets_the_bit_of_every_entry_it_makes() {
             for l4 in [TCP, UDP] {
                 let h = hash(client, sport, vip_addr, l4);
                 assert!(
-                    r.dataplane.maps().flow_filter.has(h).unwrap(),
+                    bit(&r, h),
                     "v6={v6}: the bit of {client}:{sport} proto {l4} is not set"
                 );
                 places.insert(place(h, ctl.words));
@@ -224,13 +210,7 @@ fn an_exact_filter_skips_the_lookup_and_a_rebuild_brings_the_entry_back() {
             0,
         )
         .unwrap();
-    assert!(
-        !r.dataplane
-            .maps()
-            .flow_filter
-            .has(abi::flow_filter_hash4(&key))
-            .unwrap()
-    );
+    assert!(!bit(&r, abi::flow_filter_hash4(&key)));
 
     // Exact filter, clear bit: the SYN does not look the entry up, so it
     // does not re-point it, and the ACK follows the stale entry to the
@@ -247,13 +227,7 @@ fn an_exact_filter_skips_the_lookup_and_a_rebuild_brings_the_entry_back() {
     // A rebuild reads the entry from the table: the next SYN re-points it.
     let report = r.dataplane.rebuild_flow_filter().unwrap();
     assert_eq!(report.keys, 1);
-    assert!(
-        r.dataplane
-            .maps()
-            .flow_filter
-            .has(abi::flow_filter_hash4(&key))
-            .unwrap()
-    );
+    assert!(bit(&r, abi::flow_filter_hash4(&key)));
     let to = send(&mut r, client, sport, vip_addr, TCP, SYN);
     assert_ne!(to, bs[0].key);
     assert_eq!(
@@ -292,13 +266,7 @@ fn a_rebuild_drops_the_bits_of_gone_entries_and_switches_halves() {
     );
     // Their bits are still set: entries leave without telling the filter.
     for (sport, _) in &gone {
-        assert!(
-            r.dataplane
-                .maps()
-                .flow_filter
-                .has(hash(client, *sport, vip_addr, UDP))
-                .unwrap()
-        );
+        assert!(bit(&r, hash(client, *sport, vip_addr, UDP)));
     }
     let report = r.dataplane.rebuild_flow_filter().unwrap();
     let after = ctl_of(&r);
@@ -314,22 +282,13 @@ fn a_rebuild_drops_the_bits_of_gone_entries_and_switches_halves() {
         .collect();
     assert_eq!(report.ones, live_places.len() as u64);
     for (sport, _) in &live {
-        assert!(
-            r.dataplane
-                .maps()
-                .flow_filter
-                .has(hash(client, *sport, vip_addr, UDP))
-                .unwrap()
-        );
+        assert!(bit(&r, hash(client, *sport, vip_addr, UDP)));
     }
     let mut cleared = 0;
     for (sport, _) in &gone {
         let h = hash(client, *sport, vip_addr, UDP);
         if !live_places.contains(&place(h, after.words)) {
-            assert!(
-                !r.dataplane.maps().flow_filter.has(h).unwrap(),
-                "a gone flow's bit survived"
-            );
+            assert!(!bit(&r, h), "a gone flow's bit survived");
             cleared += 1;
         }
     }
@@ -404,13 +363,7 @@ fn rebuilds_while_the_datapath_fills_and_evicts_lose_no_entry() {
     );
     // No rebuild after the writes: the half the last one made, plus what
     // the datapath set since, must hold every entry.
-    let keys: Vec<abi::Flow4> = r
-        .dataplane
-        .maps()
-        .affinity
-        .keys()
-        .map(|k| k.unwrap())
-        .collect();
+    let keys: Vec<abi::Flow4> = affinity_keys4(&r);
     assert!(
         keys.len() as u32 > abi::MAX_FLOWS * 9 / 10,
         "the table filled: {} entries",
@@ -418,13 +371,7 @@ fn rebuilds_while_the_datapath_fills_and_evicts_lose_no_entry() {
     );
     let missing = keys
         .iter()
-        .filter(|k| {
-            !r.dataplane
-                .maps()
-                .flow_filter
-                .has(abi::flow_filter_hash4(k))
-                .unwrap()
-        })
+        .filter(|k| !bit(&r, abi::flow_filter_hash4(k)))
         .count();
     assert_eq!(
         missing, 0,

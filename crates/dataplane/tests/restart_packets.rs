@@ -431,13 +431,7 @@ fn abi_9_maps_gain_the_flow_filter_and_it_becomes_exact_after_a_rebuild() {
     );
     let ctl = r.dataplane.maps().flow_filter.ctl().unwrap();
     assert_eq!(ctl.exact, 1);
-    let entries: Vec<abi::Flow4> = r
-        .dataplane
-        .maps()
-        .affinity
-        .keys()
-        .map(|k| k.unwrap())
-        .collect();
+    let entries: Vec<abi::Flow4> = affinity_keys4(&r);
     assert!(!entries.is_empty());
     for k in &entries {
         assert!(

@@ -136,11 +136,7 @@ impl Cluster {
             bail!("1..=4 nodes of 0..=20 pods each, got {pods:?}");
         }
         crate::ensure_bpffs()?;
-        let tag: String = tag
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(3)
-            .collect();
+        let tag = crate::lab_tag(tag);
         let mut nodes = Vec::new();
         for (i, count) in pods.iter().enumerate() {
             let n = i + 1;
@@ -228,17 +224,7 @@ impl Cluster {
         }
         for (i, node) in self.nodes.iter().enumerate() {
             let ns = &node.ns;
-            for (k, v) in [
-                ("net.ipv4.ip_forward", "1"),
-                ("net.ipv6.conf.all.forwarding", "1"),
-                ("net.ipv6.conf.default.forwarding", "1"),
-                ("net.ipv4.conf.all.rp_filter", "0"),
-                ("net.ipv4.conf.default.rp_filter", "0"),
-                ("net.ipv4.conf.all.send_redirects", "0"),
-                ("net.ipv4.conf.default.send_redirects", "0"),
-            ] {
-                ns.sysctl(k, v)?;
-            }
+            link::router(ns)?;
             ns.sysctl(&format!("net.ipv4.conf.{HOST_IF}.rp_filter"), "0")?;
             for (j, pod) in node.pods.iter().enumerate() {
                 let vp = format!("vp{}", j + 1);

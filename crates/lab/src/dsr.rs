@@ -135,11 +135,7 @@ impl DsrLab {
             bail!("at most 9 backends of each kind");
         }
         crate::ensure_bpffs()?;
-        let tag: String = tag
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(3)
-            .collect();
+        let tag = crate::lab_tag(tag);
         let lab = DsrLab {
             client: Netns::new(&format!("{tag}c"))?,
             switch: Netns::new(&format!("{tag}s"))?,

@@ -67,6 +67,15 @@ pub use traffic::{
 };
 pub use trafgen::Trafgen;
 
+/// A lab's namespace tag: the first three ASCII alphanumerics of `tag`, so
+/// the names its namespaces get stay short.
+pub(crate) fn lab_tag(tag: &str) -> String {
+    tag.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(3)
+        .collect()
+}
+
 /// Where the BPF filesystem must be mounted for pinned maps and links.
 pub const BPFFS: &str = "/sys/fs/bpf";
 /// `statfs` magic of bpffs.

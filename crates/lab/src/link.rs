@@ -279,3 +279,24 @@ pub fn neigh_permanent(ns: &Netns, ifname: &str, addr: &str, lladdr: &str) -> Re
     ])?;
     Ok(())
 }
+
+/// Makes `ns` a router: IPv4 and IPv6 forwarding on, reverse-path filter
+/// and ICMP redirects off.
+///
+/// Why: every lab host that forwards (the balancer, a router, a node) needs
+/// the same settings, and rp_filter would drop the asymmetric paths the
+/// labs build on purpose (DSR replies, NAT hairpins).
+pub fn router(ns: &Netns) -> Result<()> {
+    for (k, v) in [
+        ("net.ipv4.ip_forward", "1"),
+        ("net.ipv6.conf.all.forwarding", "1"),
+        ("net.ipv6.conf.default.forwarding", "1"),
+        ("net.ipv4.conf.all.rp_filter", "0"),
+        ("net.ipv4.conf.default.rp_filter", "0"),
+        ("net.ipv4.conf.all.send_redirects", "0"),
+        ("net.ipv4.conf.default.send_redirects", "0"),
+    ] {
+        ns.sysctl(k, v)?;
+    }
+    Ok(())
+}

@@ -79,11 +79,7 @@ impl Segment {
             bail!("backend count must be 1..=20, got {backends}");
         }
         crate::ensure_bpffs()?;
-        let tag: String = tag
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(3)
-            .collect();
+        let tag = crate::lab_tag(tag);
         let seg = Segment {
             switch: Netns::new(&format!("{tag}s"))?,
             client: Netns::new(&format!("{tag}c"))?,
@@ -119,17 +115,7 @@ impl Segment {
             ns.sysctl("net.ipv6.conf.default.accept_dad", "0")?;
         }
         for ns in [&self.lb, &self.router] {
-            for (k, v) in [
-                ("net.ipv4.ip_forward", "1"),
-                ("net.ipv6.conf.all.forwarding", "1"),
-                ("net.ipv6.conf.default.forwarding", "1"),
-                ("net.ipv4.conf.all.rp_filter", "0"),
-                ("net.ipv4.conf.default.rp_filter", "0"),
-                ("net.ipv4.conf.all.send_redirects", "0"),
-                ("net.ipv4.conf.default.send_redirects", "0"),
-            ] {
-                ns.sysctl(k, v)?;
-            }
+            link::router(ns)?;
         }
 
         // The segment: one bridge, three ports.

@@ -113,11 +113,7 @@ impl Topology {
             bail!("backend count must be 1..={MAX_BACKENDS}, got {backends}");
         }
         crate::ensure_bpffs()?;
-        let tag: String = tag
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(3)
-            .collect();
+        let tag = crate::lab_tag(tag);
         // Each Netns cleans itself up if a later step fails.
         let client = Netns::new(&format!("{tag}c"))?;
         let lb = Netns::new(&format!("{tag}l"))?;
@@ -205,17 +201,7 @@ impl Topology {
             ns.sysctl("net.ipv6.conf.default.accept_dad", "0")?;
         }
         let lb = &self.lb;
-        for (k, v) in [
-            ("net.ipv4.ip_forward", "1"),
-            ("net.ipv6.conf.all.forwarding", "1"),
-            ("net.ipv6.conf.default.forwarding", "1"),
-            ("net.ipv4.conf.all.rp_filter", "0"),
-            ("net.ipv4.conf.default.rp_filter", "0"),
-            ("net.ipv4.conf.all.send_redirects", "0"),
-            ("net.ipv4.conf.default.send_redirects", "0"),
-        ] {
-            lb.sysctl(k, v)?;
-        }
+        link::router(lb)?;
 
         // client <-> lb
         link::veth(&self.client, HOST_IF, lb, LB_IF)?;

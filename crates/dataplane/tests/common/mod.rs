@@ -15,8 +15,8 @@ use etherparse::{
     IpHeaders, Ipv4Header, NetSlice, PacketBuilder, SlicedPacket, TransportSlice, VlanId,
 };
 use rivora_dataplane::{
-    AdoptReport, BackendSpec, Datapath, Dataplane, LoadOptions, LoadOutcome, Mode, VipKey, VipSpec,
-    ensure_bpffs, proto, remove_pins,
+    AdoptReport, BackendKey, BackendSpec, Datapath, Dataplane, LoadOptions, LoadOutcome, Mode,
+    VipKey, VipSpec, ensure_bpffs, proto, remove_pins,
 };
 
 pub const XDP_DROP: u32 = 1;
@@ -392,4 +392,48 @@ pub fn pin_to_one_cpu() {
             "sched_setaffinity"
         );
     }
+}
+
+/// Sends one TCP segment (`flags`) or UDP datagram (`flags` ignored) from
+/// `client:sport` to `vip:vport` through xdp_ingress and returns the backend
+/// it was NATed to (checked: XDP_PASS, valid checksums, source unchanged).
+pub fn send_flow(
+    r: &mut Rig,
+    client: IpAddr,
+    sport: u16,
+    vip: IpAddr,
+    vport: u16,
+    l4: u8,
+    flags: u8,
+) -> BackendKey {
+    let seg = if l4 == raw::TCP {
+        raw::tcp(client, vip, sport, vport, flags, b"rivora packet test")
+    } else {
+        raw::udp(client, vip, sport, vport, b"rivora packet test")
+    };
+    let (verdict, out) = r
+        .datapath
+        .run_xdp(&raw::frame(client, vip, l4, &[], &seg))
+        .unwrap();
+    assert_eq!(
+        verdict, XDP_PASS,
+        "{client}:{sport} -> {vip}:{vport} flags {flags:#x}"
+    );
+    let p = parse_checked(&out);
+    assert_eq!((p.src, p.sport, p.proto), (client, sport, l4));
+    BackendKey {
+        addr: p.dst,
+        port: p.dport,
+    }
+}
+
+/// The keys of `connection_affinity_map` (read with the writer's handle,
+/// while nothing else changes the table).
+pub fn affinity_keys4(r: &Rig) -> Vec<rivora_abi::Flow4> {
+    r.dataplane
+        .maps()
+        .affinity
+        .keys()
+        .map(|k| k.unwrap())
+        .collect()
 }
