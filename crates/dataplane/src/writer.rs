@@ -6,9 +6,11 @@
 //! 1. new backends get their address entry and health before any slice
 //!    names them;
 //! 2. a new or changed VIP's Maglev slice is written into free slots, then
-//!    its own SYN rate limit (svc_rl_config_map), then its service entry is
-//!    rewritten in one update (the flip, which also carries the affinity and
-//!    rate-limit flags), then a new VIP's vip_map entry (exact VIPs) or its
+//!    its own SYN rate limit (svc_rl_config_map) and source ranges (into the
+//!    bank of src_range_map(6) not in force), then its service entry is
+//!    rewritten in one update (the flip, which also carries the affinity,
+//!    rate-limit and source-range flags and the bank), then the other bank
+//!    is emptied, then a new VIP's vip_map entry (exact VIPs) or its
 //!    vip_range_map prefixes (port ranges) are inserted;
 //! 3. the VIP index (vip_index_map, the inlined copy of vip_map that the
 //!    program reads: see [`crate::vip_index`]) is rebuilt for the new set in
@@ -16,7 +18,7 @@
 //!    so it points at added VIPs only once they are complete and stops
 //!    pointing at removed ones before anything of them is cleared;
 //! 4. removed VIPs lose their vip_map entry or range prefixes before their
-//!    service entry, and that before their rate limit;
+//!    service entry, and that before their rate limit and source ranges;
 //! 5. only then are old slices, service IDs and backend IDs released.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,7 +34,7 @@ use crate::Error;
 use crate::alloc::{IdAllocator, Slice, SliceAllocator};
 use crate::endpoints::{self, Demand, Endpoint, EndpointEntry};
 use crate::maps::{self, Maps};
-use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, VipKey, VipSpec};
+use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, SourceRange, VipKey, VipSpec};
 use crate::vip_index;
 
 /// A programmed VIP.
@@ -52,6 +54,9 @@ pub struct VipState {
     /// Read back from pinned maps at start and not yet matched with the
     /// configuration: name and weights are unknown until then.
     pub adopted: bool,
+    /// The bank of src_range_map(6) its source ranges are in (0 or 1,
+    /// service flag `SOURCE_BANK`); 0 without source ranges.
+    pub src_bank: u32,
 }
 
 /// What a start found in pinned maps and took over.
@@ -106,8 +111,8 @@ pub struct ApplyReport {
     pub rebuilt: Vec<String>,
     /// VIPs only renamed.
     pub renamed: Vec<String>,
-    /// VIPs whose session affinity or SYN rate limit changed: service entry
-    /// rewritten, slice kept.
+    /// VIPs whose session affinity, SYN rate limit, FIB forwarding or
+    /// source ranges changed: service entry rewritten, slice kept.
     pub reconfigured: Vec<String>,
     /// Adopted VIPs whose maps already held exactly what the config asks
     /// for: kept as they were (same service ID, slice and backend IDs).
@@ -225,6 +230,10 @@ pub struct VipCounters {
     pub service_id: u32,
     /// Counters summed over CPUs.
     pub stats: abi::VipStats,
+    /// Its drops by reason (index `rivora_abi::drop_reason`, COUNT
+    /// entries; all zero, and not read, while `stats.drops` is 0), so an
+    /// operator sees why this VIP drops, e.g. `source_range`.
+    pub drops_by_reason: Vec<u64>,
 }
 
 /// Summed (over CPUs) counters of one backend (`backend_stats_map`).
@@ -316,6 +325,8 @@ pub struct Dataplane {
     endpoints: BTreeMap<Endpoint, EndpointEntry>,
     /// What nat_backend_filter_map holds (None: not read or written yet).
     backend_filter: Option<Vec<u64>>,
+    /// What src_range_map(6) hold, by key tag (service ID and bank).
+    src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
 }
 
 /// An endpoint entry read back from either family's map.
@@ -361,6 +372,7 @@ impl Dataplane {
             index: IndexShadow::zeroed(),
             endpoints: BTreeMap::new(),
             backend_filter: None,
+            src_ranges: BTreeMap::new(),
         }
     }
 
@@ -981,6 +993,7 @@ impl Dataplane {
         // New prefixes are inserted before removed VIPs lose theirs, so the
         // tries must hold both at once.
         check_range_capacity(self.vips.keys().chain(desired.keys()), "while applying")?;
+        self.check_src_range_capacity(&desired)?;
         let mut report = ApplyReport::default();
 
         // --- plan: backends
@@ -1208,10 +1221,13 @@ impl Dataplane {
                 VipChange::Reconfigure => {
                     report.reconfigured.push(p.spec.name.clone());
                     let generation = self.generation();
-                    self.write_service(p.service_id, p.slice, &p.spec, generation)?;
+                    let cur = self.src_ranges_in_force(&key);
+                    let bank =
+                        self.write_service(p.service_id, p.slice, &p.spec, generation, cur)?;
                     let v = self.vips.get_mut(&key).expect("reconfigured VIP exists");
                     v.spec = p.spec;
                     v.generation = generation;
+                    v.src_bank = bank;
                     v.adopted = false;
                     v.worst_imbalance = p.worst_imbalance;
                     continue;
@@ -1221,7 +1237,8 @@ impl Dataplane {
             }
             self.maps.maglev.write(p.slice.offset, &p.table);
             let generation = self.generation();
-            self.write_service(p.service_id, p.slice, &p.spec, generation)?;
+            let cur = self.src_ranges_in_force(&key);
+            let src_bank = self.write_service(p.service_id, p.slice, &p.spec, generation, cur)?;
             if let VipChange::Add = p.change {
                 self.insert_vip_key(&key, p.service_id)?;
             }
@@ -1249,6 +1266,7 @@ impl Dataplane {
                     generation,
                     worst_imbalance: p.worst_imbalance,
                     adopted: false,
+                    src_bank,
                 },
             );
         }
@@ -1264,6 +1282,9 @@ impl Dataplane {
                 .set(state.service_id, abi::Service::default(), 0)
                 .map_err(|e| map_err("service_config_map", e))?;
             self.set_svc_rate_limit(state.service_id, None)?;
+            for bank in [0, 1] {
+                self.write_src_ranges(src_tag(state.service_id, bank), &BTreeSet::new())?;
+            }
             self.zero_stats(state.service_id)?;
             self.service_ids.release(state.service_id);
             old_slices.push(state.slice);
@@ -1360,6 +1381,7 @@ impl Dataplane {
         let mut dp = Dataplane::new(maps);
         dp.read_vip_index()?;
         let mut report = AdoptReport::default();
+        dp.read_src_ranges(&mut report)?;
         let mut max_generation = 0u32;
 
         // Backends: every ID whose health slot is set.
@@ -1512,6 +1534,23 @@ impl Dataplane {
                     }
                 }
             }
+        }
+        // Source ranges of no adopted VIP's bank in force (a change that did
+        // not finish, a removed VIP) are stale: clear them.
+        let in_force: BTreeSet<u32> = dp
+            .vips
+            .values()
+            .filter(|v| v.spec.source_ranges.is_some())
+            .map(|v| src_tag(v.service_id, v.src_bank))
+            .collect();
+        let stale: Vec<u32> = dp
+            .src_ranges
+            .keys()
+            .filter(|t| !in_force.contains(t))
+            .copied()
+            .collect();
+        for tag in stale {
+            dp.write_src_ranges(tag, &BTreeSet::new())?;
         }
         // Per-service rate limits nothing asks for are stale: clear them.
         let limited: BTreeSet<u32> = dp
@@ -1668,6 +1707,16 @@ impl Dataplane {
             });
         }
         backends.sort();
+        let src_bank = u32::from(
+            source_ranges_set(svc.flags) && svc.flags & abi::service_flags::SOURCE_BANK != 0,
+        );
+        let source_ranges = source_ranges_set(svc.flags).then(|| {
+            let tag = src_tag(service_id, src_bank);
+            let list = self.src_ranges.get(&tag).cloned().unwrap_or_default();
+            list.into_iter()
+                .filter(|r| r.addr.is_ipv6() == key.addr.is_ipv6())
+                .collect::<Vec<_>>()
+        });
         self.vips.insert(
             key,
             VipState {
@@ -1679,12 +1728,14 @@ impl Dataplane {
                     affinity_client_ip: svc.flags & abi::service_flags::AFFINITY_CLIENT_IP != 0,
                     syn_rate_limit,
                     nat_fib: svc.flags & abi::service_flags::NAT_FIB != 0,
+                    source_ranges,
                 },
                 service_id,
                 slice,
                 generation: svc.generation,
                 worst_imbalance: 0.0,
                 adopted: true,
+                src_bank,
             },
         );
         Ok(svc.generation)
@@ -1814,10 +1865,25 @@ impl Dataplane {
                 s.reply_packets += c.reply_packets;
                 s.reply_bytes += c.reply_bytes;
             }
+            let mut drops_by_reason = vec![0u64; abi::drop_reason::COUNT as usize];
+            if s.drops > 0 {
+                for (reason, n) in drops_by_reason.iter_mut().enumerate() {
+                    let idx = v.service_id * abi::DROP_REASON_SLOTS + reason as u32;
+                    *n = self
+                        .maps
+                        .vip_drop_stats
+                        .get(&idx, 0)
+                        .map_err(|e| map_err("vip_drop_stats_map", e))?
+                        .iter()
+                        .map(|c| c.packets)
+                        .sum();
+                }
+            }
             out.push(VipCounters {
                 name: v.spec.name.clone(),
                 service_id: v.service_id,
                 stats: s,
+                drops_by_reason,
             });
         }
         Ok(out)
@@ -1992,24 +2058,39 @@ impl Dataplane {
     }
 
     /// Writes a service entry (with its flags) and the service's own rate
-    /// limit: the limit before the entry that flags it, a cleared limit after
-    /// the entry that no longer does.
+    /// limit and source ranges: the limit before the entry that flags it, a
+    /// cleared limit after the entry that no longer does; a new list of
+    /// source ranges into the bank not in force before the entry that
+    /// switches to it, the bank left emptied after. `cur`: the VIP's source
+    /// ranges and bank in force now (None: a new VIP). Returns the bank in
+    /// force after.
     fn write_service(
         &mut self,
         service_id: u32,
         slice: Slice,
         spec: &VipSpec,
         generation: u32,
-    ) -> Result<(), Error> {
+        cur: Option<(Option<Vec<SourceRange>>, u32)>,
+    ) -> Result<u32, Error> {
         if spec.syn_rate_limit.is_some() {
             self.set_svc_rate_limit(service_id, spec.syn_rate_limit)?;
+        }
+        let bank = match (&spec.source_ranges, &cur) {
+            (None, _) => 0,
+            (Some(want), Some((Some(have), b))) if want == have => *b,
+            (Some(_), Some((_, b))) => b ^ 1,
+            (Some(_), None) => 0,
+        };
+        if let Some(want) = &spec.source_ranges {
+            let want: BTreeSet<SourceRange> = want.iter().copied().collect();
+            self.write_src_ranges(src_tag(service_id, bank), &want)?;
         }
         let entry = abi::Service {
             maglev_offset: slice.offset,
             maglev_size: slice.size,
             backend_count: spec.backends.len() as u16,
             mode: spec.mode.abi(),
-            flags: service_flags(spec),
+            flags: service_flags(spec, bank),
             generation,
         };
         self.maps
@@ -2018,6 +2099,140 @@ impl Dataplane {
             .map_err(|e| map_err("service_config_map", e))?;
         if spec.syn_rate_limit.is_none() {
             self.set_svc_rate_limit(service_id, None)?;
+        }
+        for b in [0, 1] {
+            if spec.source_ranges.is_none() || b != bank {
+                self.write_src_ranges(src_tag(service_id, b), &BTreeSet::new())?;
+            }
+        }
+        Ok(bank)
+    }
+
+    /// The source ranges and bank in force for a programmed VIP.
+    fn src_ranges_in_force(&self, key: &VipKey) -> Option<(Option<Vec<SourceRange>>, u32)> {
+        self.vips
+            .get(key)
+            .map(|v| (v.spec.source_ranges.clone(), v.src_bank))
+    }
+
+    /// Makes src_range_map(6) hold exactly `want` under `tag`: missing
+    /// prefixes inserted, others of the tag removed.
+    fn write_src_ranges(&mut self, tag: u32, want: &BTreeSet<SourceRange>) -> Result<(), Error> {
+        let have = self.src_ranges.get(&tag).cloned().unwrap_or_default();
+        let service_id = tag & !abi::SRC_RANGE_BANK;
+        for r in want.difference(&have) {
+            match r.addr {
+                IpAddr::V4(a) => self
+                    .maps
+                    .src_range
+                    .insert(&src_key4(tag, a, r.prefix_len), service_id, 0)
+                    .map_err(|e| map_err("src_range_map", e))?,
+                IpAddr::V6(a) => self
+                    .maps
+                    .src_range6
+                    .insert(&src_key6(tag, a, r.prefix_len), service_id, 0)
+                    .map_err(|e| map_err("src_range_map6", e))?,
+            }
+        }
+        for r in have.difference(want) {
+            let (res, map) = match r.addr {
+                IpAddr::V4(a) => (
+                    self.maps.src_range.remove(&src_key4(tag, a, r.prefix_len)),
+                    "src_range_map",
+                ),
+                IpAddr::V6(a) => (
+                    self.maps.src_range6.remove(&src_key6(tag, a, r.prefix_len)),
+                    "src_range_map6",
+                ),
+            };
+            match res {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err(map, e)),
+            }
+        }
+        if want.is_empty() {
+            self.src_ranges.remove(&tag);
+        } else {
+            self.src_ranges.insert(tag, want.clone());
+        }
+        Ok(())
+    }
+
+    /// Reads src_range_map(6) back (adoption); entries the writer cannot
+    /// have made (a prefix length beyond the tag and address) are removed.
+    fn read_src_ranges(&mut self, report: &mut AdoptReport) -> Result<(), Error> {
+        let mut bad4 = Vec::new();
+        for item in self.maps.src_range.iter() {
+            let (k, _) = item.map_err(|e| map_err("src_range_map", e))?;
+            let (len, d) = (k.prefix_len(), k.data());
+            match len.checked_sub(32).filter(|l| *l <= 32) {
+                Some(l) => {
+                    self.src_ranges
+                        .entry(d.tag)
+                        .or_default()
+                        .insert(SourceRange::new(Ipv4Addr::from(d.addr).into(), l as u8));
+                }
+                None => bad4.push(k),
+            }
+        }
+        let mut bad6 = Vec::new();
+        for item in self.maps.src_range6.iter() {
+            let (k, _) = item.map_err(|e| map_err("src_range_map6", e))?;
+            let (len, d) = (k.prefix_len(), k.data());
+            match len.checked_sub(32).filter(|l| *l <= 128) {
+                Some(l) => {
+                    self.src_ranges
+                        .entry(d.tag)
+                        .or_default()
+                        .insert(SourceRange::new(Ipv6Addr::from(d.addr).into(), l as u8));
+                }
+                None => bad6.push(k),
+            }
+        }
+        for k in bad4 {
+            report.dropped.push(format!(
+                "src_range_map entry of tag {:#x}: prefix length {} is not the writer's",
+                k.data().tag,
+                k.prefix_len()
+            ));
+            let _ = self.maps.src_range.remove(&k);
+        }
+        for k in bad6 {
+            report.dropped.push(format!(
+                "src_range_map6 entry of tag {:#x}: prefix length {} is not the writer's",
+                k.data().tag,
+                k.prefix_len()
+            ));
+            let _ = self.maps.src_range6.remove(&k);
+        }
+        Ok(())
+    }
+
+    /// Fails when the source ranges would not fit in the tries while
+    /// applying `desired`: a VIP whose list changes holds its old and its
+    /// new list at once, and removed VIPs keep theirs until after the added
+    /// ones are written.
+    fn check_src_range_capacity(&self, desired: &BTreeMap<VipKey, VipSpec>) -> Result<(), Error> {
+        let mut need = [0usize; 2];
+        let fam = |k: &VipKey| usize::from(k.addr.is_ipv6());
+        for (k, v) in &self.vips {
+            need[fam(k)] += v.spec.source_ranges.as_ref().map_or(0, Vec::len);
+        }
+        for (k, spec) in desired {
+            let cur = self.vips.get(k).and_then(|v| v.spec.source_ranges.as_ref());
+            if let Some(want) = &spec.source_ranges
+                && cur != Some(want)
+            {
+                need[fam(k)] += want.len();
+            }
+        }
+        for (map, n) in [("src_range_map", need[0]), ("src_range_map6", need[1])] {
+            if n > abi::MAX_SRC_RANGES as usize {
+                return Err(Error::Capacity(format!(
+                    "{map}: source ranges need {n} prefixes while applying, at most {} fit",
+                    abi::MAX_SRC_RANGES
+                )));
+            }
         }
         Ok(())
     }
@@ -2214,7 +2429,21 @@ impl Dataplane {
         self.maps
             .stats
             .set(service_id, zeros, 0)
-            .map_err(|e| map_err("stats_map", e))
+            .map_err(|e| map_err("stats_map", e))?;
+        for reason in 0..abi::DROP_REASON_SLOTS {
+            let zeros =
+                PerCpuValues::try_from(vec![abi::DropStats::default(); cpus]).map_err(|e| {
+                    Error::Io {
+                        what: "per-CPU drop stats buffer".into(),
+                        source: e,
+                    }
+                })?;
+            self.maps
+                .vip_drop_stats
+                .set(service_id * abi::DROP_REASON_SLOTS + reason, zeros, 0)
+                .map_err(|e| map_err("vip_drop_stats_map", e))?;
+        }
+        Ok(())
     }
 }
 
@@ -2309,6 +2538,9 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
         }
         let mut canon = spec.clone();
         canon.backends = spec.sorted_backends();
+        if let Some(list) = &spec.source_ranges {
+            canon.source_ranges = Some(check_source_ranges(spec, list)?);
+        }
         let mut seen = BTreeSet::new();
         for b in &canon.backends {
             if b.key.addr.is_ipv6() != spec.key.addr.is_ipv6() {
@@ -2375,10 +2607,46 @@ fn same_options(a: &VipSpec, b: &VipSpec) -> bool {
     a.affinity_client_ip == b.affinity_client_ip
         && a.syn_rate_limit == b.syn_rate_limit
         && a.nat_fib == b.nat_fib
+        && a.source_ranges == b.source_ranges
 }
 
-/// The service flags of a programmed VIP.
-fn service_flags(spec: &VipSpec) -> u8 {
+/// Whether service flags turn source ranges on.
+fn source_ranges_set(flags: u8) -> bool {
+    flags & abi::service_flags::SOURCE_RANGES != 0
+}
+
+/// The tag of a VIP's source-range keys in `bank`.
+fn src_tag(service_id: u32, bank: u32) -> u32 {
+    if bank == 1 {
+        service_id | abi::SRC_RANGE_BANK
+    } else {
+        service_id
+    }
+}
+
+fn src_key4(tag: u32, a: Ipv4Addr, len: u8) -> aya::maps::lpm_trie::Key<maps::SrcRangeData4> {
+    aya::maps::lpm_trie::Key::new(
+        32 + u32::from(len),
+        maps::SrcRangeData4 {
+            tag,
+            addr: a.octets(),
+        },
+    )
+}
+
+fn src_key6(tag: u32, a: Ipv6Addr, len: u8) -> aya::maps::lpm_trie::Key<maps::SrcRangeData6> {
+    aya::maps::lpm_trie::Key::new(
+        32 + u32::from(len),
+        maps::SrcRangeData6 {
+            tag,
+            addr: a.octets(),
+        },
+    )
+}
+
+/// The service flags of a programmed VIP whose source ranges (if any) are
+/// in `bank`.
+fn service_flags(spec: &VipSpec, bank: u32) -> u8 {
     let mut flags = abi::service_flags::ACTIVE;
     if spec.key.addr.is_ipv6() {
         flags |= abi::service_flags::IPV6;
@@ -2392,7 +2660,45 @@ fn service_flags(spec: &VipSpec) -> u8 {
     if spec.nat_fib {
         flags |= abi::service_flags::NAT_FIB;
     }
+    if spec.source_ranges.is_some() {
+        flags |= abi::service_flags::SOURCE_RANGES;
+        if bank == 1 {
+            flags |= abi::service_flags::SOURCE_BANK;
+        }
+    }
     flags
+}
+
+/// A VIP's source ranges checked (family, prefix length, count) and made
+/// canonical: host bits cleared, sorted, duplicates dropped.
+fn check_source_ranges(spec: &VipSpec, list: &[SourceRange]) -> Result<Vec<SourceRange>, Error> {
+    let v6 = spec.key.addr.is_ipv6();
+    for r in list {
+        if r.addr.is_ipv6() != v6 {
+            return Err(Error::Invalid(format!(
+                "VIP {}: source_ranges: {r} is not of the VIP's address family (IPv{})",
+                spec.name,
+                if v6 { 6 } else { 4 }
+            )));
+        }
+        if r.prefix_len > r.max_len() {
+            return Err(Error::Invalid(format!(
+                "VIP {}: source_ranges: {r}: the prefix length is at most {}",
+                spec.name,
+                r.max_len()
+            )));
+        }
+    }
+    let canon: BTreeSet<SourceRange> = list.iter().map(SourceRange::canonical).collect();
+    if canon.len() > abi::MAX_SRC_RANGES_PER_VIP as usize {
+        return Err(Error::Invalid(format!(
+            "VIP {}: source_ranges: {} distinct ranges, at most {} per VIP",
+            spec.name,
+            canon.len(),
+            abi::MAX_SRC_RANGES_PER_VIP
+        )));
+    }
+    Ok(canon.into_iter().collect())
 }
 
 fn check_rate_limit(l: &RateLimit, what: &str) -> Result<(), Error> {
@@ -2982,12 +3288,12 @@ mod tests {
     #[test]
     fn flags_follow_the_spec() {
         let mut s = spec("s", VipKey::exact(addr(), 80, 6), 80);
-        assert_eq!(service_flags(&s), abi::service_flags::ACTIVE);
+        assert_eq!(service_flags(&s, 1), abi::service_flags::ACTIVE);
         s.affinity_client_ip = true;
         s.syn_rate_limit = Some(RateLimit { rate: 5, burst: 9 });
         s.key.addr = "2001:db8::1".parse().unwrap();
         assert_eq!(
-            service_flags(&s),
+            service_flags(&s, 0),
             abi::service_flags::ACTIVE
                 | abi::service_flags::IPV6
                 | abi::service_flags::AFFINITY_CLIENT_IP
