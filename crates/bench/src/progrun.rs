@@ -470,6 +470,22 @@ impl Rig {
                 Mode::Nat,
                 backends(&BACKENDS6, 8080),
             ),
+            // A Kubernetes VIP's shape: its endpoints are never exclusive,
+            // so every flow has a per-flow reverse entry (VipSpec
+            // stateless_reverse, endpoints.rs). Own backend port: its
+            // endpoints are its own, not shared with tcp4's.
+            {
+                let mut v = vip(
+                    "tcp4sf",
+                    VIP4,
+                    81,
+                    proto::TCP,
+                    Mode::Nat,
+                    backends(&BACKENDS4, 8081),
+                );
+                v.stateless_reverse = false;
+                v
+            },
         ];
         rig.dp
             .apply(&rig.desired)
@@ -1321,8 +1337,15 @@ pub fn run(opts: Opts) -> Result<Section> {
             "tcp4",
             3.0,
         ),
+        (
+            "NAT IPv4 TCP, established flow, stateless_reverse off (per-flow reverse entry)",
+            FrameSpec::tcp(CLIENT4, 40006, VIP4, 81),
+            "tcp4sf",
+            3.0,
+        ),
     ];
-    let mut replies: Vec<(String, Frame, String)> = Vec::new();
+    // (label, reply frame, VIP name, VIP port).
+    let mut replies: Vec<(String, Frame, String, u16)> = Vec::new();
     for (label, spec, vipname, limit) in est_cases {
         let frame = frames::build(&spec);
         // Warm the flow: a TCP segment (no flags) through xdp_ingress
@@ -1341,11 +1364,13 @@ pub fn run(opts: Opts) -> Result<Section> {
             let mut r = FrameSpec::tcp("0.0.0.0", p.dport, "0.0.0.0", spec.sport);
             r.src = p.dst;
             r.dst = spec.src;
-            replies.push((
-                if spec.src.is_ipv4() { "IPv4" } else { "IPv6" }.to_string(),
-                frames::build(&r),
-                vipname.to_string(),
-            ));
+            let fam = if spec.src.is_ipv4() { "IPv4" } else { "IPv6" };
+            let what = if vipname == "tcp4sf" {
+                format!("{fam} TCP, stateless_reverse off (per-flow entry)")
+            } else {
+                format!("{fam} TCP")
+            };
+            replies.push((what, frames::build(&r), vipname.to_string(), spec.dport));
         }
         let set = if spec.src.is_ipv4() {
             b4.clone()
@@ -1406,9 +1431,10 @@ pub fn run(opts: Opts) -> Result<Section> {
         out: OutCheck::Unchanged,
         limit: 3.0,
     });
-    for (fam, frame, vipname) in &replies {
+    for (what, frame, vipname, vip_port) in &replies {
+        let v4 = what.starts_with("IPv4");
         cases.push(Case {
-            label: format!("Egress reply path, {fam} TCP (tc_nat restores the VIP)"),
+            label: format!("Egress reply path, {what} (tc_nat restores the VIP)"),
             hook: Hook::Tc,
             frame: frame.clone(),
             vary: Vary::No,
@@ -1417,7 +1443,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             },
             repeat: opts.repeat,
             want_retval: TCX_NEXT,
-            out: OutCheck::SrcIs(if fam == "IPv4" { VIP4 } else { VIP6 }.parse().unwrap(), 80),
+            out: OutCheck::SrcIs(if v4 { VIP4 } else { VIP6 }.parse().unwrap(), *vip_port),
             limit: 3.0,
         });
     }
@@ -1547,6 +1573,27 @@ pub fn run(opts: Opts) -> Result<Section> {
             "NAT IPv4 TCP, handshake ACK of a new connection (makes its entry), table filling",
             FrameSpec::tcp("10.72.0.1", 40000, VIP4, 80),
             "tcp4",
+            b4.clone(),
+            false,
+            false,
+            0.0,
+        ),
+        (
+            // A VIP whose endpoints are never exclusive: the SYN records
+            // the flow's reverse entry (guarded), the ACK its affinity
+            // entry (the reverse one exists).
+            "NAT IPv4 TCP, first packet of a new flow (SYN), stateless_reverse off, table filling",
+            FrameSpec::tcp("10.104.0.1", 40000, VIP4, 81).syn(),
+            "tcp4sf",
+            b4.clone(),
+            false,
+            true,
+            0.0,
+        ),
+        (
+            "NAT IPv4 TCP, first non-SYN packet of a flow, stateless_reverse off (makes its affinity and reverse entries), table filling",
+            FrameSpec::tcp("10.112.0.1", 40000, VIP4, 81),
+            "tcp4sf",
             b4.clone(),
             false,
             false,

@@ -336,6 +336,16 @@ pub struct VipSpec {
     /// [`rivora_abi::MAX_SRC_RANGES_PER_VIP`]); an empty list, none. Others
     /// are dropped as `source_range`.
     pub source_ranges: Option<Vec<SourceRange>>,
+    /// NAT only. true (the static YAML's behaviour): a backend endpoint that
+    /// serves this VIP alone is registered as exclusive in
+    /// nat_endpoint_map(6), and tc_nat rewrites *every* packet it sends to
+    /// come from the VIP, with no per-flow state. false: its endpoints are
+    /// never exclusive and replies are matched by per-flow nat_reverse_map
+    /// entries only, so other traffic of the backend leaving through this
+    /// node (a Kubernetes pod's pod-to-pod or ClusterIP replies) is left
+    /// alone. An endpoint shared with a stateless VIP follows this one:
+    /// per-flow entries for both (endpoints.rs).
+    pub stateless_reverse: bool,
 }
 
 impl VipSpec {
@@ -350,6 +360,7 @@ impl VipSpec {
             syn_rate_limit: None,
             nat_fib: false,
             source_ranges: None,
+            stateless_reverse: true,
         }
     }
 

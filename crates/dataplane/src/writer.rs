@@ -112,7 +112,9 @@ pub struct ApplyReport {
     /// VIPs only renamed.
     pub renamed: Vec<String>,
     /// VIPs whose session affinity, SYN rate limit, FIB forwarding or
-    /// source ranges changed: service entry rewritten, slice kept.
+    /// source ranges changed (service entry rewritten, slice kept), or only
+    /// how their replies are matched (`stateless_reverse`: the endpoint
+    /// table changes).
     pub reconfigured: Vec<String>,
     /// Adopted VIPs whose maps already held exactly what the config asks
     /// for: kept as they were (same service ID, slice and backend IDs).
@@ -341,6 +343,8 @@ enum VipChange {
     /// Affinity or rate limit changed: the service entry is rewritten with
     /// the same slice.
     Reconfigure,
+    /// Only what the writer's own bookkeeping holds changed: the name, or
+    /// `stateless_reverse` (the endpoint table follows).
     Rename,
     Adopt,
 }
@@ -771,7 +775,12 @@ impl Dataplane {
             .endpoints
             .get(&ep)
             .is_some_and(|cur| cur.flags == entry.flags && cur.target == entry.target);
-        if !same_map_entry {
+        if entry.flags == 0 {
+            // Remembered, not written (endpoints.rs): no map entry.
+            if self.endpoints.get(&ep).is_some_and(|cur| cur.flags != 0) {
+                self.remove_endpoint(ep)?;
+            }
+        } else if !same_map_entry {
             match (ep.addr, t.vip) {
                 (IpAddr::V4(a), IpAddr::V4(v)) => self
                     .maps
@@ -1068,7 +1077,12 @@ impl Dataplane {
                     VipChange::Rebuild
                 }
                 Some(cur) if !same_options(&cur.spec, spec) => VipChange::Reconfigure,
-                Some(cur) if cur.spec.name != spec.name => VipChange::Rename,
+                Some(cur)
+                    if cur.spec.name != spec.name
+                        || cur.spec.stateless_reverse != spec.stateless_reverse =>
+                {
+                    VipChange::Rename
+                }
                 Some(_) => continue,
             };
             let service_id = match (&change, self.vips.get(key)) {
@@ -1202,12 +1216,16 @@ impl Dataplane {
             let key = p.spec.key;
             match p.change {
                 VipChange::Rename => {
-                    report.renamed.push(p.spec.name.clone());
-                    self.vips
-                        .get_mut(&key)
-                        .expect("renamed VIP exists")
-                        .spec
-                        .name = p.spec.name;
+                    let v = self.vips.get_mut(&key).expect("renamed VIP exists");
+                    if v.spec.name != p.spec.name {
+                        report.renamed.push(p.spec.name.clone());
+                    } else {
+                        report.reconfigured.push(p.spec.name.clone());
+                    }
+                    // What only the writer's bookkeeping holds: the name,
+                    // and how replies are matched (sync_endpoints below).
+                    v.spec.name = p.spec.name;
+                    v.spec.stateless_reverse = p.spec.stateless_reverse;
                     continue;
                 }
                 VipChange::Adopt => {
@@ -1729,6 +1747,9 @@ impl Dataplane {
                     syn_rate_limit,
                     nat_fib: svc.flags & abi::service_flags::NAT_FIB != 0,
                     source_ranges,
+                    // Not in the maps: the next apply's spec says it
+                    // (adopted as it is, nothing rewritten).
+                    stateless_reverse: true,
                 },
                 service_id,
                 slice,

@@ -119,6 +119,7 @@ pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSp
         syn_rate_limit: None,
         nat_fib: false,
         source_ranges: None,
+        stateless_reverse: true,
     }
 }
 

@@ -168,6 +168,7 @@ fn vip(v: &rivora_config::VipConfig) -> DesiredVip {
         syn_rate_limit: v.syn_rate_limit.map(rate_limit),
         nat_fib: v.nat_forwarding == NatForwarding::Fib,
         source_ranges: None,
+        stateless_reverse: true,
     };
     DesiredVip {
         spec,
