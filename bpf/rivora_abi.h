@@ -315,7 +315,7 @@ struct rv_backend6 {
 
 /* backend_health_map value, indexed by backend ID. The programs read only
  * `state`; `flags` keeps the control plane's reasons for it (an operator's
- * drain) across restarts. */
+ * drain, a probe's verdict, a source's drain) across restarts. */
 struct rv_backend_health {
 	__u32 state; /* enum rv_backend_state */
 	__u32 flags; /* RV_BACKEND_F_* */
@@ -327,6 +327,10 @@ enum rv_backend_flags {
 	RV_BACKEND_F_DRAINED = 1 << 0,
 	/* The health probes consider it down. */
 	RV_BACKEND_F_PROBE_DOWN = 1 << 1,
+	/* Its source asks for it to take no new flows (a terminating
+	 * Kubernetes endpoint) in every VIP that lists it: draining unless a
+	 * probe says down. */
+	RV_BACKEND_F_TERMINATING = 1 << 2,
 };
 
 /* A flow as the client sent it (connection_affinity_map key, IPv4). */

@@ -512,6 +512,9 @@ pub mod backend_flags {
     pub const DRAINED: u32 = 1 << 0;
     /// The health probes consider it down.
     pub const PROBE_DOWN: u32 = 1 << 1;
+    /// Its source asks for no new flows (a terminating endpoint) in every
+    /// VIP that lists it.
+    pub const TERMINATING: u32 = 1 << 2;
 }
 
 /// `struct rv_flow4`: a client's flow (connection_affinity_map key).
@@ -1224,6 +1227,10 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_VIP_INDEX_RANGES6", vip_index_flags::RANGES6 as i64),
         ("RV_BACKEND_F_DRAINED", backend_flags::DRAINED as i64),
         ("RV_BACKEND_F_PROBE_DOWN", backend_flags::PROBE_DOWN as i64),
+        (
+            "RV_BACKEND_F_TERMINATING",
+            backend_flags::TERMINATING as i64,
+        ),
         ("RV_XDP_MODE_UNKNOWN", xdp_mode::UNKNOWN as i64),
         ("RV_XDP_MODE_NATIVE", xdp_mode::NATIVE as i64),
         ("RV_XDP_MODE_GENERIC", xdp_mode::GENERIC as i64),

@@ -350,8 +350,9 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
     (10, &["flow_filter_map", "flow_filter_ctl_map"]),
     // loadBalancerSourceRanges (the source-range tries, service flags
     // SOURCE_RANGES and SOURCE_BANK, unknown to and unset by ABI 10, and
-    // drop_stats_map index RV_DROP_SOURCE_RANGE, slot 14 of 16) and drops
-    // per VIP and reason.
+    // drop_stats_map index RV_DROP_SOURCE_RANGE, slot 14 of 16), drops per
+    // VIP and reason, and backend_health_map flag TERMINATING (ignored by
+    // an ABI 10 rivorad, which would read such a backend as healthy).
     (
         11,
         &["src_range_map", "src_range_map6", "vip_drop_stats_map"],

@@ -2,6 +2,7 @@
 //! plain Rust types, independent of where they came from (static YAML today,
 //! Kubernetes later). Both paths converge here.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
@@ -346,6 +347,14 @@ pub struct VipSpec {
     /// alone. An endpoint shared with a stateless VIP follows this one:
     /// per-flow entries for both (endpoints.rs).
     pub stateless_reverse: bool,
+    /// Backends its source asks to drain for this VIP (a terminating
+    /// Kubernetes endpoint): they stay in the VIP's Maglev slice, keep
+    /// their established flows and take no new ones. A backend listed by
+    /// several VIPs drains only while every one of them asks for it (one
+    /// health state per backend: a VIP still serving from it wins, as
+    /// kube-proxy's terminating fallback would). Keys not among
+    /// `backends` are refused.
+    pub draining: BTreeSet<BackendKey>,
 }
 
 impl VipSpec {
@@ -361,6 +370,7 @@ impl VipSpec {
             nat_fib: false,
             source_ranges: None,
             stateless_reverse: true,
+            draining: BTreeSet::new(),
         }
     }
 

@@ -85,10 +85,13 @@ pub struct BackendState {
     pub mac: [u8; 6],
     /// Effective health state as written to the map
     /// (`rivora_abi::backend_state`): down if the probes say so, else
-    /// draining if drained or retiring, else healthy.
+    /// draining if drained, terminating or retiring, else healthy.
     pub state: u32,
     /// Drained by an operator.
     pub drained: bool,
+    /// Its source asks for no new flows (`VipSpec::draining`) in every VIP
+    /// that lists it; kept across restarts in the health map's flags.
+    pub terminating: bool,
     /// The health probes consider it down.
     pub probe_down: bool,
     /// When `state` last changed in this process (None: not since start).
@@ -114,7 +117,8 @@ pub struct ApplyReport {
     /// VIPs whose session affinity, SYN rate limit, FIB forwarding or
     /// source ranges changed (service entry rewritten, slice kept), or only
     /// how their replies are matched (`stateless_reverse`: the endpoint
-    /// table changes).
+    /// table changes) or which backends their source drains (`draining`:
+    /// health states change).
     pub reconfigured: Vec<String>,
     /// Adopted VIPs whose maps already held exactly what the config asks
     /// for: kept as they were (same service ID, slice and backend IDs).
@@ -343,8 +347,9 @@ enum VipChange {
     /// Affinity or rate limit changed: the service entry is rewritten with
     /// the same slice.
     Reconfigure,
-    /// Only what the writer's own bookkeeping holds changed: the name, or
-    /// `stateless_reverse` (the endpoint table follows).
+    /// Only what the writer's own bookkeeping holds changed: the name,
+    /// `stateless_reverse` (the endpoint table follows) or `draining` (the
+    /// health map follows; the slice stays as it is).
     Rename,
     Adopt,
 }
@@ -1050,6 +1055,7 @@ impl Dataplane {
                 id_of.insert(*key, id);
             }
         }
+        let terminating_next = source_drained(&desired);
         let mac_changes: Vec<(BackendKey, [u8; 6])> = wanted
             .iter()
             .filter(|(k, mac)| self.backends.get(*k).is_some_and(|b| b.mac != **mac))
@@ -1079,7 +1085,8 @@ impl Dataplane {
                 Some(cur) if !same_options(&cur.spec, spec) => VipChange::Reconfigure,
                 Some(cur)
                     if cur.spec.name != spec.name
-                        || cur.spec.stateless_reverse != spec.stateless_reverse =>
+                        || cur.spec.stateless_reverse != spec.stateless_reverse
+                        || cur.spec.draining != spec.draining =>
                 {
                     VipChange::Rename
                 }
@@ -1176,6 +1183,7 @@ impl Dataplane {
                     mac,
                     state: abi::backend_state::NONE,
                     drained: false,
+                    terminating: terminating_next.contains(&key),
                     probe_down: false,
                     last_change: None,
                     vips: BTreeSet::new(),
@@ -1211,6 +1219,17 @@ impl Dataplane {
             let (id, generation) = (b.id, b.generation);
             self.write_backend(key, id, mac, generation)?;
         }
+        // Sources' drains, before any new slice is written: a backend its
+        // VIPs drain takes no new flow from them at any point.
+        let keys: Vec<BackendKey> = self.backends.keys().copied().collect();
+        for key in keys {
+            let t = terminating_next.contains(&key);
+            let b = self.backends.get_mut(&key).expect("listed above");
+            if b.terminating != t {
+                b.terminating = t;
+                self.sync_health(&key)?;
+            }
+        }
         let mut old_slices = Vec::new();
         for p in planned {
             let key = p.spec.key;
@@ -1226,6 +1245,7 @@ impl Dataplane {
                     // and how replies are matched (sync_endpoints below).
                     v.spec.name = p.spec.name;
                     v.spec.stateless_reverse = p.spec.stateless_reverse;
+                    v.spec.draining = p.spec.draining;
                     continue;
                 }
                 VipChange::Adopt => {
@@ -1468,6 +1488,7 @@ impl Dataplane {
                     mac,
                     state,
                     drained: health.flags & abi::backend_flags::DRAINED != 0,
+                    terminating: health.flags & abi::backend_flags::TERMINATING != 0,
                     probe_down: health.flags & abi::backend_flags::PROBE_DOWN != 0
                         || state == abi::backend_state::DOWN,
                     last_change: None,
@@ -1715,6 +1736,7 @@ impl Dataplane {
             return Err("Maglev slice overlaps another VIP's".into());
         }
         let mut backends = Vec::new();
+        let mut draining = BTreeSet::new();
         for id in &ids {
             let b = by_id.get_mut(id).expect("checked above");
             b.vips.insert(key);
@@ -1723,6 +1745,9 @@ impl Dataplane {
                 weight: 0,
                 mac: b.mac,
             });
+            if b.terminating {
+                draining.insert(b.key);
+            }
         }
         backends.sort();
         let src_bank = u32::from(
@@ -1750,6 +1775,7 @@ impl Dataplane {
                     // Not in the maps: the next apply's spec says it
                     // (adopted as it is, nothing rewritten).
                     stateless_reverse: true,
+                    draining,
                 },
                 service_id,
                 slice,
@@ -1818,7 +1844,9 @@ impl Dataplane {
     }
 
     /// Forces a state, for tests and tools: `HEALTHY` clears drain and
-    /// probe verdict, `DRAINING` drains, `DOWN` marks the probes down.
+    /// probe verdict, `DRAINING` drains, `DOWN` marks the probes down. A
+    /// source's drain (`VipSpec::draining`) is not touched: the next apply
+    /// owns it.
     pub fn set_backend_state(&mut self, key: &BackendKey, state: u32) -> Result<(), Error> {
         let b = self.backend_mut(key)?;
         match state {
@@ -1842,7 +1870,7 @@ impl Dataplane {
         let b = self.backends.get(key).expect("caller checked");
         let state = if b.probe_down {
             abi::backend_state::DOWN
-        } else if b.drained || b.retired_at.is_some() {
+        } else if b.drained || b.terminating || b.retired_at.is_some() {
             abi::backend_state::DRAINING
         } else {
             abi::backend_state::HEALTHY
@@ -1853,6 +1881,9 @@ impl Dataplane {
         }
         if b.probe_down {
             flags |= abi::backend_flags::PROBE_DOWN;
+        }
+        if b.terminating {
+            flags |= abi::backend_flags::TERMINATING;
         }
         let id = b.id;
         let changed = b.state != state;
@@ -2468,6 +2499,27 @@ impl Dataplane {
     }
 }
 
+/// The backends their source drains: listed as draining by every VIP of
+/// `desired` that lists them. One health state per backend, and a VIP that
+/// still serves from a backend wins over one that drains it: the serving
+/// VIP may have nothing else (kube-proxy's terminating fallback lists
+/// terminating endpoints as serving), while the draining one only sees a
+/// terminating backend take new flows a little longer.
+fn source_drained(desired: &BTreeMap<VipKey, VipSpec>) -> BTreeSet<BackendKey> {
+    let mut serving = BTreeSet::new();
+    let mut drained = BTreeSet::new();
+    for spec in desired.values() {
+        for b in &spec.backends {
+            if spec.draining.contains(&b.key) {
+                drained.insert(b.key);
+            } else {
+                serving.insert(b.key);
+            }
+        }
+    }
+    drained.difference(&serving).copied().collect()
+}
+
 /// The UDP VIPs (programmed now) that `desired` removes or takes a backend
 /// from: their flows on the backends that leave must be re-balanced.
 fn udp_vips_losing_backends(
@@ -2561,6 +2613,16 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
         canon.backends = spec.sorted_backends();
         if let Some(list) = &spec.source_ranges {
             canon.source_ranges = Some(check_source_ranges(spec, list)?);
+        }
+        if let Some(k) = spec
+            .draining
+            .iter()
+            .find(|k| !spec.backends.iter().any(|b| b.key == **k))
+        {
+            return Err(Error::Invalid(format!(
+                "VIP {}: draining: {k} is not one of its backends",
+                spec.name
+            )));
         }
         let mut seen = BTreeSet::new();
         for b in &canon.backends {

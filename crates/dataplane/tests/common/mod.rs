@@ -120,6 +120,7 @@ pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSp
         nat_fib: false,
         source_ranges: None,
         stateless_reverse: true,
+        draining: Default::default(),
     }
 }
 

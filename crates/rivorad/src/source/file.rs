@@ -169,6 +169,7 @@ fn vip(v: &rivora_config::VipConfig) -> DesiredVip {
         nat_fib: v.nat_forwarding == NatForwarding::Fib,
         source_ranges: None,
         stateless_reverse: true,
+        draining: Default::default(),
     };
     DesiredVip {
         spec,
