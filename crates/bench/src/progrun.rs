@@ -1548,6 +1548,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             false,
             true,
             8.0,
+            false,
         ),
         (
             "NAT IPv6 TCP, first packet of a new flow (SYN), table filling",
@@ -1557,6 +1558,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             false,
             true,
             8.0,
+            false,
         ),
         (
             "NAT IPv4 UDP, first datagram of a new flow, table filling",
@@ -1566,6 +1568,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             false,
             true,
             8.0,
+            false,
         ),
         (
             // No target of its own: the cost that moved here from the SYN
@@ -1577,27 +1580,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             false,
             false,
             0.0,
-        ),
-        (
-            // A VIP whose endpoints are never exclusive: the SYN records
-            // the flow's reverse entry (guarded), the ACK its affinity
-            // entry (the reverse one exists).
-            "NAT IPv4 TCP, first packet of a new flow (SYN), stateless_reverse off, table filling",
-            FrameSpec::tcp("10.104.0.1", 40000, VIP4, 81).syn(),
-            "tcp4sf",
-            b4.clone(),
             false,
-            true,
-            0.0,
-        ),
-        (
-            "NAT IPv4 TCP, first non-SYN packet of a flow, stateless_reverse off (makes its affinity and reverse entries), table filling",
-            FrameSpec::tcp("10.112.0.1", 40000, VIP4, 81),
-            "tcp4sf",
-            b4.clone(),
-            false,
-            false,
-            0.0,
         ),
         (
             "NAT IPv4 TCP, new flow (SYN), table full of established flows",
@@ -1607,6 +1590,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             true,
             true,
             12.0,
+            false,
         ),
         (
             "NAT IPv4 UDP, first datagram of a new flow, table full of established flows",
@@ -1616,11 +1600,39 @@ pub fn run(opts: Opts) -> Result<Section> {
             true,
             true,
             12.0,
+            false,
+        ),
+        (
+            // A VIP whose endpoints are never exclusive (a Kubernetes
+            // VIP's): the SYN records the flow's reverse entry (guarded);
+            // a first non-SYN packet with no SYN before it makes both the
+            // affinity and the reverse entry.
+            "NAT IPv4 TCP, first packet of a new flow (SYN), stateless_reverse off, tables emptied first",
+            FrameSpec::tcp("10.104.0.1", 40000, VIP4, 81).syn(),
+            "tcp4sf",
+            b4.clone(),
+            false,
+            true,
+            0.0,
+            true,
+        ),
+        (
+            "NAT IPv4 TCP, first non-SYN packet of a flow, stateless_reverse off (makes its affinity and reverse entries), tables emptied first",
+            FrameSpec::tcp("10.112.0.1", 40000, VIP4, 81),
+            "tcp4sf",
+            b4.clone(),
+            false,
+            false,
+            0.0,
+            true,
         ),
     ];
-    for (label, spec, vipname, set, prefill, counts_new, limit) in new_cases {
+    for (label, spec, vipname, set, prefill, counts_new, limit, clear) in new_cases {
         let frame = frames::build(&spec);
         let mut extra = String::new();
+        if clear {
+            rig.clear_flow_tables()?;
+        }
         if prefill {
             // Established flows (from 10.128.0.1 up: segments without
             // flags, each making its entry) fill the table first.
