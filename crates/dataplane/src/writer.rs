@@ -1658,6 +1658,22 @@ impl Dataplane {
         // the pinned one already matches.
         dp.sync_vip_index(&BTreeSet::new())?;
         dp.adopt_endpoints()?;
+        // stateless_reverse is not in the maps: a NAT VIP that some
+        // endpoint serves exclusively was stateless; any other is taken as
+        // stateful, the safe reading (a missing endpoint entry only costs
+        // per-flow entries, a wrong exclusive one rewrites a pod's other
+        // traffic), until a spec says otherwise. Matters while an adopted
+        // VIP is kept unclaimed: the endpoint plan reads its spec.
+        let exclusive: BTreeSet<u32> = dp
+            .endpoints
+            .values()
+            .filter(|e| e.exclusive())
+            .map(|e| e.target.service_id)
+            .collect();
+        for v in dp.vips.values_mut() {
+            v.spec.stateless_reverse =
+                v.spec.mode != Mode::Nat || exclusive.contains(&v.service_id);
+        }
         // Maps of an older ABI have no filter yet: set it from the adopted
         // backends before the new tc_nat can see a reply.
         dp.sync_backend_filter(&[])?;
@@ -1772,8 +1788,9 @@ impl Dataplane {
                     syn_rate_limit,
                     nat_fib: svc.flags & abi::service_flags::NAT_FIB != 0,
                     source_ranges,
-                    // Not in the maps: the next apply's spec says it
-                    // (adopted as it is, nothing rewritten).
+                    // Not in the maps: read from the endpoint entries once
+                    // they are adopted (adopt), and the next apply's spec
+                    // says it (nothing rewritten either way).
                     stateless_reverse: true,
                     draining,
                 },

@@ -227,3 +227,49 @@ fn turning_stateless_reverse_off_keeps_established_replies_through_the_fallback(
         "other traffic untouched"
     );
 }
+
+/// stateless_reverse is not in the maps: adoption reads it from the
+/// endpoint entries (an exclusive one: stateless; none: stateful, the safe
+/// reading), so an adopted VIP kept as it is does not make a stateful
+/// VIP's endpoints exclusive, and the same config adopts without a change.
+#[test]
+fn adoption_reads_stateless_reverse_from_the_endpoint_entries() {
+    let dir = pin_dir("statefuladopt");
+    let config = || {
+        vec![
+            web("stateful", VIP4, POD4, false),
+            web("stateless", VIP4B, "10.220.1.12", true),
+        ]
+    };
+    let (mut r, _, _) = rig_at(&dir);
+    r.dataplane.apply(&config()).unwrap();
+    let be = connect(&mut r, CLIENT4, 43000, VIP4);
+    r.keep_pins = true;
+    drop(r);
+    let (mut r, _, report) = rig_at(&dir);
+    assert!(report.dropped.is_empty(), "{:?}", report.dropped);
+    let read: Vec<(IpAddr, bool)> = r
+        .dataplane
+        .vips()
+        .map(|v| (v.spec.key.addr, v.spec.stateless_reverse))
+        .collect();
+    assert!(read.contains(&(VIP4.parse().unwrap(), false)), "{read:?}");
+    assert!(read.contains(&(VIP4B.parse().unwrap(), true)), "{read:?}");
+    let report = r.dataplane.apply(&config()).unwrap();
+    assert_eq!(report.adopted.len(), 2, "{report}");
+    assert!(report.reconfigured.is_empty(), "{report}");
+    assert_eq!(
+        r.dataplane.maps().nat_endpoint.keys().count(),
+        1,
+        "only the stateless VIP's"
+    );
+    assert_eq!(
+        egress(&mut r, be, CLIENT4, 43000).0,
+        VIP4.parse::<IpAddr>().unwrap()
+    );
+    assert!(
+        egress(&mut r, be, "10.220.9.9", 5555).2,
+        "other traffic untouched"
+    );
+    r.keep_pins = false;
+}
