@@ -37,6 +37,8 @@ struct rv_abi_all {
 	struct rv_meta meta;
 	struct rv_vip_range_key4 vip_range_key4;
 	struct rv_vip_range_key6 vip_range_key6;
+	struct rv_src_range_key4 src_range_key4;
+	struct rv_src_range_key6 src_range_key6;
 	struct rv_frag_key4 frag_key4;
 	struct rv_frag_key6 frag_key6;
 	struct rv_frag_value frag_value;

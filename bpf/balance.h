@@ -11,6 +11,9 @@
 #include "hash.h"
 #include "parse.h"
 
+/* A packet to VIP `service_id` dropped for `reason`: the node-wide reason,
+ * the VIP's drops, and the VIP's count of that reason (vip_drop_stats_map;
+ * all three are array lookups the verifier inlines). */
 static __always_inline void rv_count_drop(__u32 reason, __u32 service_id)
 {
 	struct rv_drop_stats *d = bpf_map_lookup_elem(&drop_stats_map, &reason);
@@ -19,6 +22,12 @@ static __always_inline void rv_count_drop(__u32 reason, __u32 service_id)
 	struct rv_vip_stats *s = bpf_map_lookup_elem(&stats_map, &service_id);
 	if (s)
 		s->drops++;
+	if (service_id < RV_MAX_VIPS && reason < RV_DROP_REASON_SLOTS) {
+		__u32 idx = service_id * RV_DROP_REASON_SLOTS + reason;
+		struct rv_drop_stats *v = bpf_map_lookup_elem(&vip_drop_stats_map, &idx);
+		if (v)
+			v->packets++;
+	}
 }
 
 static __always_inline __u32 rv_backend_state(__u32 backend_id)

@@ -228,6 +228,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } drop_stats_map SEC(".maps");
 
+/* Drops per VIP and reason (per CPU): index service_id *
+ * RV_DROP_REASON_SLOTS + reason, so an operator sees why one VIP drops
+ * (a source_range drop of one VIP among others' rate_limited ones). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RV_MAX_VIPS * RV_DROP_REASON_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rv_drop_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vip_drop_stats_map SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, RV_MAX_RANGE_PREFIXES);
@@ -245,6 +256,26 @@ struct {
 	__type(value, struct rv_vip_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } vip_range_map6 SEC(".maps");
+
+/* The allowed source prefixes of VIPs with source ranges
+ * (source_ranges.h), written by the control plane only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, RV_MAX_SRC_RANGES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rv_src_range_key4);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} src_range_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, RV_MAX_SRC_RANGES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rv_src_range_key6);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} src_range_map6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

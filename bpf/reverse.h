@@ -22,7 +22,10 @@
  * A consequence an operator must know: every packet leaving the egress
  * interface from an exclusive endpoint is rewritten to its VIP, also a reply
  * to a client that reached the backend's own address directly through this
- * node (docs/forwarding.md, "Replies").
+ * node (docs/operations.md, "Flow state"). That is why the control plane
+ * never makes an endpoint exclusive when a VIP with `stateless_reverse:
+ * false` reaches it (Kubernetes VIPs: a pod's other traffic leaves through
+ * the same node): such flows all use per-flow entries.
  */
 #ifndef RIVORA_REVERSE_H
 #define RIVORA_REVERSE_H

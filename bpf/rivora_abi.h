@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 10,
+	RV_ABI_VERSION = 11,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -70,6 +70,16 @@ enum rv_abi_consts {
 	 * power of two, so with both families' tables full one bit in 32 is
 	 * set (flow_filter.h). */
 	RV_FLOW_FILTER_BITS_PER_FLOW = 64,
+	/* Prefixes of each source-range trie (src_range_map(6)), all VIPs of
+	 * the family together, and the most one VIP may list (per family: a
+	 * VIP has one). A VIP whose list changes holds its old and its new
+	 * list at once for a moment (RV_SVC_F_SOURCE_BANK), so the writer
+	 * checks the sum of both against the trie's size. */
+	RV_MAX_SRC_RANGES = 16384,
+	RV_MAX_SRC_RANGES_PER_VIP = 256,
+	/* Or'ed into a source-range key's tag for the prefixes of bank 1
+	 * (RV_SVC_F_SOURCE_BANK); service IDs stay below RV_MAX_VIPS. */
+	RV_SRC_RANGE_BANK = 0x10000,
 };
 
 /* rv_vip_slot.flags bits. */
@@ -113,6 +123,16 @@ enum rv_service_flags {
 	 * xdp_ingress itself (bpf_fib_lookup, XDP_REDIRECT) instead of being
 	 * handed to the kernel's forwarding path. */
 	RV_SVC_F_NAT_FIB = 1 << 4,
+	/* loadBalancerSourceRanges: only sources inside one of the VIP's
+	 * prefixes in src_range_map(6) may reach it; the others are dropped
+	 * (RV_DROP_SOURCE_RANGE). Set with no prefix at all: nobody may. */
+	RV_SVC_F_SOURCE_RANGES = 1 << 5,
+	/* Which bank of the VIP's source prefixes is in force: the tag of its
+	 * keys is service_id, or service_id | RV_SRC_RANGE_BANK when set. A
+	 * new list is written into the other bank and switched to with the
+	 * service entry's one update, so a packet sees the old list or the
+	 * new one, never a mix. */
+	RV_SVC_F_SOURCE_BANK = 1 << 6,
 };
 
 /* backend_health_map values. 0 means "no backend with this ID": a freed ID
@@ -167,7 +187,9 @@ enum rv_drop_reason {
 	 * guard budget was spent (flow_guard_config_map): it was forwarded by
 	 * Maglev alone, and no established entry was evicted for it. */
 	RV_EVENT_FLOW_GUARDED = 13,
-	RV_DROP_REASON_COUNT = 14,
+	/* A packet to a VIP with source ranges from a source outside them. */
+	RV_DROP_SOURCE_RANGE = 14,
+	RV_DROP_REASON_COUNT = 15,
 };
 
 /* vip_map key: an exact IPv4 VIP. */
@@ -205,6 +227,23 @@ struct rv_vip_range_key6 {
 	__u8 addr[16];
 	__u8 port[2];
 	__u8 pad;
+};
+
+/* src_range_map key (LPM trie): one allowed source prefix of a VIP
+ * (loadBalancerSourceRanges). The tag (service ID, plus RV_SRC_RANGE_BANK
+ * for bank 1) matches exactly, the address by prefix: prefixlen counts
+ * the tag's 32 bits and the address prefix. Value: the service ID. */
+struct rv_src_range_key4 {
+	__u32 prefixlen;
+	__u32 tag;
+	__u8 addr[4];
+};
+
+/* src_range_map6 key. */
+struct rv_src_range_key6 {
+	__u32 prefixlen;
+	__u32 tag;
+	__u8 addr[16];
 };
 
 /* vip_map / vip_map6 value. */
@@ -276,7 +315,7 @@ struct rv_backend6 {
 
 /* backend_health_map value, indexed by backend ID. The programs read only
  * `state`; `flags` keeps the control plane's reasons for it (an operator's
- * drain) across restarts. */
+ * drain, a probe's verdict, a source's drain) across restarts. */
 struct rv_backend_health {
 	__u32 state; /* enum rv_backend_state */
 	__u32 flags; /* RV_BACKEND_F_* */
@@ -288,6 +327,10 @@ enum rv_backend_flags {
 	RV_BACKEND_F_DRAINED = 1 << 0,
 	/* The health probes consider it down. */
 	RV_BACKEND_F_PROBE_DOWN = 1 << 1,
+	/* Its source asks for it to take no new flows (a terminating
+	 * Kubernetes endpoint) in every VIP that lists it: draining unless a
+	 * probe says down. */
+	RV_BACKEND_F_TERMINATING = 1 << 2,
 };
 
 /* A flow as the client sent it (connection_affinity_map key, IPv4). */

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * xdp_ingress: the forwarding program. For every frame on the attached
- * interface: parse, match a VIP, rate-limit SYNs, pick a backend (affinity,
- * else Maglev), then forward by the VIP's mode. Full NAT: rewrite the
- * destination to the backend, record the reverse mapping for tc_nat when
- * the backend endpoint is shared by several VIPs (reverse.h), and XDP_PASS
- * so the kernel routes the packet on (or, for `natForwarding: fib`, route
- * it here and redirect it: route.h).
+ * interface: parse, match a VIP, check its source ranges, rate-limit SYNs,
+ * pick a backend (affinity, else Maglev), then forward by the VIP's mode.
+ * Full NAT: rewrite the destination to the backend, record the reverse
+ * mapping for tc_nat when the backend endpoint is shared by several VIPs
+ * (reverse.h), and XDP_PASS so the kernel routes the packet on (or, for
+ * `natForwarding: fib`, route it here and redirect it: route.h).
  *
  * A flow's state is made by the packet that shows it is one: not by a SYN
  * or a UDP flow's first datagram (balance.h), and within the new-flow
@@ -35,6 +35,7 @@
 #include "guard.h"
 #include "reverse.h"
 #include "flow_filter.h"
+#include "source_ranges.h"
 #include "stages.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -435,6 +436,11 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	svc = rv_service_of(service_id);
 	if (!svc)
 		return XDP_DROP;
+	/* loadBalancerSourceRanges (source_ranges.h), before the SYN limit. */
+	if ((svc->flags & RV_SVC_F_SOURCE_RANGES) && !rv_source_allowed(p->src, service_id, svc->flags, v6)) {
+		rv_count_drop(RV_DROP_SOURCE_RANGE, service_id);
+		return XDP_DROP;
+	}
 	int opens = rv_tcp_opens(p);
 	int admit = RV_GUARD_UNASKED;
 	if (opens && !rv_syn_allowed(p, svc, service_id, &admit, v6)) {
@@ -637,8 +643,8 @@ static __always_inline int rv_ingress(struct xdp_md *ctx, struct rv_pkt *p, cons
 		return rv_stage_jump(ctx, v6 ? RV_STAGE_ICMP6 : RV_STAGE_ICMP4);
 	if (p->kind == RV_PKT_FRAG_LATER)
 		return rv_stage_jump(ctx, v6 ? RV_STAGE_FRAG6 : RV_STAGE_FRAG4);
-	/* 3. Match a VIP, 4. rate-limit, 5. pick a backend (and, for NAT,
-	 * rewrite). */
+	/* 3. Match a VIP (and check its source ranges), 4. rate-limit,
+	 * 5. pick a backend (and, for NAT, rewrite). */
 	verdict = rv_ingress_l4(ctx, p, &job, v6);
 	/* 6. Forward by the VIP's mode. */
 	return rv_forward(ctx, p, &job, verdict, v6);

@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 10;
+pub const ABI_VERSION: u32 = 11;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -62,6 +62,13 @@ pub const VIP_INDEX_PROBES: u32 = 8;
 pub const MAX_NAT_ENDPOINTS: u32 = 16384;
 /// Slots of the per-CPU UDP seen filter (`RV_UDP_SEEN_SLOTS`).
 pub const UDP_SEEN_SLOTS: u32 = 4096;
+/// Prefixes each source-range trie holds, all VIPs of the family together
+/// (`RV_MAX_SRC_RANGES`).
+pub const MAX_SRC_RANGES: u32 = 16384;
+/// Source ranges one VIP may list (`RV_MAX_SRC_RANGES_PER_VIP`).
+pub const MAX_SRC_RANGES_PER_VIP: u32 = 256;
+/// Or'ed into a source-range key's tag for bank 1 (`RV_SRC_RANGE_BANK`).
+pub const SRC_RANGE_BANK: u32 = 0x10000;
 
 /// `enum rv_nat_ep_flags`: how replies of a NAT backend endpoint find
 /// their VIP.
@@ -233,6 +240,12 @@ pub mod service_flags {
     /// NAT VIP with `natForwarding: fib`: xdp_ingress routes the rewritten
     /// packet itself (FIB lookup + redirect) instead of the kernel.
     pub const NAT_FIB: u8 = 1 << 4;
+    /// loadBalancerSourceRanges: only sources in the VIP's prefixes of
+    /// src_range_map(6) may reach it.
+    pub const SOURCE_RANGES: u8 = 1 << 5;
+    /// The VIP's source prefixes in force are bank 1's (tag |
+    /// [`super::SRC_RANGE_BANK`]), else bank 0's.
+    pub const SOURCE_BANK: u8 = 1 << 6;
 }
 
 /// `enum rv_backend_state`: values of [`BackendHealth::state`].
@@ -281,8 +294,10 @@ pub mod drop_reason {
     /// Not a drop: a flow without state was forwarded by Maglev alone
     /// because the CPU's new-flow guard budget was spent (no entry made).
     pub const FLOW_GUARDED: u32 = 13;
+    /// A packet to a VIP with source ranges from a source outside them.
+    pub const SOURCE_RANGE: u32 = 14;
     /// Number of reasons defined so far.
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 15;
     /// Stable, Prometheus-friendly names, indexed by reason. The `passed_`
     /// ones count packets handed to the kernel untouched, not drops.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -300,6 +315,7 @@ pub mod drop_reason {
         "passed_nat_to_kernel",
         "passed_stage_missing",
         "flow_guarded",
+        "source_range",
     ];
 }
 
@@ -496,6 +512,9 @@ pub mod backend_flags {
     pub const DRAINED: u32 = 1 << 0;
     /// The health probes consider it down.
     pub const PROBE_DOWN: u32 = 1 << 1;
+    /// Its source asks for no new flows (a terminating endpoint) in every
+    /// VIP that lists it.
+    pub const TERMINATING: u32 = 1 << 2;
 }
 
 /// `struct rv_flow4`: a client's flow (connection_affinity_map key).
@@ -656,6 +675,25 @@ pub struct VipRangeKey6 {
     pub addr: [u8; 16],
     pub port: [u8; 2],
     pub pad: u8,
+}
+
+/// `struct rv_src_range_key4`: LPM key of one allowed source prefix of a
+/// VIP (tag = service ID, | [`SRC_RANGE_BANK`] for bank 1).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SrcRangeKey4 {
+    pub prefixlen: u32,
+    pub tag: u32,
+    pub addr: [u8; 4],
+}
+
+/// `struct rv_src_range_key6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SrcRangeKey6 {
+    pub prefixlen: u32,
+    pub tag: u32,
+    pub addr: [u8; 16],
 }
 
 /// `struct rv_frag_key4`: the fragments of one IPv4 datagram.
@@ -918,6 +956,8 @@ pod!(
     Meta,
     VipRangeKey4,
     VipRangeKey6,
+    SrcRangeKey4,
+    SrcRangeKey6,
     FragKey4,
     FragKey6,
     FragValue,
@@ -1056,6 +1096,8 @@ pub fn layouts() -> Vec<StructLayout> {
             "rv_vip_range_key6",
             [prefixlen, proto, addr, port, pad]
         ),
+        layout!(SrcRangeKey4, "rv_src_range_key4", [prefixlen, tag, addr]),
+        layout!(SrcRangeKey6, "rv_src_range_key6", [prefixlen, tag, addr]),
         layout!(FragKey4, "rv_frag_key4", [src, dst, id, proto, pad]),
         layout!(FragKey6, "rv_frag_key6", [src, dst, id, proto, pad]),
         layout!(
@@ -1112,6 +1154,14 @@ pub fn constants() -> Vec<(&'static str, i64)> {
             service_flags::SYN_RATE_LIMIT as i64,
         ),
         ("RV_SVC_F_NAT_FIB", service_flags::NAT_FIB as i64),
+        (
+            "RV_SVC_F_SOURCE_RANGES",
+            service_flags::SOURCE_RANGES as i64,
+        ),
+        ("RV_SVC_F_SOURCE_BANK", service_flags::SOURCE_BANK as i64),
+        ("RV_MAX_SRC_RANGES", MAX_SRC_RANGES as i64),
+        ("RV_MAX_SRC_RANGES_PER_VIP", MAX_SRC_RANGES_PER_VIP as i64),
+        ("RV_SRC_RANGE_BANK", SRC_RANGE_BANK as i64),
         ("RV_BACKEND_NONE", backend_state::NONE as i64),
         ("RV_BACKEND_HEALTHY", backend_state::HEALTHY as i64),
         ("RV_BACKEND_DRAINING", backend_state::DRAINING as i64),
@@ -1151,6 +1201,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
             drop_reason::PASS_STAGE_MISSING as i64,
         ),
         ("RV_EVENT_FLOW_GUARDED", drop_reason::FLOW_GUARDED as i64),
+        ("RV_DROP_SOURCE_RANGE", drop_reason::SOURCE_RANGE as i64),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
         ("RV_MAX_NAT_ENDPOINTS", MAX_NAT_ENDPOINTS as i64),
         ("RV_UDP_SEEN_SLOTS", UDP_SEEN_SLOTS as i64),
@@ -1176,6 +1227,10 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_VIP_INDEX_RANGES6", vip_index_flags::RANGES6 as i64),
         ("RV_BACKEND_F_DRAINED", backend_flags::DRAINED as i64),
         ("RV_BACKEND_F_PROBE_DOWN", backend_flags::PROBE_DOWN as i64),
+        (
+            "RV_BACKEND_F_TERMINATING",
+            backend_flags::TERMINATING as i64,
+        ),
         ("RV_XDP_MODE_UNKNOWN", xdp_mode::UNKNOWN as i64),
         ("RV_XDP_MODE_NATIVE", xdp_mode::NATIVE as i64),
         ("RV_XDP_MODE_GENERIC", xdp_mode::GENERIC as i64),

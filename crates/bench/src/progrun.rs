@@ -470,6 +470,22 @@ impl Rig {
                 Mode::Nat,
                 backends(&BACKENDS6, 8080),
             ),
+            // A Kubernetes VIP's shape: its endpoints are never exclusive,
+            // so every flow has a per-flow reverse entry (VipSpec
+            // stateless_reverse, endpoints.rs). Own backend port: its
+            // endpoints are its own, not shared with tcp4's.
+            {
+                let mut v = vip(
+                    "tcp4sf",
+                    VIP4,
+                    81,
+                    proto::TCP,
+                    Mode::Nat,
+                    backends(&BACKENDS4, 8081),
+                );
+                v.stateless_reverse = false;
+                v
+            },
         ];
         rig.dp
             .apply(&rig.desired)
@@ -1394,8 +1410,15 @@ pub fn run(opts: Opts) -> Result<Section> {
             "tcp4",
             3.0,
         ),
+        (
+            "NAT IPv4 TCP, established flow, stateless_reverse off (per-flow reverse entry)",
+            FrameSpec::tcp(CLIENT4, 40006, VIP4, 81),
+            "tcp4sf",
+            3.0,
+        ),
     ];
-    let mut replies: Vec<(String, Frame, String)> = Vec::new();
+    // (label, reply frame, VIP name, VIP port).
+    let mut replies: Vec<(String, Frame, String, u16)> = Vec::new();
     for (label, spec, vipname, limit) in est_cases {
         let frame = frames::build(&spec);
         // Warm the flow: a TCP segment (no flags) through xdp_ingress
@@ -1414,11 +1437,13 @@ pub fn run(opts: Opts) -> Result<Section> {
             let mut r = FrameSpec::tcp("0.0.0.0", p.dport, "0.0.0.0", spec.sport);
             r.src = p.dst;
             r.dst = spec.src;
-            replies.push((
-                if spec.src.is_ipv4() { "IPv4" } else { "IPv6" }.to_string(),
-                frames::build(&r),
-                vipname.to_string(),
-            ));
+            let fam = if spec.src.is_ipv4() { "IPv4" } else { "IPv6" };
+            let what = if vipname == "tcp4sf" {
+                format!("{fam} TCP, stateless_reverse off (per-flow entry)")
+            } else {
+                format!("{fam} TCP")
+            };
+            replies.push((what, frames::build(&r), vipname.to_string(), spec.dport));
         }
         let set = if spec.src.is_ipv4() {
             b4.clone()
@@ -1479,9 +1504,10 @@ pub fn run(opts: Opts) -> Result<Section> {
         out: OutCheck::Unchanged,
         limit: 3.0,
     });
-    for (fam, frame, vipname) in &replies {
+    for (what, frame, vipname, vip_port) in &replies {
+        let v4 = what.starts_with("IPv4");
         cases.push(Case {
-            label: format!("Egress reply path, {fam} TCP (tc_nat restores the VIP)"),
+            label: format!("Egress reply path, {what} (tc_nat restores the VIP)"),
             hook: Hook::Tc,
             frame: frame.clone(),
             vary: Vary::No,
@@ -1490,7 +1516,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             },
             repeat: opts.repeat,
             want_retval: TCX_NEXT,
-            out: OutCheck::SrcIs(if fam == "IPv4" { VIP4 } else { VIP6 }.parse().unwrap(), 80),
+            out: OutCheck::SrcIs(if v4 { VIP4 } else { VIP6 }.parse().unwrap(), *vip_port),
             limit: 3.0,
         });
     }
@@ -1595,6 +1621,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             false,
             true,
             8.0,
+            false,
         ),
         (
             "NAT IPv6 TCP, first packet of a new flow (SYN), table filling",
@@ -1604,6 +1631,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             false,
             true,
             8.0,
+            false,
         ),
         (
             "NAT IPv4 UDP, first datagram of a new flow, table filling",
@@ -1613,6 +1641,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             false,
             true,
             8.0,
+            false,
         ),
         (
             // No target of its own: the cost that moved here from the SYN
@@ -1624,6 +1653,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             false,
             false,
             0.0,
+            false,
         ),
         (
             "NAT IPv4 TCP, new flow (SYN), table full of established flows",
@@ -1633,6 +1663,7 @@ pub fn run(opts: Opts) -> Result<Section> {
             true,
             true,
             12.0,
+            false,
         ),
         (
             "NAT IPv4 UDP, first datagram of a new flow, table full of established flows",
@@ -1642,12 +1673,40 @@ pub fn run(opts: Opts) -> Result<Section> {
             true,
             true,
             12.0,
+            false,
+        ),
+        (
+            // A VIP whose endpoints are never exclusive (a Kubernetes
+            // VIP's): the SYN records the flow's reverse entry (guarded);
+            // a first non-SYN packet with no SYN before it makes both the
+            // affinity and the reverse entry.
+            "NAT IPv4 TCP, first packet of a new flow (SYN), stateless_reverse off, tables emptied first",
+            FrameSpec::tcp("10.104.0.1", 40000, VIP4, 81).syn(),
+            "tcp4sf",
+            b4.clone(),
+            false,
+            true,
+            0.0,
+            true,
+        ),
+        (
+            "NAT IPv4 TCP, first non-SYN packet of a flow, stateless_reverse off (makes its affinity and reverse entries), tables emptied first",
+            FrameSpec::tcp("10.112.0.1", 40000, VIP4, 81),
+            "tcp4sf",
+            b4.clone(),
+            false,
+            false,
+            0.0,
+            true,
         ),
     ];
     let mut rebuilt = false;
-    for (label, spec, vipname, set, prefill, counts_new, limit) in new_cases {
+    for (label, spec, vipname, set, prefill, counts_new, limit, clear) in new_cases {
         let frame = frames::build(&spec);
         let mut extra = String::new();
+        if clear {
+            rig.clear_flow_tables()?;
+        }
         if prefill {
             // Established flows (from 10.128.0.1 up: segments without
             // flags, each making its entry) fill the table first.

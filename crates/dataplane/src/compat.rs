@@ -286,6 +286,27 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
             abi::MAX_RL_BUCKETS,
         ),
         s(
+            "src_range_map",
+            MapType::LpmTrie,
+            size_of::<abi::SrcRangeKey4>(),
+            4,
+            abi::MAX_SRC_RANGES,
+        ),
+        s(
+            "src_range_map6",
+            MapType::LpmTrie,
+            size_of::<abi::SrcRangeKey6>(),
+            4,
+            abi::MAX_SRC_RANGES,
+        ),
+        s(
+            "vip_drop_stats_map",
+            MapType::PerCpuArray,
+            4,
+            size_of::<abi::DropStats>(),
+            abi::MAX_VIPS * abi::DROP_REASON_SLOTS,
+        ),
+        s(
             "vip_index_map",
             MapType::Array,
             4,
@@ -327,6 +348,15 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
     // lookup. Created empty and "not exact": the first rebuild after the
     // new programs run makes it exact (flow_filter.rs).
     (10, &["flow_filter_map", "flow_filter_ctl_map"]),
+    // loadBalancerSourceRanges (the source-range tries, service flags
+    // SOURCE_RANGES and SOURCE_BANK, unknown to and unset by ABI 10, and
+    // drop_stats_map index RV_DROP_SOURCE_RANGE, slot 14 of 16), drops per
+    // VIP and reason, and backend_health_map flag TERMINATING (ignored by
+    // an ABI 10 rivorad, which would read such a backend as healthy).
+    (
+        11,
+        &["src_range_map", "src_range_map6", "vip_drop_stats_map"],
+    ),
 ];
 
 /// 64-bit words of each half of `flow_filter_map` for flow tables of

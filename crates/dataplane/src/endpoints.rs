@@ -23,6 +23,18 @@
 //! * An endpoint whose VIPs have all gone keeps its entry while its backend
 //!   is programmed (retiring: its flows are finishing); the entry goes with
 //!   the backend.
+//! * An endpoint a VIP with `stateless_reverse: false` reaches is never
+//!   exclusive, whatever other VIPs it serves (a Kubernetes pod: every
+//!   packet it sends through this node would otherwise be rewritten to the
+//!   VIP, its pod-to-pod traffic and ClusterIP replies too). A stateless VIP
+//!   sharing it gets per-flow entries like any shared endpoint. A fallback
+//!   it had from an exclusive time is kept for the retire grace (the flows
+//!   of that time re-create their entries on their next packet within a
+//!   tick), then removed, so no reply is rewritten without an entry of its
+//!   own. The planner remembers such an endpoint without a map entry (an
+//!   entry of flags 0, never written): if it later serves one stateless VIP
+//!   alone, it becomes exclusive only after the grace, as a shared one would,
+//!   because flows of the stateful VIP may still be on it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -60,13 +72,16 @@ pub struct Target {
 pub struct EndpointEntry {
     /// The VIP named by the entry.
     pub target: Target,
-    /// `rivora_abi::nat_ep_flags` bits; never 0 in the map (an entry
-    /// without flags means the same as none).
+    /// `rivora_abi::nat_ep_flags` bits. 0: nothing in the map (per-flow
+    /// entries only), but the planner remembers that the endpoint served a
+    /// stateful VIP (see the module doc); such an entry is never written.
     pub flags: u8,
     /// The backend the endpoint belongs to (its entry goes with it).
     pub backend: BackendKey,
-    /// Not exclusive, but serving one VIP since then: promoted once the
-    /// retire grace has passed.
+    /// When the entry's waiting phase began: not exclusive but serving one
+    /// stateless VIP since then (promoted once the retire grace has
+    /// passed), or a fallback of an endpoint a stateful VIP reaches (removed
+    /// once the grace has passed).
     pub single_since: Option<Instant>,
 }
 
@@ -90,6 +105,11 @@ pub struct Demand {
     /// (backend address, protocol) of port-range VIPs whose backends keep
     /// the destination port: every port of the address may serve it.
     pub ambiguous_addrs: BTreeSet<(IpAddr, u8)>,
+    /// Endpoints a VIP with `stateless_reverse: false` reaches.
+    pub stateful: BTreeSet<Endpoint>,
+    /// (backend address, protocol) of such port-range VIPs whose backends
+    /// keep the destination port.
+    pub stateful_addrs: BTreeSet<(IpAddr, u8)>,
 }
 
 impl Demand {
@@ -103,6 +123,21 @@ impl Demand {
             }
             let key: &VipKey = &spec.key;
             for b in &spec.backends {
+                if !spec.stateless_reverse {
+                    if key.is_exact() || !b.key.keeps_destination_port() {
+                        d.stateful.insert(Endpoint {
+                            addr: b.key.addr,
+                            port: if b.key.keeps_destination_port() {
+                                key.port
+                            } else {
+                                b.key.port
+                            },
+                            proto: key.proto,
+                        });
+                    } else {
+                        d.stateful_addrs.insert((b.key.addr, key.proto));
+                    }
+                }
                 if key.is_exact() {
                     let port = if b.key.keeps_destination_port() {
                         key.port
@@ -137,10 +172,10 @@ impl Demand {
         d
     }
 
-    /// The single VIP an endpoint serves, if it serves exactly one and no
-    /// range VIP makes it ambiguous.
+    /// The single VIP an endpoint serves, if it serves exactly one, no
+    /// range VIP makes it ambiguous and no stateful VIP reaches it.
     fn single(&self, ep: &Endpoint) -> Option<Target> {
-        if self.is_ambiguous(ep) {
+        if self.is_ambiguous(ep) || self.is_stateful(ep) {
             return None;
         }
         let (_, t) = self.targets.get(ep)?;
@@ -155,6 +190,11 @@ impl Demand {
     /// flow.
     fn is_ambiguous(&self, ep: &Endpoint) -> bool {
         self.ambiguous.contains(ep) || self.ambiguous_addrs.contains(&(ep.addr, ep.proto))
+    }
+
+    /// Whether a VIP with `stateless_reverse: false` reaches the endpoint.
+    pub fn is_stateful(&self, ep: &Endpoint) -> bool {
+        self.stateful.contains(ep) || self.stateful_addrs.contains(&(ep.addr, ep.proto))
     }
 
     /// Whether the endpoint's VIP (address and port, whatever the service
@@ -229,6 +269,7 @@ pub fn plan(
             .or(cur.map(|c| c.backend));
         let Some(backend) = backend else { continue };
         let single = demand.single(&ep);
+        let stateful = demand.is_stateful(&ep);
         let entry = match (single, cur) {
             // A new endpoint of one VIP: no flow of another VIP can be on it.
             (Some(t), None) => Some(EndpointEntry {
@@ -260,6 +301,32 @@ pub fn plan(
                     })
                 } else {
                     Some(EndpointEntry {
+                        // A remembered stateful endpoint waits without a
+                        // map entry: its flows all have their own.
+                        flags: if c.flags == 0 {
+                            0
+                        } else {
+                            nat_ep_flags::FALLBACK
+                        },
+                        single_since: Some(since),
+                        backend,
+                        ..*c
+                    })
+                }
+            }
+            // Reached by a stateful VIP: a fallback of its exclusive time
+            // lasts the grace, then only the planner remembers it.
+            (None, Some(c)) if stateful => {
+                let since = c.single_since.unwrap_or(now);
+                if c.flags == 0 || now.duration_since(since) >= grace {
+                    Some(EndpointEntry {
+                        flags: 0,
+                        single_since: None,
+                        backend,
+                        ..*c
+                    })
+                } else {
+                    Some(EndpointEntry {
                         flags: nat_ep_flags::FALLBACK,
                         single_since: Some(since),
                         backend,
@@ -267,6 +334,22 @@ pub fn plan(
                     })
                 }
             }
+            (None, None) if stateful => demand
+                .targets
+                .get(&ep)
+                .and_then(|(_, t)| t.iter().next())
+                .map(|t| EndpointEntry {
+                    target: *t,
+                    flags: 0,
+                    backend,
+                    single_since: None,
+                }),
+            // Shared, and remembered as having served a stateful VIP.
+            (None, Some(c)) if c.flags == 0 => Some(EndpointEntry {
+                single_since: None,
+                backend,
+                ..*c
+            }),
             // Shared: a former exclusive VIP stays the fallback.
             (None, Some(c)) if c.flags != 0 => Some(EndpointEntry {
                 flags: nat_ep_flags::FALLBACK,
@@ -281,14 +364,16 @@ pub fn plan(
         }
     }
     // Over capacity: exclusive entries of endpoints not yet in the map are
-    // left out (a missing entry is always safe: per-flow entries).
-    if next.len() > capacity {
+    // left out (a missing entry is always safe: per-flow entries). Entries
+    // of flags 0 take no room in the map.
+    let in_map = next.values().filter(|e| e.flags != 0).count();
+    if in_map > capacity {
         let extra: Vec<Endpoint> = next
             .iter()
-            .filter(|(ep, _)| !current.contains_key(ep))
+            .filter(|(ep, e)| e.flags != 0 && current.get(ep).is_none_or(|c| c.flags == 0))
             .map(|(ep, _)| *ep)
             .rev()
-            .take(next.len() - capacity)
+            .take(in_map - capacity)
             .collect();
         for ep in extra {
             next.remove(&ep);
@@ -463,6 +548,122 @@ mod tests {
         let d = Demand::of([(&a, 1)]);
         let next = plan(&BTreeMap::new(), &d, |_| true, t0, GRACE, 4);
         assert_eq!(next.len(), 4);
+    }
+
+    fn stateful(mut v: VipSpec) -> VipSpec {
+        v.stateless_reverse = false;
+        v
+    }
+
+    /// What the map would hold: entries of flags 0 are never written.
+    fn in_map(plan: &BTreeMap<Endpoint, EndpointEntry>) -> BTreeMap<Endpoint, u8> {
+        plan.iter()
+            .filter(|(_, e)| e.flags != 0)
+            .map(|(ep, e)| (*ep, e.flags))
+            .collect()
+    }
+
+    #[test]
+    fn a_stateful_vips_endpoints_are_never_in_the_map() {
+        let t0 = Instant::now();
+        let a = stateful(vip(
+            "10.0.0.1",
+            80,
+            &[("10.1.0.1", 8080), ("10.1.0.2", 8080)],
+        ));
+        let next = plan_of(&BTreeMap::new(), &[(a.clone(), 1)], t0);
+        assert!(in_map(&next).is_empty(), "per-flow entries only");
+        assert_eq!(next.len(), 2, "but remembered");
+        // However long it stays so.
+        let later = plan_of(&next, &[(a, 1)], t0 + 10 * GRACE);
+        assert!(in_map(&later).is_empty());
+    }
+
+    #[test]
+    fn an_endpoint_shared_by_a_stateless_and_a_stateful_vip_is_per_flow_and_its_fallback_expires() {
+        let t0 = Instant::now();
+        let a = vip("10.0.0.1", 80, &[("10.1.0.1", 8080)]);
+        let b = stateful(vip("10.0.0.2", 80, &[("10.1.0.1", 8080)]));
+        let cur = plan_of(&BTreeMap::new(), &[(a.clone(), 1)], t0);
+        assert!(cur[&ep("10.1.0.1", 8080)].exclusive(), "A alone, stateless");
+        // B arrives: demoted before B is programmed, A kept as fallback for
+        // the flows of its exclusive time...
+        let both = [(a.clone(), 1), (b.clone(), 2)];
+        let d = Demand::of(both.iter().map(|(s, id)| (s, *id)));
+        let dem = demotions(&cur, &d, t0);
+        assert_eq!(dem.len(), 1);
+        assert_eq!(dem[0].1.flags, nat_ep_flags::FALLBACK);
+        let mut cur2 = cur.clone();
+        cur2.extend(dem);
+        let shared = plan_of(&cur2, &both, t0);
+        assert_eq!(shared[&ep("10.1.0.1", 8080)].flags, nat_ep_flags::FALLBACK);
+        // ...for the grace only: then no entry, so a reply without one of
+        // its own (the pod's other traffic) is left alone.
+        let t1 = t0 + GRACE;
+        let settled = plan_of(&shared, &both, t1);
+        assert!(in_map(&settled).is_empty(), "{settled:?}");
+        // B goes: A alone again, but B's flows may still be on the endpoint
+        // (their own entries; an exclusive entry would override them), so
+        // no promotion before the grace.
+        let t2 = t1 + Duration::from_secs(1);
+        let alone = plan_of(&settled, &[(a.clone(), 1)], t2);
+        assert!(in_map(&alone).is_empty(), "waits: {alone:?}");
+        let promoted = plan_of(&alone, &[(a, 1)], t2 + GRACE);
+        assert!(promoted[&ep("10.1.0.1", 8080)].exclusive());
+    }
+
+    #[test]
+    fn turning_stateless_reverse_off_and_on_again() {
+        let t0 = Instant::now();
+        let a = vip("10.0.0.1", 80, &[("10.1.0.1", 8080)]);
+        let cur = plan_of(&BTreeMap::new(), &[(a.clone(), 1)], t0);
+        let off = stateful(a.clone());
+        let d = Demand::of([(&off, 1)]);
+        let mut cur2 = cur.clone();
+        cur2.extend(demotions(&cur, &d, t0));
+        let next = plan_of(&cur2, &[(off.clone(), 1)], t0);
+        assert_eq!(
+            in_map(&next).values().copied().collect::<Vec<_>>(),
+            vec![nat_ep_flags::FALLBACK]
+        );
+        let next = plan_of(&next, &[(off, 1)], t0 + GRACE);
+        assert!(in_map(&next).is_empty());
+        // On again: the endpoint's flows all have entries of their own, so
+        // the map stays empty for the grace, then the entry is exclusive.
+        let t1 = t0 + 2 * GRACE;
+        let on = plan_of(&next, &[(a.clone(), 1)], t1);
+        assert!(in_map(&on).is_empty());
+        let on = plan_of(&on, &[(a, 1)], t1 + GRACE);
+        assert!(on[&ep("10.1.0.1", 8080)].exclusive());
+    }
+
+    #[test]
+    fn a_stateful_range_vip_makes_its_backend_addresses_stateful() {
+        let t0 = Instant::now();
+        let a = vip("10.0.0.1", 80, &[("10.1.0.2", 0)]);
+        let mut r = stateful(vip("10.0.0.9", 0, &[("10.1.0.2", 0)]));
+        r.key = VipKey::range("10.0.0.9".parse().unwrap(), 1000, 2000, proto::TCP);
+        let cur = plan_of(&BTreeMap::new(), &[(a.clone(), 1)], t0);
+        let specs = [(a, 1), (r, 2)];
+        let d = Demand::of(specs.iter().map(|(s, id)| (s, *id)));
+        assert!(d.is_stateful(&ep("10.1.0.2", 80)));
+        let mut cur2 = cur.clone();
+        cur2.extend(demotions(&cur, &d, t0));
+        let next = plan_of(&cur2, &specs, t0 + GRACE);
+        let next = plan_of(&next, &specs, t0 + 2 * GRACE);
+        assert!(in_map(&next).is_empty(), "{next:?}");
+    }
+
+    #[test]
+    fn remembered_endpoints_take_no_capacity() {
+        let t0 = Instant::now();
+        let b: Vec<(String, u16)> = (1..=10).map(|i| (format!("10.1.0.{i}"), 80)).collect();
+        let refs: Vec<(&str, u16)> = b.iter().map(|(a, p)| (a.as_str(), *p)).collect();
+        let s = stateful(vip("10.0.0.1", 80, &refs));
+        let e = vip("10.0.0.2", 80, &[("10.2.0.1", 80), ("10.2.0.2", 80)]);
+        let d = Demand::of([(&s, 1), (&e, 2)]);
+        let next = plan(&BTreeMap::new(), &d, |_| true, t0, GRACE, 2);
+        assert_eq!(in_map(&next).len(), 2, "both exclusive entries fit");
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub use loader::{
 };
 pub use maps::Maps;
 pub use model::{
-    BackendKey, BackendSpec, KEEP_DESTINATION_PORT, Mode, RateLimit, VipKey, VipSpec, proto,
+    BackendKey, BackendSpec, KEEP_DESTINATION_PORT, Mode, RateLimit, SourceRange, VipKey, VipSpec,
+    proto,
 };
 pub use writer::{
     AdoptReport, ApplyReport, BackendCounters, BackendState, Dataplane, VipCounters,

@@ -89,6 +89,9 @@ pub const MAP_NAMES: &[&str] = &[
     "rl_buckets_map6",
     "vip_index_map",
     "vip_index_ctl_map",
+    "src_range_map",
+    "src_range_map6",
+    "vip_drop_stats_map",
 ];
 
 /// Pin name prefixes of the persistent links (`--persist-datapath`).

@@ -66,6 +66,13 @@ pub struct Maps {
     pub rl_config: Array<MapData, abi::RlConfig>,
     /// Per-service SYN rate limits, by service ID.
     pub svc_rl_config: Array<MapData, abi::RlConfig>,
+    /// IPv4 allowed source prefixes of VIPs with source ranges.
+    pub src_range: LpmTrie<MapData, SrcRangeData4, u32>,
+    /// IPv6 allowed source prefixes.
+    pub src_range6: LpmTrie<MapData, SrcRangeData6, u32>,
+    /// Per-VIP per-reason per-CPU drop counters (index service ID *
+    /// [`abi::DROP_REASON_SLOTS`] + reason).
+    pub vip_drop_stats: PerCpuArray<MapData, abi::DropStats>,
     /// The exact VIPs again, as the open-addressing table the program reads
     /// (two halves of [`abi::VIP_INDEX_SLOTS`]).
     pub vip_index: Array<MapData, abi::VipSlot>,
@@ -102,6 +109,31 @@ pub struct RangeData6 {
     pub pad: u8,
 }
 
+/// The part of `struct rv_src_range_key4` after `prefixlen`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrcRangeData4 {
+    /// Service ID, | [`abi::SRC_RANGE_BANK`] for bank 1.
+    pub tag: u32,
+    /// Address prefix, network order.
+    pub addr: [u8; 4],
+}
+
+/// The part of `struct rv_src_range_key6` after `prefixlen`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrcRangeData6 {
+    /// As in [`SrcRangeData4`].
+    pub tag: u32,
+    /// Address prefix.
+    pub addr: [u8; 16],
+}
+
+// SAFETY: repr(C), a u32 then u8s making a multiple of 4: no padding.
+unsafe impl aya::Pod for SrcRangeData4 {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SrcRangeData6 {}
+
 // SAFETY: repr(C), u8 fields only: no padding, every bit pattern valid.
 unsafe impl aya::Pod for RangeData4 {}
 // SAFETY: as above.
@@ -119,6 +151,10 @@ const _: () = {
     assert!(offset_of!(abi::VipRangeKey6, proto) == 4);
     assert!(offset_of!(abi::VipRangeKey6, addr) == 4 + offset_of!(RangeData6, addr));
     assert!(offset_of!(abi::VipRangeKey6, port) == 4 + offset_of!(RangeData6, port));
+    assert!(size_of::<LpmKey<SrcRangeData4>>() == size_of::<abi::SrcRangeKey4>());
+    assert!(size_of::<LpmKey<SrcRangeData6>>() == size_of::<abi::SrcRangeKey6>());
+    assert!(offset_of!(abi::SrcRangeKey4, addr) == 4 + offset_of!(SrcRangeData4, addr));
+    assert!(offset_of!(abi::SrcRangeKey6, addr) == 4 + offset_of!(SrcRangeData6, addr));
 };
 
 /// The trie key of an ABI range key.
@@ -245,6 +281,9 @@ impl Maps {
             vip_range_map6: typed!(ebpf, "vip_range_map6"),
             rl_config: typed!(ebpf, "rl_config_map"),
             svc_rl_config: typed!(ebpf, "svc_rl_config_map"),
+            src_range: typed!(ebpf, "src_range_map"),
+            src_range6: typed!(ebpf, "src_range_map6"),
+            vip_drop_stats: typed!(ebpf, "vip_drop_stats_map"),
             vip_index: typed!(ebpf, "vip_index_map"),
             vip_index_ctl: typed!(ebpf, "vip_index_ctl_map"),
         })

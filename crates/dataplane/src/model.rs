@@ -2,8 +2,10 @@
 //! plain Rust types, independent of where they came from (static YAML today,
 //! Kubernetes later). Both paths converge here.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
+use std::str::FromStr;
 
 /// IP protocol numbers Rivora balances.
 pub mod proto {
@@ -226,6 +228,86 @@ pub struct BackendSpec {
     pub mac: [u8; 6],
 }
 
+/// One source prefix that may reach a VIP (loadBalancerSourceRanges): the
+/// sources whose first `prefix_len` bits equal `addr`'s. Bits of `addr`
+/// beyond the prefix are ignored (the writer clears them), as the kernel's
+/// trie ignores them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SourceRange {
+    /// The prefix's address.
+    pub addr: IpAddr,
+    /// Prefix length: 0..=32 (IPv4) or 0..=128 (IPv6).
+    pub prefix_len: u8,
+}
+
+impl SourceRange {
+    /// `addr/prefix_len` (not checked: the writer's validation is).
+    pub fn new(addr: IpAddr, prefix_len: u8) -> Self {
+        Self { addr, prefix_len }
+    }
+
+    /// The longest prefix of the address's family.
+    pub fn max_len(&self) -> u8 {
+        if self.addr.is_ipv4() { 32 } else { 128 }
+    }
+
+    /// The same prefix with the bits beyond `prefix_len` cleared (a prefix
+    /// length too long for the family is left as it is).
+    pub fn canonical(&self) -> Self {
+        let len = u32::from(self.prefix_len);
+        let addr = match self.addr {
+            IpAddr::V4(a) if len <= 32 => {
+                let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+                IpAddr::V4((u32::from(a) & mask).into())
+            }
+            IpAddr::V6(a) if len <= 128 => {
+                let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+                IpAddr::V6((u128::from(a) & mask).into())
+            }
+            other => other,
+        };
+        Self { addr, ..*self }
+    }
+
+    /// Whether `ip` is inside the prefix.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let c = self.canonical();
+        SourceRange::new(ip, self.prefix_len).canonical() == c && ip.is_ipv4() == c.addr.is_ipv4()
+    }
+}
+
+impl fmt::Display for SourceRange {
+    /// `10.0.0.0/8`, `2001:db8::/32`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+impl FromStr for SourceRange {
+    type Err = String;
+
+    /// `10.0.0.0/8`, or a bare address (a /32 or /128).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, len) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|e| format!("source range {s}: address: {e}"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix_len = match len {
+            None => max,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|l| *l <= max)
+                .ok_or_else(|| format!("source range {s}: prefix length must be 0..={max}"))?,
+        };
+        Ok(Self { addr, prefix_len })
+    }
+}
+
 /// One VIP as the control plane wants it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VipSpec {
@@ -249,6 +331,30 @@ pub struct VipSpec {
     /// the kernel's routing and netfilter work per packet but also skips
     /// the node's forward firewall rules for these packets.
     pub nat_fib: bool,
+    /// loadBalancerSourceRanges (service flag `SOURCE_RANGES`,
+    /// src_range_map(6)): None, any source may reach the VIP; Some(list),
+    /// only sources inside one of the prefixes (of the VIP's family, at most
+    /// [`rivora_abi::MAX_SRC_RANGES_PER_VIP`]); an empty list, none. Others
+    /// are dropped as `source_range`.
+    pub source_ranges: Option<Vec<SourceRange>>,
+    /// NAT only. true (the static YAML's behaviour): a backend endpoint that
+    /// serves this VIP alone is registered as exclusive in
+    /// nat_endpoint_map(6), and tc_nat rewrites *every* packet it sends to
+    /// come from the VIP, with no per-flow state. false: its endpoints are
+    /// never exclusive and replies are matched by per-flow nat_reverse_map
+    /// entries only, so other traffic of the backend leaving through this
+    /// node (a Kubernetes pod's pod-to-pod or ClusterIP replies) is left
+    /// alone. An endpoint shared with a stateless VIP follows this one:
+    /// per-flow entries for both (endpoints.rs).
+    pub stateless_reverse: bool,
+    /// Backends its source asks to drain for this VIP (a terminating
+    /// Kubernetes endpoint): they stay in the VIP's Maglev slice, keep
+    /// their established flows and take no new ones. A backend listed by
+    /// several VIPs drains only while every one of them asks for it (one
+    /// health state per backend: a VIP still serving from it wins, as
+    /// kube-proxy's terminating fallback would). Keys not among
+    /// `backends` are refused.
+    pub draining: BTreeSet<BackendKey>,
 }
 
 impl VipSpec {
@@ -262,6 +368,9 @@ impl VipSpec {
             affinity_client_ip: false,
             syn_rate_limit: None,
             nat_fib: false,
+            source_ranges: None,
+            stateless_reverse: true,
+            draining: BTreeSet::new(),
         }
     }
 
@@ -271,5 +380,33 @@ impl VipSpec {
         let mut b = self.backends.clone();
         b.sort();
         b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_ranges_parse_canonicalise_and_contain() {
+        let r: SourceRange = "10.1.2.3/8".parse().unwrap();
+        assert_eq!(r.canonical().to_string(), "10.0.0.0/8");
+        assert!(r.contains("10.255.0.1".parse().unwrap()));
+        assert!(!r.contains("11.0.0.1".parse().unwrap()));
+        assert!(!r.contains("::a00:1".parse().unwrap()), "other family");
+        let host: SourceRange = "2001:db8::1".parse().unwrap();
+        assert_eq!(host.prefix_len, 128);
+        let any: SourceRange = "::/0".parse().unwrap();
+        assert!(any.contains("2001:db8::1".parse().unwrap()));
+        assert_eq!(
+            "2001:db8:ffff::1/33"
+                .parse::<SourceRange>()
+                .unwrap()
+                .canonical()
+                .to_string(),
+            "2001:db8:8000::/33"
+        );
+        assert!("10.0.0.0/33".parse::<SourceRange>().is_err());
+        assert!("10.0.0/8".parse::<SourceRange>().is_err());
     }
 }

@@ -6,9 +6,11 @@
 //! 1. new backends get their address entry and health before any slice
 //!    names them;
 //! 2. a new or changed VIP's Maglev slice is written into free slots, then
-//!    its own SYN rate limit (svc_rl_config_map), then its service entry is
-//!    rewritten in one update (the flip, which also carries the affinity and
-//!    rate-limit flags), then a new VIP's vip_map entry (exact VIPs) or its
+//!    its own SYN rate limit (svc_rl_config_map) and source ranges (into the
+//!    bank of src_range_map(6) not in force), then its service entry is
+//!    rewritten in one update (the flip, which also carries the affinity,
+//!    rate-limit and source-range flags and the bank), then the other bank
+//!    is emptied, then a new VIP's vip_map entry (exact VIPs) or its
 //!    vip_range_map prefixes (port ranges) are inserted;
 //! 3. the VIP index (vip_index_map, the inlined copy of vip_map that the
 //!    program reads: see [`crate::vip_index`]) is rebuilt for the new set in
@@ -16,7 +18,7 @@
 //!    so it points at added VIPs only once they are complete and stops
 //!    pointing at removed ones before anything of them is cleared;
 //! 4. removed VIPs lose their vip_map entry or range prefixes before their
-//!    service entry, and that before their rate limit;
+//!    service entry, and that before their rate limit and source ranges;
 //! 5. only then are old slices, service IDs and backend IDs released.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,7 +34,7 @@ use crate::Error;
 use crate::alloc::{IdAllocator, Slice, SliceAllocator};
 use crate::endpoints::{self, Demand, Endpoint, EndpointEntry};
 use crate::maps::{self, Maps};
-use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, VipKey, VipSpec};
+use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, SourceRange, VipKey, VipSpec};
 use crate::vip_index;
 
 /// A programmed VIP.
@@ -52,6 +54,9 @@ pub struct VipState {
     /// Read back from pinned maps at start and not yet matched with the
     /// configuration: name and weights are unknown until then.
     pub adopted: bool,
+    /// The bank of src_range_map(6) its source ranges are in (0 or 1,
+    /// service flag `SOURCE_BANK`); 0 without source ranges.
+    pub src_bank: u32,
 }
 
 /// What a start found in pinned maps and took over.
@@ -80,10 +85,13 @@ pub struct BackendState {
     pub mac: [u8; 6],
     /// Effective health state as written to the map
     /// (`rivora_abi::backend_state`): down if the probes say so, else
-    /// draining if drained or retiring, else healthy.
+    /// draining if drained, terminating or retiring, else healthy.
     pub state: u32,
     /// Drained by an operator.
     pub drained: bool,
+    /// Its source asks for no new flows (`VipSpec::draining`) in every VIP
+    /// that lists it; kept across restarts in the health map's flags.
+    pub terminating: bool,
     /// The health probes consider it down.
     pub probe_down: bool,
     /// When `state` last changed in this process (None: not since start).
@@ -106,8 +114,11 @@ pub struct ApplyReport {
     pub rebuilt: Vec<String>,
     /// VIPs only renamed.
     pub renamed: Vec<String>,
-    /// VIPs whose session affinity or SYN rate limit changed: service entry
-    /// rewritten, slice kept.
+    /// VIPs whose session affinity, SYN rate limit, FIB forwarding or
+    /// source ranges changed (service entry rewritten, slice kept), or only
+    /// how their replies are matched (`stateless_reverse`: the endpoint
+    /// table changes) or which backends their source drains (`draining`:
+    /// health states change).
     pub reconfigured: Vec<String>,
     /// Adopted VIPs whose maps already held exactly what the config asks
     /// for: kept as they were (same service ID, slice and backend IDs).
@@ -225,6 +236,10 @@ pub struct VipCounters {
     pub service_id: u32,
     /// Counters summed over CPUs.
     pub stats: abi::VipStats,
+    /// Its drops by reason (index `rivora_abi::drop_reason`, COUNT
+    /// entries; all zero, and not read, while `stats.drops` is 0), so an
+    /// operator sees why this VIP drops, e.g. `source_range`.
+    pub drops_by_reason: Vec<u64>,
 }
 
 /// Summed (over CPUs) counters of one backend (`backend_stats_map`).
@@ -316,6 +331,8 @@ pub struct Dataplane {
     endpoints: BTreeMap<Endpoint, EndpointEntry>,
     /// What nat_backend_filter_map holds (None: not read or written yet).
     backend_filter: Option<Vec<u64>>,
+    /// What src_range_map(6) hold, by key tag (service ID and bank).
+    src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
 }
 
 /// An endpoint entry read back from either family's map.
@@ -330,6 +347,9 @@ enum VipChange {
     /// Affinity or rate limit changed: the service entry is rewritten with
     /// the same slice.
     Reconfigure,
+    /// Only what the writer's own bookkeeping holds changed: the name,
+    /// `stateless_reverse` (the endpoint table follows) or `draining` (the
+    /// health map follows; the slice stays as it is).
     Rename,
     Adopt,
 }
@@ -361,6 +381,7 @@ impl Dataplane {
             index: IndexShadow::zeroed(),
             endpoints: BTreeMap::new(),
             backend_filter: None,
+            src_ranges: BTreeMap::new(),
         }
     }
 
@@ -759,7 +780,12 @@ impl Dataplane {
             .endpoints
             .get(&ep)
             .is_some_and(|cur| cur.flags == entry.flags && cur.target == entry.target);
-        if !same_map_entry {
+        if entry.flags == 0 {
+            // Remembered, not written (endpoints.rs): no map entry.
+            if self.endpoints.get(&ep).is_some_and(|cur| cur.flags != 0) {
+                self.remove_endpoint(ep)?;
+            }
+        } else if !same_map_entry {
             match (ep.addr, t.vip) {
                 (IpAddr::V4(a), IpAddr::V4(v)) => self
                     .maps
@@ -981,6 +1007,7 @@ impl Dataplane {
         // New prefixes are inserted before removed VIPs lose theirs, so the
         // tries must hold both at once.
         check_range_capacity(self.vips.keys().chain(desired.keys()), "while applying")?;
+        self.check_src_range_capacity(&desired)?;
         let mut report = ApplyReport::default();
 
         // --- plan: backends
@@ -1028,6 +1055,7 @@ impl Dataplane {
                 id_of.insert(*key, id);
             }
         }
+        let terminating_next = source_drained(&desired);
         let mac_changes: Vec<(BackendKey, [u8; 6])> = wanted
             .iter()
             .filter(|(k, mac)| self.backends.get(*k).is_some_and(|b| b.mac != **mac))
@@ -1055,7 +1083,13 @@ impl Dataplane {
                     VipChange::Rebuild
                 }
                 Some(cur) if !same_options(&cur.spec, spec) => VipChange::Reconfigure,
-                Some(cur) if cur.spec.name != spec.name => VipChange::Rename,
+                Some(cur)
+                    if cur.spec.name != spec.name
+                        || cur.spec.stateless_reverse != spec.stateless_reverse
+                        || cur.spec.draining != spec.draining =>
+                {
+                    VipChange::Rename
+                }
                 Some(_) => continue,
             };
             let service_id = match (&change, self.vips.get(key)) {
@@ -1149,6 +1183,7 @@ impl Dataplane {
                     mac,
                     state: abi::backend_state::NONE,
                     drained: false,
+                    terminating: terminating_next.contains(&key),
                     probe_down: false,
                     last_change: None,
                     vips: BTreeSet::new(),
@@ -1184,17 +1219,33 @@ impl Dataplane {
             let (id, generation) = (b.id, b.generation);
             self.write_backend(key, id, mac, generation)?;
         }
+        // Sources' drains, before any new slice is written: a backend its
+        // VIPs drain takes no new flow from them at any point.
+        let keys: Vec<BackendKey> = self.backends.keys().copied().collect();
+        for key in keys {
+            let t = terminating_next.contains(&key);
+            let b = self.backends.get_mut(&key).expect("listed above");
+            if b.terminating != t {
+                b.terminating = t;
+                self.sync_health(&key)?;
+            }
+        }
         let mut old_slices = Vec::new();
         for p in planned {
             let key = p.spec.key;
             match p.change {
                 VipChange::Rename => {
-                    report.renamed.push(p.spec.name.clone());
-                    self.vips
-                        .get_mut(&key)
-                        .expect("renamed VIP exists")
-                        .spec
-                        .name = p.spec.name;
+                    let v = self.vips.get_mut(&key).expect("renamed VIP exists");
+                    if v.spec.name != p.spec.name {
+                        report.renamed.push(p.spec.name.clone());
+                    } else {
+                        report.reconfigured.push(p.spec.name.clone());
+                    }
+                    // What only the writer's bookkeeping holds: the name,
+                    // and how replies are matched (sync_endpoints below).
+                    v.spec.name = p.spec.name;
+                    v.spec.stateless_reverse = p.spec.stateless_reverse;
+                    v.spec.draining = p.spec.draining;
                     continue;
                 }
                 VipChange::Adopt => {
@@ -1208,10 +1259,13 @@ impl Dataplane {
                 VipChange::Reconfigure => {
                     report.reconfigured.push(p.spec.name.clone());
                     let generation = self.generation();
-                    self.write_service(p.service_id, p.slice, &p.spec, generation)?;
+                    let cur = self.src_ranges_in_force(&key);
+                    let bank =
+                        self.write_service(p.service_id, p.slice, &p.spec, generation, cur)?;
                     let v = self.vips.get_mut(&key).expect("reconfigured VIP exists");
                     v.spec = p.spec;
                     v.generation = generation;
+                    v.src_bank = bank;
                     v.adopted = false;
                     v.worst_imbalance = p.worst_imbalance;
                     continue;
@@ -1221,7 +1275,8 @@ impl Dataplane {
             }
             self.maps.maglev.write(p.slice.offset, &p.table);
             let generation = self.generation();
-            self.write_service(p.service_id, p.slice, &p.spec, generation)?;
+            let cur = self.src_ranges_in_force(&key);
+            let src_bank = self.write_service(p.service_id, p.slice, &p.spec, generation, cur)?;
             if let VipChange::Add = p.change {
                 self.insert_vip_key(&key, p.service_id)?;
             }
@@ -1249,6 +1304,7 @@ impl Dataplane {
                     generation,
                     worst_imbalance: p.worst_imbalance,
                     adopted: false,
+                    src_bank,
                 },
             );
         }
@@ -1264,6 +1320,9 @@ impl Dataplane {
                 .set(state.service_id, abi::Service::default(), 0)
                 .map_err(|e| map_err("service_config_map", e))?;
             self.set_svc_rate_limit(state.service_id, None)?;
+            for bank in [0, 1] {
+                self.write_src_ranges(src_tag(state.service_id, bank), &BTreeSet::new())?;
+            }
             self.zero_stats(state.service_id)?;
             self.service_ids.release(state.service_id);
             old_slices.push(state.slice);
@@ -1360,6 +1419,7 @@ impl Dataplane {
         let mut dp = Dataplane::new(maps);
         dp.read_vip_index()?;
         let mut report = AdoptReport::default();
+        dp.read_src_ranges(&mut report)?;
         let mut max_generation = 0u32;
 
         // Backends: every ID whose health slot is set.
@@ -1428,6 +1488,7 @@ impl Dataplane {
                     mac,
                     state,
                     drained: health.flags & abi::backend_flags::DRAINED != 0,
+                    terminating: health.flags & abi::backend_flags::TERMINATING != 0,
                     probe_down: health.flags & abi::backend_flags::PROBE_DOWN != 0
                         || state == abi::backend_state::DOWN,
                     last_change: None,
@@ -1513,6 +1574,23 @@ impl Dataplane {
                 }
             }
         }
+        // Source ranges of no adopted VIP's bank in force (a change that did
+        // not finish, a removed VIP) are stale: clear them.
+        let in_force: BTreeSet<u32> = dp
+            .vips
+            .values()
+            .filter(|v| v.spec.source_ranges.is_some())
+            .map(|v| src_tag(v.service_id, v.src_bank))
+            .collect();
+        let stale: Vec<u32> = dp
+            .src_ranges
+            .keys()
+            .filter(|t| !in_force.contains(t))
+            .copied()
+            .collect();
+        for tag in stale {
+            dp.write_src_ranges(tag, &BTreeSet::new())?;
+        }
         // Per-service rate limits nothing asks for are stale: clear them.
         let limited: BTreeSet<u32> = dp
             .vips
@@ -1580,6 +1658,22 @@ impl Dataplane {
         // the pinned one already matches.
         dp.sync_vip_index(&BTreeSet::new())?;
         dp.adopt_endpoints()?;
+        // stateless_reverse is not in the maps: a NAT VIP that some
+        // endpoint serves exclusively was stateless; any other is taken as
+        // stateful, the safe reading (a missing endpoint entry only costs
+        // per-flow entries, a wrong exclusive one rewrites a pod's other
+        // traffic), until a spec says otherwise. Matters while an adopted
+        // VIP is kept unclaimed: the endpoint plan reads its spec.
+        let exclusive: BTreeSet<u32> = dp
+            .endpoints
+            .values()
+            .filter(|e| e.exclusive())
+            .map(|e| e.target.service_id)
+            .collect();
+        for v in dp.vips.values_mut() {
+            v.spec.stateless_reverse =
+                v.spec.mode != Mode::Nat || exclusive.contains(&v.service_id);
+        }
         // Maps of an older ABI have no filter yet: set it from the adopted
         // backends before the new tc_nat can see a reply.
         dp.sync_backend_filter(&[])?;
@@ -1658,6 +1752,7 @@ impl Dataplane {
             return Err("Maglev slice overlaps another VIP's".into());
         }
         let mut backends = Vec::new();
+        let mut draining = BTreeSet::new();
         for id in &ids {
             let b = by_id.get_mut(id).expect("checked above");
             b.vips.insert(key);
@@ -1666,8 +1761,21 @@ impl Dataplane {
                 weight: 0,
                 mac: b.mac,
             });
+            if b.terminating {
+                draining.insert(b.key);
+            }
         }
         backends.sort();
+        let src_bank = u32::from(
+            source_ranges_set(svc.flags) && svc.flags & abi::service_flags::SOURCE_BANK != 0,
+        );
+        let source_ranges = source_ranges_set(svc.flags).then(|| {
+            let tag = src_tag(service_id, src_bank);
+            let list = self.src_ranges.get(&tag).cloned().unwrap_or_default();
+            list.into_iter()
+                .filter(|r| r.addr.is_ipv6() == key.addr.is_ipv6())
+                .collect::<Vec<_>>()
+        });
         self.vips.insert(
             key,
             VipState {
@@ -1679,12 +1787,19 @@ impl Dataplane {
                     affinity_client_ip: svc.flags & abi::service_flags::AFFINITY_CLIENT_IP != 0,
                     syn_rate_limit,
                     nat_fib: svc.flags & abi::service_flags::NAT_FIB != 0,
+                    source_ranges,
+                    // Not in the maps: read from the endpoint entries once
+                    // they are adopted (adopt), and the next apply's spec
+                    // says it (nothing rewritten either way).
+                    stateless_reverse: true,
+                    draining,
                 },
                 service_id,
                 slice,
                 generation: svc.generation,
                 worst_imbalance: 0.0,
                 adopted: true,
+                src_bank,
             },
         );
         Ok(svc.generation)
@@ -1746,7 +1861,9 @@ impl Dataplane {
     }
 
     /// Forces a state, for tests and tools: `HEALTHY` clears drain and
-    /// probe verdict, `DRAINING` drains, `DOWN` marks the probes down.
+    /// probe verdict, `DRAINING` drains, `DOWN` marks the probes down. A
+    /// source's drain (`VipSpec::draining`) is not touched: the next apply
+    /// owns it.
     pub fn set_backend_state(&mut self, key: &BackendKey, state: u32) -> Result<(), Error> {
         let b = self.backend_mut(key)?;
         match state {
@@ -1770,7 +1887,7 @@ impl Dataplane {
         let b = self.backends.get(key).expect("caller checked");
         let state = if b.probe_down {
             abi::backend_state::DOWN
-        } else if b.drained || b.retired_at.is_some() {
+        } else if b.drained || b.terminating || b.retired_at.is_some() {
             abi::backend_state::DRAINING
         } else {
             abi::backend_state::HEALTHY
@@ -1781,6 +1898,9 @@ impl Dataplane {
         }
         if b.probe_down {
             flags |= abi::backend_flags::PROBE_DOWN;
+        }
+        if b.terminating {
+            flags |= abi::backend_flags::TERMINATING;
         }
         let id = b.id;
         let changed = b.state != state;
@@ -1814,10 +1934,25 @@ impl Dataplane {
                 s.reply_packets += c.reply_packets;
                 s.reply_bytes += c.reply_bytes;
             }
+            let mut drops_by_reason = vec![0u64; abi::drop_reason::COUNT as usize];
+            if s.drops > 0 {
+                for (reason, n) in drops_by_reason.iter_mut().enumerate() {
+                    let idx = v.service_id * abi::DROP_REASON_SLOTS + reason as u32;
+                    *n = self
+                        .maps
+                        .vip_drop_stats
+                        .get(&idx, 0)
+                        .map_err(|e| map_err("vip_drop_stats_map", e))?
+                        .iter()
+                        .map(|c| c.packets)
+                        .sum();
+                }
+            }
             out.push(VipCounters {
                 name: v.spec.name.clone(),
                 service_id: v.service_id,
                 stats: s,
+                drops_by_reason,
             });
         }
         Ok(out)
@@ -1982,24 +2117,39 @@ impl Dataplane {
     }
 
     /// Writes a service entry (with its flags) and the service's own rate
-    /// limit: the limit before the entry that flags it, a cleared limit after
-    /// the entry that no longer does.
+    /// limit and source ranges: the limit before the entry that flags it, a
+    /// cleared limit after the entry that no longer does; a new list of
+    /// source ranges into the bank not in force before the entry that
+    /// switches to it, the bank left emptied after. `cur`: the VIP's source
+    /// ranges and bank in force now (None: a new VIP). Returns the bank in
+    /// force after.
     fn write_service(
         &mut self,
         service_id: u32,
         slice: Slice,
         spec: &VipSpec,
         generation: u32,
-    ) -> Result<(), Error> {
+        cur: Option<(Option<Vec<SourceRange>>, u32)>,
+    ) -> Result<u32, Error> {
         if spec.syn_rate_limit.is_some() {
             self.set_svc_rate_limit(service_id, spec.syn_rate_limit)?;
+        }
+        let bank = match (&spec.source_ranges, &cur) {
+            (None, _) => 0,
+            (Some(want), Some((Some(have), b))) if want == have => *b,
+            (Some(_), Some((_, b))) => b ^ 1,
+            (Some(_), None) => 0,
+        };
+        if let Some(want) = &spec.source_ranges {
+            let want: BTreeSet<SourceRange> = want.iter().copied().collect();
+            self.write_src_ranges(src_tag(service_id, bank), &want)?;
         }
         let entry = abi::Service {
             maglev_offset: slice.offset,
             maglev_size: slice.size,
             backend_count: spec.backends.len() as u16,
             mode: spec.mode.abi(),
-            flags: service_flags(spec),
+            flags: service_flags(spec, bank),
             generation,
         };
         self.maps
@@ -2008,6 +2158,140 @@ impl Dataplane {
             .map_err(|e| map_err("service_config_map", e))?;
         if spec.syn_rate_limit.is_none() {
             self.set_svc_rate_limit(service_id, None)?;
+        }
+        for b in [0, 1] {
+            if spec.source_ranges.is_none() || b != bank {
+                self.write_src_ranges(src_tag(service_id, b), &BTreeSet::new())?;
+            }
+        }
+        Ok(bank)
+    }
+
+    /// The source ranges and bank in force for a programmed VIP.
+    fn src_ranges_in_force(&self, key: &VipKey) -> Option<(Option<Vec<SourceRange>>, u32)> {
+        self.vips
+            .get(key)
+            .map(|v| (v.spec.source_ranges.clone(), v.src_bank))
+    }
+
+    /// Makes src_range_map(6) hold exactly `want` under `tag`: missing
+    /// prefixes inserted, others of the tag removed.
+    fn write_src_ranges(&mut self, tag: u32, want: &BTreeSet<SourceRange>) -> Result<(), Error> {
+        let have = self.src_ranges.get(&tag).cloned().unwrap_or_default();
+        let service_id = tag & !abi::SRC_RANGE_BANK;
+        for r in want.difference(&have) {
+            match r.addr {
+                IpAddr::V4(a) => self
+                    .maps
+                    .src_range
+                    .insert(&src_key4(tag, a, r.prefix_len), service_id, 0)
+                    .map_err(|e| map_err("src_range_map", e))?,
+                IpAddr::V6(a) => self
+                    .maps
+                    .src_range6
+                    .insert(&src_key6(tag, a, r.prefix_len), service_id, 0)
+                    .map_err(|e| map_err("src_range_map6", e))?,
+            }
+        }
+        for r in have.difference(want) {
+            let (res, map) = match r.addr {
+                IpAddr::V4(a) => (
+                    self.maps.src_range.remove(&src_key4(tag, a, r.prefix_len)),
+                    "src_range_map",
+                ),
+                IpAddr::V6(a) => (
+                    self.maps.src_range6.remove(&src_key6(tag, a, r.prefix_len)),
+                    "src_range_map6",
+                ),
+            };
+            match res {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err(map, e)),
+            }
+        }
+        if want.is_empty() {
+            self.src_ranges.remove(&tag);
+        } else {
+            self.src_ranges.insert(tag, want.clone());
+        }
+        Ok(())
+    }
+
+    /// Reads src_range_map(6) back (adoption); entries the writer cannot
+    /// have made (a prefix length beyond the tag and address) are removed.
+    fn read_src_ranges(&mut self, report: &mut AdoptReport) -> Result<(), Error> {
+        let mut bad4 = Vec::new();
+        for item in self.maps.src_range.iter() {
+            let (k, _) = item.map_err(|e| map_err("src_range_map", e))?;
+            let (len, d) = (k.prefix_len(), k.data());
+            match len.checked_sub(32).filter(|l| *l <= 32) {
+                Some(l) => {
+                    self.src_ranges
+                        .entry(d.tag)
+                        .or_default()
+                        .insert(SourceRange::new(Ipv4Addr::from(d.addr).into(), l as u8));
+                }
+                None => bad4.push(k),
+            }
+        }
+        let mut bad6 = Vec::new();
+        for item in self.maps.src_range6.iter() {
+            let (k, _) = item.map_err(|e| map_err("src_range_map6", e))?;
+            let (len, d) = (k.prefix_len(), k.data());
+            match len.checked_sub(32).filter(|l| *l <= 128) {
+                Some(l) => {
+                    self.src_ranges
+                        .entry(d.tag)
+                        .or_default()
+                        .insert(SourceRange::new(Ipv6Addr::from(d.addr).into(), l as u8));
+                }
+                None => bad6.push(k),
+            }
+        }
+        for k in bad4 {
+            report.dropped.push(format!(
+                "src_range_map entry of tag {:#x}: prefix length {} is not the writer's",
+                k.data().tag,
+                k.prefix_len()
+            ));
+            let _ = self.maps.src_range.remove(&k);
+        }
+        for k in bad6 {
+            report.dropped.push(format!(
+                "src_range_map6 entry of tag {:#x}: prefix length {} is not the writer's",
+                k.data().tag,
+                k.prefix_len()
+            ));
+            let _ = self.maps.src_range6.remove(&k);
+        }
+        Ok(())
+    }
+
+    /// Fails when the source ranges would not fit in the tries while
+    /// applying `desired`: a VIP whose list changes holds its old and its
+    /// new list at once, and removed VIPs keep theirs until after the added
+    /// ones are written.
+    fn check_src_range_capacity(&self, desired: &BTreeMap<VipKey, VipSpec>) -> Result<(), Error> {
+        let mut need = [0usize; 2];
+        let fam = |k: &VipKey| usize::from(k.addr.is_ipv6());
+        for (k, v) in &self.vips {
+            need[fam(k)] += v.spec.source_ranges.as_ref().map_or(0, Vec::len);
+        }
+        for (k, spec) in desired {
+            let cur = self.vips.get(k).and_then(|v| v.spec.source_ranges.as_ref());
+            if let Some(want) = &spec.source_ranges
+                && cur != Some(want)
+            {
+                need[fam(k)] += want.len();
+            }
+        }
+        for (map, n) in [("src_range_map", need[0]), ("src_range_map6", need[1])] {
+            if n > abi::MAX_SRC_RANGES as usize {
+                return Err(Error::Capacity(format!(
+                    "{map}: source ranges need {n} prefixes while applying, at most {} fit",
+                    abi::MAX_SRC_RANGES
+                )));
+            }
         }
         Ok(())
     }
@@ -2204,8 +2488,43 @@ impl Dataplane {
         self.maps
             .stats
             .set(service_id, zeros, 0)
-            .map_err(|e| map_err("stats_map", e))
+            .map_err(|e| map_err("stats_map", e))?;
+        for reason in 0..abi::DROP_REASON_SLOTS {
+            let zeros =
+                PerCpuValues::try_from(vec![abi::DropStats::default(); cpus]).map_err(|e| {
+                    Error::Io {
+                        what: "per-CPU drop stats buffer".into(),
+                        source: e,
+                    }
+                })?;
+            self.maps
+                .vip_drop_stats
+                .set(service_id * abi::DROP_REASON_SLOTS + reason, zeros, 0)
+                .map_err(|e| map_err("vip_drop_stats_map", e))?;
+        }
+        Ok(())
     }
+}
+
+/// The backends their source drains: listed as draining by every VIP of
+/// `desired` that lists them. One health state per backend, and a VIP that
+/// still serves from a backend wins over one that drains it: the serving
+/// VIP may have nothing else (kube-proxy's terminating fallback lists
+/// terminating endpoints as serving), while the draining one only sees a
+/// terminating backend take new flows a little longer.
+fn source_drained(desired: &BTreeMap<VipKey, VipSpec>) -> BTreeSet<BackendKey> {
+    let mut serving = BTreeSet::new();
+    let mut drained = BTreeSet::new();
+    for spec in desired.values() {
+        for b in &spec.backends {
+            if spec.draining.contains(&b.key) {
+                drained.insert(b.key);
+            } else {
+                serving.insert(b.key);
+            }
+        }
+    }
+    drained.difference(&serving).copied().collect()
 }
 
 /// The UDP VIPs (programmed now) that `desired` removes or takes a backend
@@ -2299,6 +2618,19 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
         }
         let mut canon = spec.clone();
         canon.backends = spec.sorted_backends();
+        if let Some(list) = &spec.source_ranges {
+            canon.source_ranges = Some(check_source_ranges(spec, list)?);
+        }
+        if let Some(k) = spec
+            .draining
+            .iter()
+            .find(|k| !spec.backends.iter().any(|b| b.key == **k))
+        {
+            return Err(Error::Invalid(format!(
+                "VIP {}: draining: {k} is not one of its backends",
+                spec.name
+            )));
+        }
         let mut seen = BTreeSet::new();
         for b in &canon.backends {
             if b.key.addr.is_ipv6() != spec.key.addr.is_ipv6() {
@@ -2365,10 +2697,46 @@ fn same_options(a: &VipSpec, b: &VipSpec) -> bool {
     a.affinity_client_ip == b.affinity_client_ip
         && a.syn_rate_limit == b.syn_rate_limit
         && a.nat_fib == b.nat_fib
+        && a.source_ranges == b.source_ranges
 }
 
-/// The service flags of a programmed VIP.
-fn service_flags(spec: &VipSpec) -> u8 {
+/// Whether service flags turn source ranges on.
+fn source_ranges_set(flags: u8) -> bool {
+    flags & abi::service_flags::SOURCE_RANGES != 0
+}
+
+/// The tag of a VIP's source-range keys in `bank`.
+fn src_tag(service_id: u32, bank: u32) -> u32 {
+    if bank == 1 {
+        service_id | abi::SRC_RANGE_BANK
+    } else {
+        service_id
+    }
+}
+
+fn src_key4(tag: u32, a: Ipv4Addr, len: u8) -> aya::maps::lpm_trie::Key<maps::SrcRangeData4> {
+    aya::maps::lpm_trie::Key::new(
+        32 + u32::from(len),
+        maps::SrcRangeData4 {
+            tag,
+            addr: a.octets(),
+        },
+    )
+}
+
+fn src_key6(tag: u32, a: Ipv6Addr, len: u8) -> aya::maps::lpm_trie::Key<maps::SrcRangeData6> {
+    aya::maps::lpm_trie::Key::new(
+        32 + u32::from(len),
+        maps::SrcRangeData6 {
+            tag,
+            addr: a.octets(),
+        },
+    )
+}
+
+/// The service flags of a programmed VIP whose source ranges (if any) are
+/// in `bank`.
+fn service_flags(spec: &VipSpec, bank: u32) -> u8 {
     let mut flags = abi::service_flags::ACTIVE;
     if spec.key.addr.is_ipv6() {
         flags |= abi::service_flags::IPV6;
@@ -2382,7 +2750,45 @@ fn service_flags(spec: &VipSpec) -> u8 {
     if spec.nat_fib {
         flags |= abi::service_flags::NAT_FIB;
     }
+    if spec.source_ranges.is_some() {
+        flags |= abi::service_flags::SOURCE_RANGES;
+        if bank == 1 {
+            flags |= abi::service_flags::SOURCE_BANK;
+        }
+    }
     flags
+}
+
+/// A VIP's source ranges checked (family, prefix length, count) and made
+/// canonical: host bits cleared, sorted, duplicates dropped.
+fn check_source_ranges(spec: &VipSpec, list: &[SourceRange]) -> Result<Vec<SourceRange>, Error> {
+    let v6 = spec.key.addr.is_ipv6();
+    for r in list {
+        if r.addr.is_ipv6() != v6 {
+            return Err(Error::Invalid(format!(
+                "VIP {}: source_ranges: {r} is not of the VIP's address family (IPv{})",
+                spec.name,
+                if v6 { 6 } else { 4 }
+            )));
+        }
+        if r.prefix_len > r.max_len() {
+            return Err(Error::Invalid(format!(
+                "VIP {}: source_ranges: {r}: the prefix length is at most {}",
+                spec.name,
+                r.max_len()
+            )));
+        }
+    }
+    let canon: BTreeSet<SourceRange> = list.iter().map(SourceRange::canonical).collect();
+    if canon.len() > abi::MAX_SRC_RANGES_PER_VIP as usize {
+        return Err(Error::Invalid(format!(
+            "VIP {}: source_ranges: {} distinct ranges, at most {} per VIP",
+            spec.name,
+            canon.len(),
+            abi::MAX_SRC_RANGES_PER_VIP
+        )));
+    }
+    Ok(canon.into_iter().collect())
 }
 
 fn check_rate_limit(l: &RateLimit, what: &str) -> Result<(), Error> {
@@ -2972,12 +3378,12 @@ mod tests {
     #[test]
     fn flags_follow_the_spec() {
         let mut s = spec("s", VipKey::exact(addr(), 80, 6), 80);
-        assert_eq!(service_flags(&s), abi::service_flags::ACTIVE);
+        assert_eq!(service_flags(&s, 1), abi::service_flags::ACTIVE);
         s.affinity_client_ip = true;
         s.syn_rate_limit = Some(RateLimit { rate: 5, burst: 9 });
         s.key.addr = "2001:db8::1".parse().unwrap();
         assert_eq!(
-            service_flags(&s),
+            service_flags(&s, 0),
             abi::service_flags::ACTIVE
                 | abi::service_flags::IPV6
                 | abi::service_flags::AFFINITY_CLIENT_IP

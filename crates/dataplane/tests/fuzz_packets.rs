@@ -59,6 +59,17 @@ type FlowTuple = (Vec<u8>, Vec<u8>, u16, u16, u8);
 struct Svc {
     offset: u32,
     size: u32,
+    /// loadBalancerSourceRanges as (address bytes, prefix length); None:
+    /// any source.
+    ranges: Option<Vec<(Vec<u8>, u8)>>,
+}
+
+/// Whether the first `len` bits of `a` and `prefix` agree (both of one
+/// family), computed bit by bit: independent of the writer's code.
+fn in_prefix(a: &[u8], prefix: &[u8], len: u8) -> bool {
+    a.len() == prefix.len()
+        && (0..len as usize)
+            .all(|i| (a[i / 8] >> (7 - i % 8)) & 1 == (prefix[i / 8] >> (7 - i % 8)) & 1)
 }
 
 struct Model {
@@ -72,6 +83,8 @@ struct Model {
     states: HashMap<u32, u32>,
     /// SYNs whose 5-tuple's entry named a backend that was not healthy.
     stale_syns: usize,
+    /// Frames a VIP's source ranges refused.
+    refused: usize,
     /// The datapath's per-CPU UDP seen filter (balance.h
     /// rv_udp_seen_before), slot -> tag: the test runs on one CPU.
     udp_seen: Vec<u32>,
@@ -362,6 +375,13 @@ impl Model {
         let Some(svc) = self.vips.get(&(p.dst.clone(), p.dport, p.proto)).cloned() else {
             return Decision::Pass;
         };
+        // Source ranges: right after the VIP match, before anything else.
+        if let Some(ranges) = &svc.ranges
+            && !ranges.iter().any(|(pre, len)| in_prefix(&p.src, pre, *len))
+        {
+            self.refused += 1;
+            return Decision::Drop(rivora_abi::drop_reason::SOURCE_RANGE);
+        }
         if svc.size == 0 {
             return Decision::Drop(rivora_abi::drop_reason::NO_HEALTHY_BACKEND);
         }
@@ -662,6 +682,21 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         specs.push(vip(&format!("t6{n}"), a, 80, proto::TCP, b6.clone()));
         specs.push(vip(&format!("u6{n}"), a, 443, proto::UDP, b6[1..].to_vec()));
     }
+    // Source ranges on one TCP VIP per family: the generator's clients
+    // (10.200.{0,1}.{1..6}, fd00:200::{1..c}) fall on both sides.
+    let ranges: HashMap<&str, Vec<(&str, u8)>> = HashMap::from([
+        ("t41", vec![("10.200.0.0", 24), ("10.200.1.4", 31)]),
+        ("t61", vec![("fd00:200::", 125)]),
+    ]);
+    for s in specs.iter_mut() {
+        if let Some(list) = ranges.get(s.name.as_str()) {
+            s.source_ranges = Some(
+                list.iter()
+                    .map(|(a, len)| rivora_dataplane::SourceRange::new(a.parse().unwrap(), *len))
+                    .collect(),
+            );
+        }
+    }
     r.dataplane.apply(&specs).unwrap();
 
     let octets = |a: IpAddr| match a {
@@ -684,6 +719,7 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         frags: HashMap::new(),
         states: HashMap::new(),
         stale_syns: 0,
+        refused: 0,
         udp_seen: vec![0; rivora_abi::UDP_SEEN_SLOTS as usize],
         udp_first: 0,
     };
@@ -693,6 +729,11 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
             Svc {
                 offset: v.slice.offset,
                 size: v.slice.size,
+                ranges: ranges.get(v.spec.name.as_str()).map(|l| {
+                    l.iter()
+                        .map(|(a, len)| (octets(a.parse().unwrap()), *len))
+                        .collect()
+                }),
             },
         );
     }
@@ -793,8 +834,18 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         }
     }
     eprintln!(
-        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend; {} UDP first datagrams made no entry",
-        model.stale_syns, model.udp_first
+        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend; {} UDP first datagrams made no entry; {} refused by source ranges",
+        model.stale_syns, model.udp_first, model.refused
+    );
+    assert!(
+        model.refused > 1000,
+        "too few frames met source ranges: {}",
+        model.refused
+    );
+    // The program counted each refusal as source_range, as the model did.
+    assert_eq!(
+        r.dataplane.drop_counters().unwrap()[rivora_abi::drop_reason::SOURCE_RANGE as usize],
+        model.refused as u64
     );
     assert!(
         model.udp_first > 1000,

@@ -364,6 +364,9 @@ fn abi_8_maps_gain_the_endpoint_and_guard_maps_in_place() {
             "nat_backend_filter_map",
             "flow_filter_map",
             "flow_filter_ctl_map",
+            "src_range_map",
+            "src_range_map6",
+            "vip_drop_stats_map",
         ],
     );
     let (mut r, outcome, _) = rig_at(&dir);
@@ -396,7 +399,13 @@ fn abi_9_maps_gain_the_flow_filter_and_it_becomes_exact_after_a_rebuild() {
         "abi9",
         9,
         40002,
-        &["flow_filter_map", "flow_filter_ctl_map"],
+        &[
+            "flow_filter_map",
+            "flow_filter_ctl_map",
+            "src_range_map",
+            "src_range_map6",
+            "vip_drop_stats_map",
+        ],
     );
     let (mut r, outcome, _) = rig_at(&dir);
     assert_eq!(outcome, LoadOutcome::Reused);
@@ -446,6 +455,61 @@ fn abi_9_maps_gain_the_flow_filter_and_it_becomes_exact_after_a_rebuild() {
     assert!(
         r.dataplane.maintain_flow_filter().unwrap().is_none(),
         "an exact, sparse filter needs no rebuild"
+    );
+    r.keep_pins = false;
+}
+
+/// ABI 11 added loadBalancerSourceRanges (src_range_map(6), two service
+/// flags, drop reason slot 14) and drops per VIP and reason
+/// (vip_drop_stats_map): maps an ABI 10 rivorad pinned are adopted with
+/// their flows, the three maps are created empty, and the next apply can
+/// give a VIP source ranges, whose refusals are counted per VIP and reason.
+#[test]
+fn abi_10_maps_gain_the_source_range_tries_in_place() {
+    let (dir, flow, first) = pinned_as_older_abi(
+        "abi10",
+        10,
+        40003,
+        &["src_range_map", "src_range_map6", "vip_drop_stats_map"],
+    );
+    let (mut r, outcome, report) = rig_at(&dir);
+    assert_eq!(outcome, LoadOutcome::Reused);
+    assert_eq!(report.vips, config().len());
+    assert!(report.dropped.is_empty(), "{:?}", report.dropped);
+    assert_eq!(
+        r.dataplane.maps().src_range.keys().count(),
+        0,
+        "created empty"
+    );
+    assert_eq!(forward(&mut r, &flow), first, "the flow kept its backend");
+    assert_eq!(
+        rivora_dataplane::compat::read_meta(&dir)
+            .unwrap()
+            .abi_version,
+        abi::ABI_VERSION
+    );
+    // The adopted VIPs match the config: kept, nothing rebuilt.
+    let report = r.dataplane.apply(&config()).unwrap();
+    assert_eq!(report.adopted.len(), config().len(), "{report}");
+    // Source ranges on web4: the flow's client is inside, another is not.
+    let mut ranged = config();
+    ranged[0].source_ranges = Some(vec!["10.201.0.0/24".parse().unwrap()]);
+    let report = r.dataplane.apply(&ranged).unwrap();
+    assert_eq!(report.reconfigured, vec!["web4".to_string()], "{report}");
+    assert_eq!(forward(&mut r, &flow), first, "the flow kept its backend");
+    let outside = FrameSpec::new("10.202.0.9", 40004, VIP4, 80, proto::TCP);
+    let (verdict, _) = r.datapath.run_xdp(&outside.build()).unwrap();
+    assert_eq!(verdict, XDP_DROP);
+    let web4 = r
+        .dataplane
+        .vip_counters()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name == "web4")
+        .unwrap();
+    assert_eq!(
+        web4.drops_by_reason[abi::drop_reason::SOURCE_RANGE as usize],
+        1
     );
     r.keep_pins = false;
 }

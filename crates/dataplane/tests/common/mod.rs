@@ -118,6 +118,9 @@ pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSp
         affinity_client_ip: false,
         syn_rate_limit: None,
         nat_fib: false,
+        source_ranges: None,
+        stateless_reverse: true,
+        draining: Default::default(),
     }
 }
 

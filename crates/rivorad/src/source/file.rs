@@ -167,6 +167,9 @@ fn vip(v: &rivora_config::VipConfig) -> DesiredVip {
         affinity_client_ip: v.session_affinity == SessionAffinity::ClientIp,
         syn_rate_limit: v.syn_rate_limit.map(rate_limit),
         nat_fib: v.nat_forwarding == NatForwarding::Fib,
+        source_ranges: None,
+        stateless_reverse: true,
+        draining: Default::default(),
     };
     DesiredVip {
         spec,
