@@ -60,6 +60,71 @@ pub struct Status {
     /// adopted and programs swapped into pinned links.
     #[serde(default)]
     pub start: String,
+    /// The Kubernetes source's state (`rivorad --kubernetes`); absent for a
+    /// node that runs the YAML file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesStatus>,
+}
+
+/// What `rivorad --kubernetes` sees of the cluster: its watches, the
+/// initial-sync gate and the Services it cannot program.
+///
+/// Exists because a node whose gate stays closed keeps VIPs whose Services
+/// may be gone (by design: nothing is removed while the picture is
+/// incomplete), and an operator must be able to see why from the node.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct KubernetesStatus {
+    /// The node's name (`--node-name`).
+    pub node: String,
+    /// The API server rivorad talks to.
+    pub api_server: String,
+    /// One entry per watched kind.
+    pub watches: Vec<WatchInfo>,
+    /// Whether the initial sync is complete: adopted VIPs nothing claimed
+    /// have been removed, and leftovers are removed at once from now on.
+    pub initial_sync_complete: bool,
+    /// What keeps the initial sync from completing.
+    #[serde(default)]
+    pub blocking: Vec<String>,
+    /// VIPs adopted from pinned maps that no Service claimed yet.
+    pub unclaimed_vips: u32,
+    /// Services of ours by state: `programmed`, `refused`, `failing`.
+    #[serde(default)]
+    pub services: std::collections::BTreeMap<String, u64>,
+    /// Failing Services by reason (e.g. `endpoint_is_vip`).
+    #[serde(default)]
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// The failing Services, `NAMESPACE/NAME: error` (the first few).
+    #[serde(default)]
+    pub failing: Vec<String>,
+    /// Generation of the last desired state the cluster gave (0: none yet,
+    /// e.g. while the API server is unreachable).
+    pub offered_generation: u64,
+    /// Writes of this node's RivoraNode status that succeeded.
+    pub node_report_writes: u64,
+    /// Writes of it that failed.
+    pub node_report_write_failures: u64,
+    /// The last failed write's error, until one succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_report_error: Option<String>,
+}
+
+/// One watch of the Kubernetes source.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct WatchInfo {
+    /// `Service`, `EndpointSlice`, `ServicePolicy` or `Node`.
+    pub kind: String,
+    /// Whether its first full list arrived.
+    pub listed: bool,
+    /// Objects it holds.
+    pub objects: u64,
+    /// Events received.
+    pub events: u64,
+    /// Errors (each retried after a backoff).
+    pub errors: u64,
+    /// The last error, until the next event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// Result of the last configuration reload.

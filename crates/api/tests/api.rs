@@ -72,6 +72,7 @@ fn sample_status() -> Status {
         backend_count: 3,
         started_at_unix: 1_700_000_000,
         persist_datapath: false,
+        kubernetes: None,
         start: String::new(),
         programs: vec![
             ProgramInfo {

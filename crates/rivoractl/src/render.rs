@@ -119,7 +119,66 @@ pub fn status(s: &Status, now_unix: u64) -> String {
             ),
         );
     }
+    if let Some(k) = &s.kubernetes {
+        kubernetes_rows(k, &mut kv);
+    }
     finish(t)
+}
+
+/// The Kubernetes source's rows of `rivoractl status`: the gate first (what
+/// an operator needs when adopted VIPs linger), then the watches, the
+/// Services and the node report.
+fn kubernetes_rows(k: &rivora_api::KubernetesStatus, kv: &mut impl FnMut(&str, String)) {
+    kv("Node", format!("{} (API server {})", k.node, k.api_server));
+    if k.initial_sync_complete {
+        kv("Initial sync", "complete".into());
+    } else {
+        kv(
+            "Initial sync",
+            format!(
+                "NOT complete: {} unclaimed adopted VIP(s) kept",
+                k.unclaimed_vips
+            ),
+        );
+        for (i, b) in k.blocking.iter().enumerate() {
+            kv(if i == 0 { "Blocked by" } else { "" }, b.clone());
+        }
+    }
+    for (i, w) in k.watches.iter().enumerate() {
+        let mut v = format!(
+            "{}: {}, {} object(s), {} event(s), {} error(s)",
+            w.kind,
+            if w.listed { "listed" } else { "NOT listed" },
+            w.objects,
+            w.events,
+            w.errors
+        );
+        if let Some(e) = &w.last_error {
+            v.push_str(&format!(", last error: {e}"));
+        }
+        kv(if i == 0 { "Watches" } else { "" }, v);
+    }
+    let count = |state: &str| k.services.get(state).copied().unwrap_or(0);
+    kv(
+        "Services",
+        format!(
+            "{} programmed, {} refused, {} failing",
+            count("programmed"),
+            count("refused"),
+            count("failing")
+        ),
+    );
+    for (i, f) in k.failing.iter().enumerate() {
+        kv(if i == 0 { "Failing" } else { "" }, f.clone());
+    }
+    let mut report = format!(
+        "{} write(s), {} failed",
+        k.node_report_writes, k.node_report_write_failures
+    );
+    if let Some(e) = &k.node_report_error {
+        report.push_str(&format!(", last error: {e}"));
+    }
+    kv("RivoraNode", report);
 }
 
 /// `rivoractl vips`: a VIP table, then a table of every VIP's backends.
@@ -1089,6 +1148,7 @@ mod tests {
             backend_count: 3,
             started_at_unix: 1_700_000_000,
             persist_datapath: false,
+            kubernetes: None,
             start: String::new(),
             programs: vec![
                 ProgramInfo {
@@ -1184,6 +1244,59 @@ mod tests {
                 syn_rate_limit: String::new(),
             },
         ]
+    }
+
+    #[test]
+    fn status_shows_the_kubernetes_gate_and_what_blocks_it() {
+        let mut s = sample_status();
+        assert!(!status(&s, 1_700_003_660).contains("Initial sync"));
+        s.kubernetes = Some(rivora_api::KubernetesStatus {
+            node: "n1".into(),
+            api_server: "https://10.250.0.1:6443/".into(),
+            watches: vec![rivora_api::WatchInfo {
+                kind: "Service".into(),
+                listed: true,
+                objects: 3,
+                events: 5,
+                errors: 1,
+                last_error: Some("timed out".into()),
+            }],
+            initial_sync_complete: false,
+            blocking: vec!["Service a/f fails: loop".into()],
+            unclaimed_vips: 2,
+            services: [("programmed".to_string(), 2), ("failing".to_string(), 1)]
+                .into_iter()
+                .collect(),
+            failures: Default::default(),
+            failing: vec!["a/f: loop".into()],
+            offered_generation: 4,
+            node_report_writes: 3,
+            node_report_write_failures: 0,
+            node_report_error: None,
+        });
+        let out = status(&s, 1_700_003_660);
+        assert_eq!(
+            row(&out, "Initial sync"),
+            [
+                "Initial sync",
+                "NOT complete: 2 unclaimed adopted VIP(s) kept"
+            ]
+        );
+        assert_eq!(
+            row(&out, "Blocked by"),
+            ["Blocked by", "Service a/f fails: loop"]
+        );
+        assert_eq!(
+            row(&out, "Services"),
+            ["Services", "2 programmed, 0 refused, 1 failing"]
+        );
+        assert_eq!(
+            row(&out, "Watches"),
+            [
+                "Watches",
+                "Service: listed, 3 object(s), 5 event(s), 1 error(s), last error: timed out"
+            ]
+        );
     }
 
     #[test]

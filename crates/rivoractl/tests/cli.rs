@@ -150,6 +150,7 @@ impl ApiSource for Fake {
             backend_count: 2,
             started_at_unix: 1_700_000_000,
             persist_datapath: false,
+            kubernetes: None,
             start: String::new(),
             programs: vec![],
         }

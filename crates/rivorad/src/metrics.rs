@@ -87,6 +87,7 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
     let flow_guard_rate = dp.flow_guard().map(|g| g.rate).unwrap_or(0);
     Ok(MetricsSnapshot {
         flow_guard_rate,
+        kubernetes: s.source_status.as_ref().map(|read| read(dp)),
         vips,
         drops,
         backends,

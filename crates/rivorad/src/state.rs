@@ -25,6 +25,9 @@ pub struct Shared {
     pub status: Status,
     /// The BGP speaker and the ARP/NDP responder.
     pub announcer: crate::announce::Announcer,
+    /// The source's own state for the status and metrics (Kubernetes:
+    /// watches, initial sync, failing Services); None for the file.
+    pub source_status: Option<crate::source::StatusReader>,
 }
 
 /// Every backend's counters in the API's form, read at one instant (the
@@ -99,6 +102,7 @@ impl ApiSource for StateSource {
         Status {
             vip_count: s.dataplane.vips().count() as u32,
             backend_count: s.dataplane.backends().count() as u32,
+            kubernetes: s.source_status.as_ref().map(|read| read(&s.dataplane)),
             ..s.status.clone()
         }
     }
