@@ -268,7 +268,9 @@ impl Agent {
                 }
             }
             self.publish(&status);
-            if self.offered.is_some() {
+            // Only once rivorad said what became of the last offer: before that, what the
+            // dataplane holds is not known, and a report would say the wrong thing.
+            if self.offered.is_some() && self.applied.is_some() {
                 report.send_if_modified(|r| {
                     let next = self.report();
                     if r.as_ref() == Some(&next) {
