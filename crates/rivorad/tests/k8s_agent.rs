@@ -647,6 +647,81 @@ async fn adopted_vips_stay_until_the_initial_sync_completes() {
     .await;
 }
 
+/// rivorad never waits for the API server: restarted over its pins while the node cannot reach
+/// it, rivorad starts, keeps every adopted VIP as it was and shows the watch errors; once the
+/// API server is reachable again the Service claims its VIP and the gate opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_api_server_changes_nothing() {
+    let bed = TestBed::shared();
+    let admin = bed.admin_client().await.unwrap();
+    install_shipped_crds(bed).await;
+    let sa_ns = unique_name("rvd");
+    let ns = unique_name("svc");
+    ensure_namespace(&admin, &ns).await.unwrap();
+    let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
+    let mut node = NodeAgent::new(bed, &admin, "node-c", &token).await;
+    let vip = "192.0.2.30";
+    lb_service(&admin, &ns, "web", &node.class, vip).await;
+    slice(
+        &admin,
+        &ns,
+        "web-1",
+        "web",
+        &["10.62.0.1", "10.62.0.2"],
+        &node.name,
+    )
+    .await;
+    node.start();
+    wait_for("the VIP is programmed", WAIT, || async {
+        vip_at(&node.vips().await?, vip).map(|_| ())
+    })
+    .await;
+    node.kill();
+    node.node_ns
+        .run(&["ip", "link", "set", "kapi", "down"])
+        .unwrap();
+    node.start();
+    let k = wait_for("watch errors are shown", WAIT, || async {
+        let k = node.kubernetes().await?;
+        if k.watches.iter().all(|w| !w.listed && w.errors > 0) {
+            Ok(k)
+        } else {
+            Err(format!("{:?}", k.watches))
+        }
+    })
+    .await;
+    assert_eq!(
+        k.offered_generation, 0,
+        "nothing offered without a full list: {k:?}"
+    );
+    assert!(!k.initial_sync_complete);
+    assert_eq!(k.unclaimed_vips, 1);
+    let (name, backends) = vip_at(&node.vips().await.unwrap(), vip).unwrap();
+    assert!(name.starts_with("adopted-"), "{name}");
+    assert_eq!(backends, set(&["10.62.0.1:8080", "10.62.0.2:8080"]));
+
+    node.node_ns
+        .run(&["ip", "link", "set", "kapi", "up"])
+        .unwrap();
+    wait_for(
+        "the Service claims its VIP once the API server is back",
+        Duration::from_secs(90),
+        || async {
+            let k = node.kubernetes().await?;
+            let (name, _) = vip_at(&node.vips().await?, vip)?;
+            if k.initial_sync_complete && name == vip_name(&ns, "web", vip) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "gate {}, VIP {name}, watches {:?}",
+                    k.initial_sync_complete, k.watches
+                ))
+            }
+        },
+    )
+    .await;
+}
+
 /// (d) `--kubernetes` with `--config` or `--check-config` exits with our message before
 /// anything is touched: no pin directory appears.
 #[test]
