@@ -220,6 +220,11 @@ pub struct VipInfo {
     /// `none`; empty from an older rivorad.
     #[serde(default)]
     pub syn_rate_limit: String,
+    /// Where the VIP comes from, when it is not the file: `service
+    /// NAMESPACE/NAME port PORT` for a Kubernetes VIP, `adopted, unclaimed`
+    /// for a VIP kept from pinned maps that nothing claimed yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// A backend as seen from one VIP.
@@ -239,6 +244,16 @@ pub struct VipBackend {
     /// Current state (`healthy`, `draining`, `down`), which decides whether
     /// it receives new flows.
     pub state: String,
+    /// What the backend is, when the source says (Kubernetes: `Pod NS/NAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The node it runs on, when the source says (Kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The source says it is terminating (Kubernetes: serving and
+    /// terminating while ready endpoints exist).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminating: bool,
 }
 
 /// A backend with all VIPs it serves (`GET /v1/backends`).

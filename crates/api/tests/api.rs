@@ -111,12 +111,16 @@ fn sample_vips() -> Vec<VipInfo> {
             session_affinity: "none".into(),
             nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
+            origin: None,
             backends: vec![VipBackend {
                 address: "192.168.1.10".into(),
                 port: 8080,
                 weight: 100,
                 backend_id: 1,
                 state: "healthy".into(),
+                target: None,
+                node: None,
+                terminating: false,
             }],
         },
         VipInfo {
@@ -133,6 +137,7 @@ fn sample_vips() -> Vec<VipInfo> {
             session_affinity: "none".into(),
             nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
+            origin: None,
             backends: vec![],
         },
     ]

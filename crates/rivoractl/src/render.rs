@@ -181,13 +181,31 @@ fn kubernetes_rows(k: &rivora_api::KubernetesStatus, kv: &mut impl FnMut(&str, S
     kv("RivoraNode", report);
 }
 
+/// What a Kubernetes backend is: `Pod NS/NAME @ NODE`, `(terminating)` when
+/// it is.
+fn backend_target(b: &rivora_api::VipBackend) -> String {
+    let mut out = match (&b.target, &b.node) {
+        (Some(t), Some(n)) => format!("{t} @ {n}"),
+        (Some(t), None) => t.clone(),
+        (None, Some(n)) => format!("@ {n}"),
+        (None, None) => NONE.to_string(),
+    };
+    if b.terminating {
+        out.push_str(" (terminating)");
+    }
+    out
+}
+
 /// `rivoractl vips`: a VIP table, then a table of every VIP's backends.
 pub fn vips(vips: &[VipInfo]) -> String {
     if vips.is_empty() {
         return "No VIPs configured.\n".into();
     }
     let mut t = table();
-    t.set_header(vec![
+    // Kubernetes VIPs say where they come from; a file's VIPs have no such
+    // column (their name is the handle).
+    let show_origin = vips.iter().any(|v| v.origin.is_some());
+    let mut header = vec![
         "VIP",
         "FRONTEND",
         "MODE",
@@ -197,7 +215,11 @@ pub fn vips(vips: &[VipInfo]) -> String {
         "BACKENDS",
         "MAGLEV SLICE",
         "IMBALANCE",
-    ]);
+    ];
+    if show_origin {
+        header.push("ORIGIN");
+    }
+    t.set_header(header);
     let or_none = |s: &str| {
         if s.is_empty() {
             NONE.to_string()
@@ -206,7 +228,7 @@ pub fn vips(vips: &[VipInfo]) -> String {
         }
     };
     for v in vips {
-        t.add_row(vec![
+        let mut row = vec![
             v.name.clone(),
             frontend(&v.address, v.port, v.port_last, &v.protocol),
             if v.nat_forwarding == "fib" {
@@ -220,24 +242,44 @@ pub fn vips(vips: &[VipInfo]) -> String {
             v.backends.len().to_string(),
             format!("{}+{}", v.maglev_offset, v.maglev_size),
             format!("{:.2}%", v.worst_imbalance_pct),
-        ]);
+        ];
+        if show_origin {
+            row.push(v.origin.clone().unwrap_or_else(|| NONE.to_string()));
+        }
+        t.add_row(row);
     }
     right_align(&mut t, &[5, 6, 8]);
 
     let mut b = table();
-    b.set_header(vec!["VIP", "BACKEND", "WEIGHT", "BACKEND ID", "STATE"]);
+    let show_target = vips
+        .iter()
+        .flat_map(|v| &v.backends)
+        .any(|b| b.target.is_some() || b.node.is_some() || b.terminating);
+    let mut header = vec!["VIP", "BACKEND", "WEIGHT", "BACKEND ID", "STATE"];
+    if show_target {
+        header.push("TARGET");
+    }
+    b.set_header(header);
     for v in vips {
         if v.backends.is_empty() {
-            b.add_row(vec![v.name.as_str(), "(no backends)", NONE, NONE, NONE]);
+            let mut row = vec![v.name.as_str(), "(no backends)", NONE, NONE, NONE];
+            if show_target {
+                row.push(NONE);
+            }
+            b.add_row(row);
         }
         for be in &v.backends {
-            b.add_row(vec![
+            let mut row = vec![
                 v.name.clone(),
                 backend_endpoint(&be.address, be.port),
                 be.weight.to_string(),
                 be.backend_id.to_string(),
                 be.state.clone(),
-            ]);
+            ];
+            if show_target {
+                row.push(backend_target(be));
+            }
+            b.add_row(row);
         }
     }
     right_align(&mut b, &[2, 3]);
@@ -1187,6 +1229,7 @@ mod tests {
                 session_affinity: "clientIP".into(),
                 nat_forwarding: "kernel".into(),
                 syn_rate_limit: "100/s burst 200".into(),
+                origin: None,
                 backends: vec![
                     VipBackend {
                         address: "192.168.1.10".into(),
@@ -1194,6 +1237,9 @@ mod tests {
                         weight: 100,
                         backend_id: 1,
                         state: "healthy".into(),
+                        target: None,
+                        node: None,
+                        terminating: false,
                     },
                     VipBackend {
                         address: "192.168.1.11".into(),
@@ -1201,6 +1247,9 @@ mod tests {
                         weight: 50,
                         backend_id: 2,
                         state: "draining".into(),
+                        target: None,
+                        node: None,
+                        terminating: false,
                     },
                 ],
             },
@@ -1218,12 +1267,16 @@ mod tests {
                 session_affinity: "none".into(),
                 nat_forwarding: "kernel".into(),
                 syn_rate_limit: "none".into(),
+                origin: None,
                 backends: vec![VipBackend {
                     address: "2001:db8::1:10".into(),
                     port: 0,
                     weight: 1,
                     backend_id: 3,
                     state: "down".into(),
+                    target: None,
+                    node: None,
+                    terminating: false,
                 }],
             },
             VipInfo {
@@ -1242,6 +1295,7 @@ mod tests {
                 session_affinity: String::new(),
                 nat_forwarding: String::new(),
                 syn_rate_limit: String::new(),
+                origin: None,
             },
         ]
     }
@@ -1404,6 +1458,26 @@ mod tests {
         let out = vips(&list);
         assert_eq!(rows(&out, "web")[0][2], "nat (fib)");
         assert_eq!(rows(&out, "dns6")[0][2], "nat", "kernel: the plain mode");
+    }
+
+    #[test]
+    fn kubernetes_vips_show_their_service_and_each_backends_pod_and_node() {
+        let mut list = sample_vips();
+        assert!(
+            !vips(&list).contains("ORIGIN"),
+            "file VIPs have no origin column"
+        );
+        list[0].origin = Some("service shop/web port http".into());
+        list[0].backends[0].target = Some("Pod shop/web-1".into());
+        list[0].backends[0].node = Some("n1".into());
+        list[0].backends[1].terminating = true;
+        let out = vips(&list);
+        println!("{out}");
+        let web = rows(&out, "web");
+        assert_eq!(web[0][9], "service shop/web port http");
+        assert_eq!(rows(&out, "dns6")[0][9], "-");
+        assert_eq!(web[1][5], "Pod shop/web-1 @ n1");
+        assert_eq!(web[2][5], "- (terminating)");
     }
 
     #[test]

@@ -170,12 +170,16 @@ impl ApiSource for Fake {
             session_affinity: "none".into(),
             nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
+            origin: None,
             backends: vec![VipBackend {
                 address: "192.168.1.10".into(),
                 port: 8080,
                 weight: 1,
                 backend_id: 1,
                 state: "healthy".into(),
+                target: None,
+                node: None,
+                terminating: false,
             }],
         }]
     }

@@ -103,7 +103,11 @@ async fn run_with<S: Source>(args: &Args, interface: &str, mut source: S) -> any
         &report,
         start,
     );
-    shared.lock().expect("state lock").source_status = source.status_reader();
+    {
+        let mut s = shared.lock().expect("state lock");
+        s.source_status = source.status_reader();
+        s.desired = desired.clone();
+    }
     // BGP sessions and ARP/NDP answers: only once the datapath forwards.
     announce::reconfigure(&shared, &desired, interface).await;
 
@@ -391,6 +395,7 @@ fn start_state(
         },
         announcer: announce::Announcer::default(),
         source_status: None,
+        desired: DesiredState::default(),
     }))
 }
 
@@ -615,6 +620,7 @@ fn reload<S: Source>(
                 Ok(report) => {
                     same_input = candidate.same_as_applied && report.is_empty();
                     source.applied(candidate.token, Programmed::of(&s.dataplane));
+                    s.desired = candidate.desired.clone();
                     applied = Some(candidate.desired);
                     Ok(report.to_string())
                 }

@@ -373,6 +373,29 @@ async fn services_and_slices_become_vips_and_follow_changes() {
     eprintln!("VIP programmed {:?} after start", started.elapsed());
     assert_eq!(name, vip_name(&ns, "web", vip));
     assert_eq!(backends.len(), 2);
+    // What rivoractl shows: the Service, and each backend's pod and node.
+    let info = node
+        .vips()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|v| v.address == vip)
+        .unwrap();
+    assert_eq!(
+        info.origin.as_deref(),
+        Some(format!("service {ns}/web port http").as_str())
+    );
+    let targets: BTreeSet<String> = info
+        .backends
+        .iter()
+        .map(|b| format!("{:?} {:?} {}", b.target, b.node, b.terminating))
+        .collect();
+    assert_eq!(
+        targets,
+        (0..2)
+            .map(|i| format!("Some(\"Pod {ns}/web-{i}\") Some({:?}) false", node.name))
+            .collect::<BTreeSet<_>>()
+    );
     let v = node.vips().await.unwrap();
     assert!(
         vip_at(&v, "192.0.2.11").is_err(),
@@ -576,7 +599,14 @@ async fn adopted_vips_stay_until_the_initial_sync_completes() {
         let v = node.vips().await?;
         let (keep_name, _) = vip_at(&v, keep_vip)?;
         let (gone_name, gone_backends) = vip_at(&v, gone_vip)?;
-        if keep_name == vip_name(&ns, "keep", keep_vip) && gone_name.starts_with("adopted-") {
+        let gone_origin = v
+            .iter()
+            .find(|x| x.address == gone_vip)
+            .and_then(|x| x.origin.clone());
+        if keep_name == vip_name(&ns, "keep", keep_vip)
+            && gone_name.starts_with("adopted-")
+            && gone_origin.as_deref() == Some("adopted, unclaimed")
+        {
             assert_eq!(gone_backends, set(&["10.61.0.2:8080"]));
             Ok(())
         } else {
