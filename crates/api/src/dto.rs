@@ -107,6 +107,29 @@ pub struct KubernetesStatus {
     /// The last failed write's error, until one succeeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_report_error: Option<String>,
+    /// The healthCheckNodePorts of the ETP Local Services, served as
+    /// kube-proxy serves them.
+    #[serde(default)]
+    pub health_check_node_ports: Vec<HealthCheckPortInfo>,
+    /// healthCheckNodePort requests answered, by status code (`200`, `503`).
+    #[serde(default)]
+    pub health_check_requests: std::collections::BTreeMap<String, u64>,
+}
+
+/// One healthCheckNodePort.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct HealthCheckPortInfo {
+    /// The port.
+    pub port: u16,
+    /// Its Service, `NAMESPACE/NAME`.
+    pub service: String,
+    /// Local ready, non-terminating endpoints it counts (200 when above 0).
+    pub local_endpoints: u64,
+    /// Whether rivorad listens on it.
+    pub serving: bool,
+    /// Why not (e.g. another process holds the port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One watch of the Kubernetes source.

@@ -56,8 +56,10 @@
 //! | `rivora_k8s_watch_errors_total` | counter | `kind` |
 //! | `rivora_k8s_store_objects` | gauge | `kind` |
 //! | `rivora_k8s_node_report_writes_total` | counter | `result` (`ok`, `error`) |
+//! | `rivora_healthcheck_nodeport_requests_total` | counter | `code` (`200`, `503`) |
 //!
-//! The `rivora_k8s_` families exist only on a `rivorad --kubernetes` node.
+//! The `rivora_k8s_` and `rivora_healthcheck_` families exist only on a `rivorad --kubernetes`
+//! node.
 //!
 //! A family with no series (e.g. no VIPs configured yet) is left out
 //! entirely, as the Go client does. The forwarding mode and the dataplane
@@ -673,6 +675,15 @@ fn kubernetes(enc: &mut DescriptorEncoder, k: &crate::KubernetesStatus) -> fmt::
         k.watches
             .iter()
             .map(|w| ([("kind", w.kind.as_str())], w.objects)),
+    )?;
+    counters(
+        enc,
+        "rivora_healthcheck_nodeport_requests",
+        "healthCheckNodePort requests answered, by status code",
+        None,
+        k.health_check_requests
+            .iter()
+            .map(|(c, n)| ([("code", c.as_str())], *n)),
     )?;
     counters(
         enc,

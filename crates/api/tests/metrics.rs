@@ -163,6 +163,8 @@ fn sample_snapshot() -> MetricsSnapshot {
             node_report_writes: 7,
             node_report_write_failures: 2,
             node_report_error: None,
+            health_check_node_ports: Vec::new(),
+            health_check_requests: BTreeMap::from([("200".into(), 4), ("503".into(), 1)]),
         }),
     }
 }
@@ -386,6 +388,14 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
                 w.errors as f64,
             );
             put("rivora_k8s_store_objects", Kind::Gauge, l, w.objects as f64);
+        }
+        for (c, n) in &k.health_check_requests {
+            put(
+                "rivora_healthcheck_nodeport_requests_total",
+                Kind::Counter,
+                labels(&[("code", c)]),
+                *n as f64,
+            );
         }
         for (r, n) in [
             ("ok", k.node_report_writes),

@@ -31,6 +31,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tracing::{info, warn};
 
 use crate::convert::{LastGood, desired_state};
+use crate::healthz_server::{Answer, HealthzServer, PortState};
 use crate::initsync::{InitialSync, Kind};
 use crate::report;
 use crate::stores::{Stores, WatchState};
@@ -141,6 +142,8 @@ pub struct AgentStatus {
     pub report_writes: (u64, u64),
     /// The last failed write's error, until a write succeeds.
     pub report_error: Option<String>,
+    /// The healthCheckNodePorts served (or that cannot be).
+    pub health_ports: Vec<PortState>,
 }
 
 /// Most failing Services named in [`AgentStatus::failing`].
@@ -154,6 +157,8 @@ pub struct Handles {
     pub status: watch::Receiver<AgentStatus>,
     /// Where rivorad reports what it did with the offers.
     pub feedback: mpsc::UnboundedSender<Feedback>,
+    /// healthCheckNodePort requests answered 200 and 503 so far (read live).
+    pub health_requests: Arc<[std::sync::atomic::AtomicU64; 2]>,
 }
 
 /// Starts the watches, the run loop and the report writer on the current tokio runtime.
@@ -169,6 +174,8 @@ pub fn start(client: Client, config: Config) -> Handles {
     let (feedback, feedback_rx) = mpsc::unbounded_channel();
     let (report_tx, report_rx) = watch::channel(None);
     let (writes_tx, writes_rx) = mpsc::unbounded_channel();
+    let healthz = HealthzServer::default();
+    let health_requests = Arc::clone(&healthz.requests);
     tokio::spawn(write_reports(
         client,
         config.node_name.clone(),
@@ -186,6 +193,8 @@ pub fn start(client: Client, config: Config) -> Handles {
         offered: None,
         generation: 0,
         applied: None,
+        last_apply_ok: None,
+        healthz,
         datapath: None,
         counts: (0, 0),
         conditions: Vec::new(),
@@ -198,6 +207,7 @@ pub fn start(client: Client, config: Config) -> Handles {
         offers,
         status,
         feedback,
+        health_requests,
     }
 }
 
@@ -214,6 +224,10 @@ struct Agent {
     generation: u64,
     /// The last feedback on the last offer.
     applied: Option<Result<(), String>>,
+    /// Whether the last apply of any offer succeeded (not reset by a new offer, so the
+    /// healthCheckNodePorts do not flap while rivorad applies).
+    last_apply_ok: Option<bool>,
+    healthz: HealthzServer,
     datapath: Option<DatapathSummary>,
     /// (VIPs, unclaimed) as last reported.
     counts: (usize, usize),
@@ -267,6 +281,7 @@ impl Agent {
                     }
                 }
             }
+            self.serve_health_checks();
             self.publish(&status);
             // Only once rivorad said what became of the last offer: before that, what the
             // dataplane holds is not known, and a report would say the wrong thing.
@@ -412,16 +427,45 @@ impl Agent {
                 unclaimed,
             } => {
                 self.counts = (vips, unclaimed);
+                self.last_apply_ok = Some(true);
                 if generation == self.generation {
                     self.applied = Some(Ok(()));
                 }
             }
             Feedback::Rejected { generation, error } => {
+                self.last_apply_ok = Some(false);
                 if generation == self.generation {
                     self.applied = Some(Err(error));
                 }
             }
         }
+    }
+
+    /// Points the healthCheckNodePort listeners at the Services of the last pass (a failing
+    /// Service answers as its last good translation did). Healthy as kube-proxy's
+    /// `serviceProxyHealthy`: the datapath is attached, the initial sync is complete and the last
+    /// apply succeeded.
+    fn serve_health_checks(&mut self) {
+        let mut wanted: BTreeMap<u16, Answer> = BTreeMap::new();
+        for (key, outcome) in &self.results {
+            let hc = match outcome {
+                Outcome::Translated(v) => v.health_check.as_ref(),
+                Outcome::Failed(_) => self
+                    .last_good
+                    .get(key)
+                    .and_then(|v| v.health_check.as_ref()),
+                Outcome::NotOurs => None,
+            };
+            if let Some(hc) = hc {
+                wanted.entry(hc.port).or_insert_with(|| Answer {
+                    service: key.clone(),
+                    local_endpoints: hc.local_endpoints,
+                });
+            }
+        }
+        let healthy =
+            self.datapath.is_some() && self.gate.is_open() && self.last_apply_ok == Some(true);
+        self.healthz.set(wanted, healthy);
     }
 
     fn publish(&mut self, status: &watch::Sender<AgentStatus>) {
@@ -468,6 +512,7 @@ impl Agent {
             }
         }
         s.offered = self.generation;
+        s.health_ports = self.healthz.ports();
         status.send_if_modified(|old| {
             if *old == self.status {
                 false

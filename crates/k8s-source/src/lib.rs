@@ -18,6 +18,7 @@
 //! - [`report`]: the status of this node's `RivoraNode`.
 //! - [`stores`] (edge): the four watches and their first full lists.
 //! - [`agent`] (edge): debounce, snapshot, translate, offer; the `RivoraNode` writer.
+//! - [`healthz_server`] (edge): one listener per healthCheckNodePort.
 
 #![warn(missing_docs)]
 
@@ -25,6 +26,7 @@ pub mod agent;
 pub mod convert;
 pub mod endpoints;
 pub mod healthz;
+pub mod healthz_server;
 pub mod initsync;
 pub mod report;
 pub mod select;

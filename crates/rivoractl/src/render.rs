@@ -179,6 +179,17 @@ fn kubernetes_rows(k: &rivora_api::KubernetesStatus, kv: &mut impl FnMut(&str, S
         report.push_str(&format!(", last error: {e}"));
     }
     kv("RivoraNode", report);
+    for (i, p) in k.health_check_node_ports.iter().enumerate() {
+        let state = match (&p.error, p.serving) {
+            (Some(e), _) => format!("NOT served: {e}"),
+            (None, true) => format!("{} local endpoint(s)", p.local_endpoints),
+            (None, false) => "not served".to_string(),
+        };
+        kv(
+            if i == 0 { "Health check ports" } else { "" },
+            format!("{} ({}): {state}", p.port, p.service),
+        );
+    }
 }
 
 /// What a Kubernetes backend is: `Pod NS/NAME @ NODE`, `(terminating)` when
@@ -1327,6 +1338,14 @@ mod tests {
             node_report_writes: 3,
             node_report_write_failures: 0,
             node_report_error: None,
+            health_check_node_ports: vec![rivora_api::HealthCheckPortInfo {
+                port: 31000,
+                service: "a/l".into(),
+                local_endpoints: 0,
+                serving: false,
+                error: Some("address in use".into()),
+            }],
+            health_check_requests: Default::default(),
         });
         let out = status(&s, 1_700_003_660);
         assert_eq!(
@@ -1343,6 +1362,13 @@ mod tests {
         assert_eq!(
             row(&out, "Services"),
             ["Services", "2 programmed, 0 refused, 1 failing"]
+        );
+        assert_eq!(
+            row(&out, "Health check ports"),
+            [
+                "Health check ports",
+                "31000 (a/l): NOT served: address in use"
+            ]
         );
         assert_eq!(
             row(&out, "Watches"),

@@ -752,6 +752,163 @@ async fn an_unreachable_api_server_changes_nothing() {
     .await;
 }
 
+/// GET / on `port` of the node's loopback, from inside the node namespace: (status, the
+/// weight header, body).
+fn health_get(node: &NodeAgent, port: u16) -> Result<(u16, String, String), String> {
+    use std::io::{Read, Write};
+    node.node_ns
+        .within(move || -> Result<(u16, String, String), String> {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                .map_err(|e| format!("connect {addr}: {e}"))?;
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            write!(s, "GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+            let mut raw = String::new();
+            s.read_to_string(&mut raw).map_err(|e| e.to_string())?;
+            let (head, body) = raw.split_once("\r\n\r\n").ok_or(raw.clone())?;
+            let status = head
+                .split(' ')
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .ok_or(head.to_string())?;
+            let weight = head
+                .lines()
+                .find_map(|l| l.strip_prefix("X-Load-Balancing-Endpoint-Weight: "))
+                .unwrap_or("")
+                .to_string();
+            Ok((status, weight, body.to_string()))
+        })
+        .map_err(|e| e.to_string())?
+}
+
+/// healthCheckNodePort of an ETP Local Service: 200 with kube-proxy's body and weight header
+/// while this node has a ready local endpoint, 503 once it is terminating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_check_node_port_answers_as_kube_proxy() {
+    let bed = TestBed::shared();
+    let admin = bed.admin_client().await.unwrap();
+    install_shipped_crds(bed).await;
+    let sa_ns = unique_name("rvd");
+    let ns = unique_name("svc");
+    ensure_namespace(&admin, &ns).await.unwrap();
+    let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
+    let mut node = NodeAgent::new(bed, &admin, "node-d", &token).await;
+    let api: Api<Service> = Api::namespaced(admin.clone(), &ns);
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "local"},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": node.class,
+            "externalTrafficPolicy": "Local",
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        },
+    }))
+    .unwrap();
+    let created = api
+        .patch(
+            "local",
+            &PatchParams::apply(FM).force(),
+            &Patch::Apply(&svc),
+        )
+        .await
+        .unwrap();
+    let port = created
+        .spec
+        .as_ref()
+        .and_then(|s| s.health_check_node_port)
+        .expect("the API server allocates a healthCheckNodePort") as u16;
+    api.patch_status(
+        "local",
+        &PatchParams::apply("rivora-controller").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.40", "ipMode": "VIP"}]}},
+        })),
+    )
+    .await
+    .unwrap();
+    let here = node.name.clone();
+    let write_slice = |local_terminating: bool| {
+        let admin = admin.clone();
+        let ns = ns.clone();
+        let here = here.clone();
+        async move {
+            let s: EndpointSlice = serde_json::from_value(json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "local-1", "labels": {"kubernetes.io/service-name": "local"}},
+                "addressType": "IPv4",
+                "endpoints": [
+                    {"addresses": ["10.63.0.1"], "nodeName": here, "conditions": if local_terminating {
+                        json!({"ready": false, "serving": true, "terminating": true})
+                    } else {
+                        json!({"ready": true, "serving": true, "terminating": false})
+                    }},
+                    {"addresses": ["10.63.0.2"], "nodeName": "elsewhere",
+                     "conditions": {"ready": true, "serving": true, "terminating": false}},
+                ],
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            }))
+            .unwrap();
+            Api::<EndpointSlice>::namespaced(admin, &ns)
+                .patch(
+                    "local-1",
+                    &PatchParams::apply(FM).force(),
+                    &Patch::Apply(&s),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    write_slice(false).await;
+    node.start();
+    let (status, weight, body) = wait_for("the health check port answers 200", WAIT, || async {
+        match health_get(&node, port)? {
+            r if r.0 == 200 => Ok(r),
+            r => Err(format!("{r:?}")),
+        }
+    })
+    .await;
+    assert_eq!((status, weight.as_str()), (200, "1"));
+    assert_eq!(
+        body,
+        format!(
+            "{{\n\t\"service\": {{\n\t\t\"namespace\": \"{ns}\",\n\t\t\"name\": \"local\"\n\t}},\n\t\"localEndpoints\": 1,\n\t\"serviceProxyHealthy\": true\n}}"
+        )
+    );
+    // Only the local endpoint is a backend (ETP Local).
+    let (_, backends) = vip_at(&node.vips().await.unwrap(), "192.0.2.40").unwrap();
+    assert_eq!(backends, set(&["10.63.0.1:8080"]));
+
+    // The last local endpoint starts terminating: 503, no local endpoint counted.
+    write_slice(true).await;
+    let (_, weight, body) = wait_for("the health check port answers 503", WAIT, || async {
+        match health_get(&node, port)? {
+            r if r.0 == 503 => Ok(r),
+            r => Err(format!("{r:?}")),
+        }
+    })
+    .await;
+    assert_eq!(weight, "0");
+    assert!(body.contains("\"localEndpoints\": 0"), "{body}");
+    let k = node.kubernetes().await.unwrap();
+    let p = k
+        .health_check_node_ports
+        .iter()
+        .find(|p| p.port == port)
+        .unwrap_or_else(|| panic!("{k:?}"));
+    assert!(p.serving && p.error.is_none(), "{p:?}");
+    assert_eq!(p.service, format!("{ns}/local"));
+    assert!(
+        k.health_check_requests.get("200").copied().unwrap_or(0) >= 1,
+        "{k:?}"
+    );
+    assert!(
+        k.health_check_requests.get("503").copied().unwrap_or(0) >= 1,
+        "{k:?}"
+    );
+}
+
 /// (d) `--kubernetes` with `--config` or `--check-config` exits with our message before
 /// anything is touched: no pin directory appears.
 #[test]

@@ -214,10 +214,19 @@ impl Source for KubernetesSource {
     }
 
     fn status_reader(&self) -> Option<StatusReader> {
-        let status = self.handles.as_ref()?.status.clone();
+        let handles = self.handles.as_ref()?;
+        let status = handles.status.clone();
+        let requests = std::sync::Arc::clone(&handles.health_requests);
         let api_server = self.api_server.clone();
         Some(Box::new(move |dp| {
-            dto(&status.borrow(), &api_server, Programmed::of(dp).unclaimed)
+            let mut k = dto(&status.borrow(), &api_server, Programmed::of(dp).unclaimed);
+            for (code, n) in ["200", "503"].iter().zip(requests.iter()) {
+                k.health_check_requests.insert(
+                    code.to_string(),
+                    n.load(std::sync::atomic::Ordering::Relaxed),
+                );
+            }
+            k
         }))
     }
 }
@@ -257,5 +266,17 @@ fn dto(a: &AgentStatus, api_server: &str, unclaimed: usize) -> rivora_api::Kuber
         node_report_writes: a.report_writes.0,
         node_report_write_failures: a.report_writes.1,
         node_report_error: a.report_error.clone(),
+        health_check_node_ports: a
+            .health_ports
+            .iter()
+            .map(|p| rivora_api::HealthCheckPortInfo {
+                port: p.port,
+                service: p.service.to_string(),
+                local_endpoints: p.local_endpoints as u64,
+                serving: p.serving,
+                error: p.error.clone(),
+            })
+            .collect(),
+        health_check_requests: Default::default(),
     }
 }
