@@ -240,13 +240,17 @@ struct Agent {
 /// The result of a report write, for the status.
 type WriteResult = Result<(), String>;
 
+/// A status to write, and the uid of this node's Node (the RivoraNode's owner, so it goes when
+/// the Node goes) when the Node is known.
+type Report = (RivoraNodeStatus, Option<String>);
+
 impl Agent {
     async fn run(
         mut self,
         offers: watch::Sender<Option<Arc<Offer>>>,
         status: watch::Sender<AgentStatus>,
         mut feedback: mpsc::UnboundedReceiver<Feedback>,
-        report: watch::Sender<Option<RivoraNodeStatus>>,
+        report: watch::Sender<Option<Report>>,
         mut writes: mpsc::UnboundedReceiver<WriteResult>,
     ) {
         loop {
@@ -286,12 +290,18 @@ impl Agent {
             // Only once rivorad said what became of the last offer: before that, what the
             // dataplane holds is not known, and a report would say the wrong thing.
             if self.offered.is_some() && self.applied.is_some() {
+                let owner = self
+                    .stores
+                    .nodes
+                    .state()
+                    .first()
+                    .and_then(|n| n.metadata.uid.clone());
                 report.send_if_modified(|r| {
-                    let next = self.report();
+                    let next = (self.report(), owner);
                     if r.as_ref() == Some(&next) {
                         false
                     } else {
-                        self.conditions = next.conditions.clone();
+                        self.conditions = next.0.conditions.clone();
                         *r = Some(next);
                         true
                     }
@@ -555,46 +565,53 @@ pub fn reason(e: &TranslateError) -> &'static str {
 }
 
 /// Writes the `RivoraNode` status whenever it changes, at most once per `interval`: the object
-/// is created (empty spec) by server-side apply, then its status applied, both as
-/// [`FIELD_MANAGER`]. A failed write is retried after `interval`.
+/// is created (empty spec, owned by the Node once its uid is known) by server-side apply, then
+/// its status applied, both as [`FIELD_MANAGER`]. A failed write is retried after `interval`.
 async fn write_reports(
     client: Client,
     node: String,
     interval: Duration,
-    mut reports: watch::Receiver<Option<RivoraNodeStatus>>,
+    mut reports: watch::Receiver<Option<Report>>,
     results: mpsc::UnboundedSender<WriteResult>,
 ) {
     let api: Api<RivoraNode> = Api::all(client);
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let api_version = format!("{}/{}", rivora_k8s_api::GROUP, rivora_k8s_api::VERSION);
-    let mut created = false;
+    // The owner the object was last applied with (None: not applied yet).
+    let mut created: Option<Option<String>> = None;
     let mut written: Option<RivoraNodeStatus> = None;
     loop {
         if reports.changed().await.is_err() {
             return;
         }
         loop {
-            let Some(next) = reports.borrow_and_update().clone() else {
+            let Some((next, owner)) = reports.borrow_and_update().clone() else {
                 break;
             };
-            if written.as_ref() == Some(&next) {
+            if written.as_ref() == Some(&next) && created.as_ref() == Some(&owner) {
                 break;
             }
             let outcome = async {
-                if !created {
+                if created.as_ref() != Some(&owner) {
+                    let mut metadata = json!({"name": node});
+                    if let Some(uid) = &owner {
+                        metadata["ownerReferences"] = json!([{
+                            "apiVersion": "v1", "kind": "Node", "name": node, "uid": uid,
+                        }]);
+                    }
                     api.patch(
                         &node,
                         &pp,
                         &Patch::Apply(json!({
                             "apiVersion": api_version,
                             "kind": "RivoraNode",
-                            "metadata": {"name": node},
+                            "metadata": metadata,
                             "spec": {},
                         })),
                     )
                     .await
                     .map_err(|e| format!("creating RivoraNode {node}: {e}"))?;
-                    created = true;
+                    created = Some(owner.clone());
                 }
                 api.patch_status(
                     &node,
@@ -615,7 +632,7 @@ async fn write_reports(
                 Err(e) => {
                     warn!("{e}");
                     // Recreate next time: the object may have been deleted.
-                    created = false;
+                    created = None;
                 }
             }
             if results.send(outcome.clone()).is_err() {

@@ -170,6 +170,9 @@ impl NodeAgent {
             self.class.as_ref(),
             "--backend-retire-secs".as_ref(),
             "0".as_ref(),
+            // The node's own loopback: no other test shares it.
+            "--metrics-listen".as_ref(),
+            "127.0.0.1:9469".as_ref(),
         ];
         let mut d = Rivorad::start_with(
             &self.node_ns,
@@ -472,6 +475,46 @@ async fn services_and_slices_become_vips_and_follow_changes() {
         ["rivorad", "rivorad"],
         "object and status, both by rivorad"
     );
+    let node_uid = Api::<Node>::all(admin.clone())
+        .get(&node.name)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    let owners: Vec<(String, String, Option<String>)> = Api::<RivoraNode>::all(admin.clone())
+        .get(&node.name)
+        .await
+        .unwrap()
+        .owner_references()
+        .iter()
+        .map(|o| (o.kind.clone(), o.name.clone(), Some(o.uid.clone())))
+        .collect();
+    assert_eq!(
+        owners,
+        [("Node".to_string(), node.name.clone(), node_uid)],
+        "the RivoraNode goes with its Node"
+    );
+
+    // The same through the metrics.
+    let (code, _, metrics) = http_get(&node, 9469, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    for line in [
+        "rivora_k8s_initial_sync_complete 1",
+        "rivora_k8s_unclaimed_vips 0",
+        "rivora_k8s_services{state=\"programmed\"} 1",
+        "rivora_k8s_services{state=\"failing\"} 0",
+        "rivora_k8s_store_objects{kind=\"Node\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} missing:\n{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("rivora_k8s_watch_events_total{kind=\"EndpointSlice\"}")
+            && metrics.contains("rivora_k8s_node_report_writes_total{result=\"ok\"}"),
+        "{metrics}"
+    );
 
     // Deleting the Service removes its VIP.
     Api::<Service>::namespaced(admin.clone(), &ns)
@@ -752,9 +795,16 @@ async fn an_unreachable_api_server_changes_nothing() {
     .await;
 }
 
-/// GET / on `port` of the node's loopback, from inside the node namespace: (status, the
+/// GET /healthz on `port` of the node's loopback, from inside the node namespace: (status, the
 /// weight header, body).
 fn health_get(node: &NodeAgent, port: u16) -> Result<(u16, String, String), String> {
+    http_get(node, port, "/healthz")
+}
+
+/// GET `path` on `port` of the node's loopback, from inside the node namespace: (status, the
+/// weight header, body).
+fn http_get(node: &NodeAgent, port: u16, path: &str) -> Result<(u16, String, String), String> {
+    let path = path.to_string();
     use std::io::{Read, Write};
     node.node_ns
         .within(move || -> Result<(u16, String, String), String> {
@@ -762,7 +812,11 @@ fn health_get(node: &NodeAgent, port: u16) -> Result<(u16, String, String), Stri
             let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
                 .map_err(|e| format!("connect {addr}: {e}"))?;
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            write!(s, "GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+            write!(
+                s,
+                "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
             let mut raw = String::new();
             s.read_to_string(&mut raw).map_err(|e| e.to_string())?;
             let (head, body) = raw.split_once("\r\n\r\n").ok_or(raw.clone())?;
