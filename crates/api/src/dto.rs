@@ -60,6 +60,94 @@ pub struct Status {
     /// adopted and programs swapped into pinned links.
     #[serde(default)]
     pub start: String,
+    /// The Kubernetes source's state (`rivorad --kubernetes`); absent for a
+    /// node that runs the YAML file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesStatus>,
+}
+
+/// What `rivorad --kubernetes` sees of the cluster: its watches, the
+/// initial-sync gate and the Services it cannot program.
+///
+/// Exists because a node whose gate stays closed keeps VIPs whose Services
+/// may be gone (by design: nothing is removed while the picture is
+/// incomplete), and an operator must be able to see why from the node.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct KubernetesStatus {
+    /// The node's name (`--node-name`).
+    pub node: String,
+    /// The API server rivorad talks to.
+    pub api_server: String,
+    /// One entry per watched kind.
+    pub watches: Vec<WatchInfo>,
+    /// Whether the initial sync is complete: adopted VIPs nothing claimed
+    /// have been removed, and leftovers are removed at once from now on.
+    pub initial_sync_complete: bool,
+    /// What keeps the initial sync from completing.
+    #[serde(default)]
+    pub blocking: Vec<String>,
+    /// VIPs adopted from pinned maps that no Service claimed yet.
+    pub unclaimed_vips: u32,
+    /// Services of ours by state: `programmed`, `refused`, `failing`.
+    #[serde(default)]
+    pub services: std::collections::BTreeMap<String, u64>,
+    /// Failing Services by reason (e.g. `endpoint_is_vip`).
+    #[serde(default)]
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// The failing Services, `NAMESPACE/NAME: error` (the first few).
+    #[serde(default)]
+    pub failing: Vec<String>,
+    /// Generation of the last desired state the cluster gave (0: none yet,
+    /// e.g. while the API server is unreachable).
+    pub offered_generation: u64,
+    /// Writes of this node's RivoraNode status that succeeded.
+    pub node_report_writes: u64,
+    /// Writes of it that failed.
+    pub node_report_write_failures: u64,
+    /// The last failed write's error, until one succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_report_error: Option<String>,
+    /// The healthCheckNodePorts of the ETP Local Services, served as
+    /// kube-proxy serves them.
+    #[serde(default)]
+    pub health_check_node_ports: Vec<HealthCheckPortInfo>,
+    /// healthCheckNodePort requests answered, by status code (`200`, `503`).
+    #[serde(default)]
+    pub health_check_requests: std::collections::BTreeMap<String, u64>,
+}
+
+/// One healthCheckNodePort.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct HealthCheckPortInfo {
+    /// The port.
+    pub port: u16,
+    /// Its Service, `NAMESPACE/NAME`.
+    pub service: String,
+    /// Local ready, non-terminating endpoints it counts (200 when above 0).
+    pub local_endpoints: u64,
+    /// Whether rivorad listens on it.
+    pub serving: bool,
+    /// Why not (e.g. another process holds the port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One watch of the Kubernetes source.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct WatchInfo {
+    /// `Service`, `EndpointSlice`, `ServicePolicy` or `Node`.
+    pub kind: String,
+    /// Whether its first full list arrived.
+    pub listed: bool,
+    /// Objects it holds.
+    pub objects: u64,
+    /// Events received.
+    pub events: u64,
+    /// Errors (each retried after a backoff).
+    pub errors: u64,
+    /// The last error, until the next event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// Result of the last configuration reload.
@@ -155,6 +243,11 @@ pub struct VipInfo {
     /// `none`; empty from an older rivorad.
     #[serde(default)]
     pub syn_rate_limit: String,
+    /// Where the VIP comes from, when it is not the file: `service
+    /// NAMESPACE/NAME port PORT` for a Kubernetes VIP, `adopted, unclaimed`
+    /// for a VIP kept from pinned maps that nothing claimed yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// A backend as seen from one VIP.
@@ -174,6 +267,16 @@ pub struct VipBackend {
     /// Current state (`healthy`, `draining`, `down`), which decides whether
     /// it receives new flows.
     pub state: String,
+    /// What the backend is, when the source says (Kubernetes: `Pod NS/NAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The node it runs on, when the source says (Kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The source says it is terminating (Kubernetes: serving and
+    /// terminating while ready endpoints exist).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminating: bool,
 }
 
 /// A backend with all VIPs it serves (`GET /v1/backends`).

@@ -52,6 +52,18 @@
 //! | `rivora_start_time_seconds` | gauge | |
 //! | `rivora_bgp_peer_established` | gauge (0/1) | `peer`, `peer_as` |
 //! | `rivora_bgp_peer_prefixes_advertised` | gauge | `peer`, `peer_as` |
+//! | `rivora_k8s_initial_sync_complete` | gauge (0/1) | |
+//! | `rivora_k8s_unclaimed_vips` | gauge | |
+//! | `rivora_k8s_services` | gauge | `state` (`programmed`, `refused`, `failing`) |
+//! | `rivora_k8s_service_failures` | gauge | `reason` |
+//! | `rivora_k8s_watch_events_total` | counter | `kind` |
+//! | `rivora_k8s_watch_errors_total` | counter | `kind` |
+//! | `rivora_k8s_store_objects` | gauge | `kind` |
+//! | `rivora_k8s_node_report_writes_total` | counter | `result` (`ok`, `error`) |
+//! | `rivora_healthcheck_nodeport_requests_total` | counter | `code` (`200`, `503`) |
+//!
+//! The `rivora_k8s_` and `rivora_healthcheck_` families exist only on a `rivorad --kubernetes`
+//! node.
 //!
 //! A family with no series (e.g. no VIPs configured yet) is left out
 //! entirely, as the Go client does. The forwarding mode and the dataplane
@@ -128,6 +140,9 @@ pub struct MetricsSnapshot {
     pub flow_guard_rate: u64,
     /// The flow filter (bits, bits set, exact, rebuilds); None: not read.
     pub flow_filter: Option<(u64, u64, bool, u64)>,
+    /// The Kubernetes source's state (`rivorad --kubernetes` only): its
+    /// gate, watches and failing Services, the `rivora_k8s_` families.
+    pub kubernetes: Option<crate::KubernetesStatus>,
 }
 
 /// One BGP peer's session, so a down session (no traffic attracted) can be
@@ -601,6 +616,10 @@ impl Collector for SnapshotCollector {
             [(NO_LABELS, s.start_unix)],
         )?;
 
+        if let Some(k) = &s.kubernetes {
+            kubernetes(&mut enc, k)?;
+        }
+
         // --- BGP ---
         let peer_as: Vec<String> = s.bgp_peers.iter().map(|p| p.peer_as.to_string()).collect();
         gauges(
@@ -629,6 +648,89 @@ impl Collector for SnapshotCollector {
         )?;
         Ok(())
     }
+}
+
+/// The `rivora_k8s_` families.
+fn kubernetes(enc: &mut DescriptorEncoder, k: &crate::KubernetesStatus) -> fmt::Result {
+    gauges(
+        enc,
+        "rivora_k8s_initial_sync_complete",
+        "Whether the initial sync is complete (adopted VIPs nothing claimed are removed): 1 yes, 0 no",
+        None,
+        [(NO_LABELS, bool_gauge(k.initial_sync_complete))],
+    )?;
+    gauges(
+        enc,
+        "rivora_k8s_unclaimed_vips",
+        "VIPs adopted from pinned maps that no Service claimed yet",
+        None,
+        [(NO_LABELS, u64::from(k.unclaimed_vips))],
+    )?;
+    let states = ["programmed", "refused", "failing"];
+    gauges(
+        enc,
+        "rivora_k8s_services",
+        "LoadBalancer Services of ours, by state",
+        None,
+        states
+            .iter()
+            .map(|st| ([("state", *st)], k.services.get(*st).copied().unwrap_or(0))),
+    )?;
+    gauges(
+        enc,
+        "rivora_k8s_service_failures",
+        "Services that cannot be programmed, by reason",
+        None,
+        k.failures
+            .iter()
+            .map(|(r, n)| ([("reason", r.as_str())], *n)),
+    )?;
+    counters(
+        enc,
+        "rivora_k8s_watch_events",
+        "Events received per watched kind",
+        None,
+        k.watches
+            .iter()
+            .map(|w| ([("kind", w.kind.as_str())], w.events)),
+    )?;
+    counters(
+        enc,
+        "rivora_k8s_watch_errors",
+        "Watch errors per watched kind (each retried after a backoff)",
+        None,
+        k.watches
+            .iter()
+            .map(|w| ([("kind", w.kind.as_str())], w.errors)),
+    )?;
+    gauges(
+        enc,
+        "rivora_k8s_store_objects",
+        "Objects held per watched kind",
+        None,
+        k.watches
+            .iter()
+            .map(|w| ([("kind", w.kind.as_str())], w.objects)),
+    )?;
+    counters(
+        enc,
+        "rivora_healthcheck_nodeport_requests",
+        "healthCheckNodePort requests answered, by status code",
+        None,
+        k.health_check_requests
+            .iter()
+            .map(|(c, n)| ([("code", c.as_str())], *n)),
+    )?;
+    counters(
+        enc,
+        "rivora_k8s_node_report_writes",
+        "Writes of this node's RivoraNode status, by result",
+        None,
+        [
+            ([("result", "ok")], k.node_report_writes),
+            ([("result", "error")], k.node_report_write_failures),
+        ],
+    )
 }
 
 /// Produces a fresh snapshot for each scrape; an `Err` message is answered

@@ -72,6 +72,7 @@ fn sample_status() -> Status {
         backend_count: 3,
         started_at_unix: 1_700_000_000,
         persist_datapath: false,
+        kubernetes: None,
         start: String::new(),
         programs: vec![
             ProgramInfo {
@@ -110,12 +111,16 @@ fn sample_vips() -> Vec<VipInfo> {
             session_affinity: "none".into(),
             nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
+            origin: None,
             backends: vec![VipBackend {
                 address: "192.168.1.10".into(),
                 port: 8080,
                 weight: 100,
                 backend_id: 1,
                 state: "healthy".into(),
+                target: None,
+                node: None,
+                terminating: false,
             }],
         },
         VipInfo {
@@ -132,6 +137,7 @@ fn sample_vips() -> Vec<VipInfo> {
             session_affinity: "none".into(),
             nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
+            origin: None,
             backends: vec![],
         },
     ]

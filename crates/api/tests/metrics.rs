@@ -133,6 +133,40 @@ fn sample_snapshot() -> MetricsSnapshot {
                 prefixes_advertised: 0,
             },
         ],
+        kubernetes: Some(rivora_api::KubernetesStatus {
+            node: "n1".into(),
+            api_server: "https://10.0.0.1:6443".into(),
+            watches: vec![
+                rivora_api::WatchInfo {
+                    kind: "Service".into(),
+                    listed: true,
+                    objects: 4,
+                    events: 9,
+                    errors: 1,
+                    last_error: None,
+                },
+                rivora_api::WatchInfo {
+                    kind: "Node".into(),
+                    listed: false,
+                    objects: 0,
+                    events: 0,
+                    errors: 3,
+                    last_error: Some("connection refused".into()),
+                },
+            ],
+            initial_sync_complete: false,
+            blocking: vec!["Service a/b fails: x".into()],
+            unclaimed_vips: 2,
+            services: BTreeMap::from([("programmed".into(), 3), ("failing".into(), 1)]),
+            failures: BTreeMap::from([("endpoint_is_vip".into(), 1)]),
+            failing: vec!["a/b: x".into()],
+            offered_generation: 5,
+            node_report_writes: 7,
+            node_report_write_failures: 2,
+            node_report_error: None,
+            health_check_node_ports: Vec::new(),
+            health_check_requests: BTreeMap::from([("200".into(), 4), ("503".into(), 1)]),
+        }),
     }
 }
 
@@ -335,6 +369,72 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
             l,
             p.prefixes_advertised as f64,
         );
+    }
+    if let Some(k) = &s.kubernetes {
+        let none = labels(&[]);
+        put(
+            "rivora_k8s_initial_sync_complete",
+            Kind::Gauge,
+            none.clone(),
+            if k.initial_sync_complete { 1.0 } else { 0.0 },
+        );
+        put(
+            "rivora_k8s_unclaimed_vips",
+            Kind::Gauge,
+            none,
+            k.unclaimed_vips as f64,
+        );
+        for st in ["programmed", "refused", "failing"] {
+            put(
+                "rivora_k8s_services",
+                Kind::Gauge,
+                labels(&[("state", st)]),
+                k.services.get(st).copied().unwrap_or(0) as f64,
+            );
+        }
+        for (r, n) in &k.failures {
+            put(
+                "rivora_k8s_service_failures",
+                Kind::Gauge,
+                labels(&[("reason", r)]),
+                *n as f64,
+            );
+        }
+        for w in &k.watches {
+            let l = labels(&[("kind", &w.kind)]);
+            put(
+                "rivora_k8s_watch_events_total",
+                Kind::Counter,
+                l.clone(),
+                w.events as f64,
+            );
+            put(
+                "rivora_k8s_watch_errors_total",
+                Kind::Counter,
+                l.clone(),
+                w.errors as f64,
+            );
+            put("rivora_k8s_store_objects", Kind::Gauge, l, w.objects as f64);
+        }
+        for (c, n) in &k.health_check_requests {
+            put(
+                "rivora_healthcheck_nodeport_requests_total",
+                Kind::Counter,
+                labels(&[("code", c)]),
+                *n as f64,
+            );
+        }
+        for (r, n) in [
+            ("ok", k.node_report_writes),
+            ("error", k.node_report_write_failures),
+        ] {
+            put(
+                "rivora_k8s_node_report_writes_total",
+                Kind::Counter,
+                labels(&[("result", r)]),
+                n as f64,
+            );
+        }
     }
     out
 }

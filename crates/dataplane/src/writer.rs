@@ -1365,6 +1365,102 @@ impl Dataplane {
         Ok(report)
     }
 
+    /// [`Dataplane::apply`], except that the programmed VIPs whose keys are
+    /// in `keep` and that `desired` does not list stay exactly as they are:
+    /// not removed, not rebuilt, their backends not retired, and an adopted
+    /// one stays adopted (unclaimed), so a later apply that lists it claims
+    /// it as after a restart. Keys of `keep` that `desired` lists, or that
+    /// are not programmed, change nothing. The report does not name kept
+    /// VIPs.
+    ///
+    /// Why: the Kubernetes source must not remove the VIPs it adopted from
+    /// the pinned maps until its initial sync says nothing will claim them
+    /// (rivora-architecture.txt, "State, restarts and adoption"); feeding
+    /// their adopted specs back to `apply` instead would rebuild them
+    /// (their weights are unknown, their names made up).
+    ///
+    /// How: each kept VIP stands in for itself. Its current spec (weight 1
+    /// for an adopted one's unknown weights, a name no source can give) is
+    /// added to `desired` and set
+    /// as its bookkeeping for the duration of the call, so `apply` finds it
+    /// unchanged and leaves its maps, its slice and its backends alone; its
+    /// real spec and adopted mark are restored afterwards, whatever `apply`
+    /// returned. A kept L3 DSR VIP does not need a tunnel source set (its
+    /// outer source is still in the maps); a desired one still does.
+    pub fn apply_keeping(
+        &mut self,
+        desired: &[VipSpec],
+        keep: &BTreeSet<VipKey>,
+    ) -> Result<ApplyReport, Error> {
+        let listed: BTreeSet<VipKey> = desired.iter().map(|s| s.key).collect();
+        let kept: Vec<VipKey> = keep
+            .iter()
+            .filter(|k| !listed.contains(k) && self.vips.contains_key(k))
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            return self.apply(desired);
+        }
+        for spec in desired {
+            let v6 = spec.key.addr.is_ipv6();
+            let have = if v6 {
+                self.tunnel_source.1.is_some()
+            } else {
+                self.tunnel_source.0.is_some()
+            };
+            if matches!(spec.mode, Mode::DsrIpip | Mode::DsrGre) && !have {
+                return Err(Error::Invalid(format!(
+                    "VIP {}: mode {} needs an IPv{} tunnelSource (the outer source address)",
+                    spec.name,
+                    spec.mode.as_str(),
+                    if v6 { 6 } else { 4 }
+                )));
+            }
+        }
+        let mut all = desired.to_vec();
+        let mut saved = Vec::with_capacity(kept.len());
+        let tunnel = self.tunnel_source;
+        for key in &kept {
+            let v = self.vips.get_mut(key).expect("filtered above");
+            let mut stand_in = v.spec.clone();
+            // A name no source gives, so it cannot collide with a desired
+            // VIP's (a kept VIP's own name may now belong to another key).
+            stand_in.name = format!("\u{0}kept-{}", v.service_id);
+            if v.adopted {
+                for b in &mut stand_in.backends {
+                    b.weight = 1;
+                }
+            }
+            if matches!(stand_in.mode, Mode::DsrIpip | Mode::DsrGre) {
+                // Only apply's check reads this field; the maps keep theirs.
+                let unspecified = std::net::Ipv4Addr::UNSPECIFIED;
+                if key.addr.is_ipv6() {
+                    self.tunnel_source
+                        .1
+                        .get_or_insert(unspecified.to_ipv6_mapped());
+                } else {
+                    self.tunnel_source.0.get_or_insert(unspecified);
+                }
+            }
+            saved.push((
+                *key,
+                std::mem::replace(&mut v.spec, stand_in.clone()),
+                v.adopted,
+            ));
+            v.adopted = false;
+            all.push(stand_in);
+        }
+        let result = self.apply(&all);
+        self.tunnel_source = tunnel;
+        for (key, spec, adopted) in saved {
+            if let Some(v) = self.vips.get_mut(&key) {
+                v.spec = spec;
+                v.adopted = adopted;
+            }
+        }
+        result
+    }
+
     /// Whether an adopted VIP's maps already hold exactly what `spec` asks
     /// for: same mode, same backends, and the slice content equals the table
     /// the spec's backends and weights give at the adopted slice size.

@@ -32,6 +32,33 @@ pub use node::{L2Settings, NodeSettings, TunnelSource};
 pub use origin::{Origin, ServiceRef};
 pub use validate::Inconsistency;
 
+/// What an apply does with VIPs the maps hold that the desired state does
+/// not list. A source says which with every state it hands over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApplyMode {
+    /// Remove them: the state is the whole truth. The YAML source always
+    /// applies this way (leftovers of the file are removed at once), and so
+    /// does the Kubernetes source once its initial sync is complete.
+    #[default]
+    Prune,
+    /// Leave the VIPs adopted from pinned maps that nothing has claimed yet
+    /// exactly as they are (forwarding, unclaimed). The Kubernetes source
+    /// applies this way until its initial sync completes, because until
+    /// then a VIP may look unclaimed only because its Service has not been
+    /// seen yet (rivora-architecture.txt, "State, restarts and adoption").
+    KeepUnclaimed,
+}
+
+impl ApplyMode {
+    /// `prune` or `keep-unclaimed`, for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplyMode::Prune => "prune",
+            ApplyMode::KeepUnclaimed => "keep-unclaimed",
+        }
+    }
+}
+
 /// Everything a node should forward and announce: the VIPs and the
 /// node-wide settings. Produced whole by a source on every change (never a
 /// patch), so applying it is "make the node match this".

@@ -1,6 +1,7 @@
 //! Rivora's Kubernetes custom resources, API group `rivora.dev`, version `v1alpha1`:
-//! [`AddressPool`] (cluster-scoped), [`ServicePolicy`] (namespaced) and [`BGPPeer`]
-//! (cluster-scoped), and the CRD YAML generated from them.
+//! [`AddressPool`] (cluster-scoped), [`ServicePolicy`] (namespaced), [`BGPPeer`]
+//! (cluster-scoped) and [`RivoraNode`] (cluster-scoped, each node's report), and the CRD YAML
+//! generated from them.
 //!
 //! Why the CRDs are generated from these types (and checked in under `deploy/crds/`): the Rust
 //! types are what rivora-controller and rivorad read and write, so the schema the API server
@@ -17,6 +18,7 @@ pub mod address_pool;
 pub mod attachment;
 pub mod bgp_peer;
 pub mod class;
+pub mod rivora_node;
 mod schema;
 pub mod service_policy;
 
@@ -25,6 +27,9 @@ use kube::CustomResourceExt;
 
 pub use address_pool::{AddressCounts, AddressPool, AddressPoolSpec, AddressPoolStatus};
 pub use bgp_peer::{BGPPeer, BGPPeerSpec, BGPPeerStatus, SecretKeyRef};
+pub use rivora_node::{
+    DatapathSummary, RivoraNode, RivoraNodeSpec, RivoraNodeStatus, ServiceReport,
+};
 pub use service_policy::{
     CheckType, HealthCheck, NatForwarding, PolicyTargetRef, ServicePolicy, ServicePolicySpec,
     ServicePolicyStatus, StatusRange, SynRateLimit, TargetStatus,
@@ -37,7 +42,12 @@ pub const VERSION: &str = "v1alpha1";
 
 /// Every CRD of this crate, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![AddressPool::crd(), BGPPeer::crd(), ServicePolicy::crd()]
+    vec![
+        AddressPool::crd(),
+        BGPPeer::crd(),
+        RivoraNode::crd(),
+        ServicePolicy::crd(),
+    ]
 }
 
 /// The file name a CRD is committed under: `<group>_<plural>.yaml`, as controller-gen names them.
@@ -69,6 +79,7 @@ mod tests {
             [
                 ("AddressPool".into(), "Cluster".into()),
                 ("BGPPeer".into(), "Cluster".into()),
+                ("RivoraNode".into(), "Cluster".into()),
                 ("ServicePolicy".into(), "Namespaced".into()),
             ]
         );
@@ -82,7 +93,7 @@ mod tests {
                     .as_ref()
                     .and_then(|s| s.status.as_ref())
                     .is_some(),
-                "{}: status is a subresource, so only the controller writes it",
+                "{}: status is a subresource, so only its one writer (controller or node) writes it",
                 crd.spec.names.kind
             );
         }

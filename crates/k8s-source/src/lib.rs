@@ -1,8 +1,8 @@
-//! The pure middle of rivorad's Kubernetes source: functions of observed objects (Services,
-//! EndpointSlices, ServicePolicies) to the VIPs this node programs, plus the initial-sync gate
-//! and the healthCheckNodePort answer. No API calls, no I/O: the watches, the debounce and the
-//! HTTP listener live at the edge (rivorad), which feeds snapshots in and applies what comes
-//! out.
+//! rivorad's Kubernetes source. Its middle is pure: functions of observed objects (Services,
+//! EndpointSlices, ServicePolicies) to the VIPs this node programs, plus the initial-sync gate,
+//! the healthCheckNodePort answer and the node report. Its edge ([`stores`], [`agent`]) watches
+//! the API server, feeds snapshots through the middle and offers rivorad each new desired
+//! state; rivorad applies it and says how that went.
 //!
 //! Why pure: every rule here (kube-proxy's endpoint semantics, policy attachment, key
 //! conflicts, the gate) is tested from real k8s-openapi objects without an API server, and the
@@ -14,11 +14,21 @@
 //! - [`translate`]: a snapshot to VIPs per Service, with policies, conflicts and failures.
 //! - [`initsync`]: the gate before adopted VIPs nothing claimed are removed.
 //! - [`healthz`]: the healthCheckNodePort answer (kube-proxy's status, headers and body).
+//! - [`convert`]: translation results to the source-neutral [`rivora_desired::DesiredState`].
+//! - [`report`]: the status of this node's `RivoraNode`.
+//! - [`stores`] (edge): the four watches and their first full lists.
+//! - [`agent`] (edge): debounce, snapshot, translate, offer; the `RivoraNode` writer.
+//! - [`healthz_server`] (edge): one listener per healthCheckNodePort.
 
 #![warn(missing_docs)]
 
+pub mod agent;
+pub mod convert;
 pub mod endpoints;
 pub mod healthz;
+pub mod healthz_server;
 pub mod initsync;
+pub mod report;
 pub mod select;
+pub mod stores;
 pub mod translate;

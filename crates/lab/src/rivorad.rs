@@ -33,6 +33,22 @@ impl Rivorad {
         work: &Path,
         extra_args: &[&str],
     ) -> Result<Rivorad> {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["--config".as_ref(), config.as_os_str()];
+        args.extend(extra_args.iter().map(|a| std::ffi::OsStr::new(*a)));
+        Self::start_with(ns, interface, bin, pin_dir, socket, work, &args)
+    }
+
+    /// Like [`Rivorad::start`] without `--config`: `args` name the source
+    /// (`--kubernetes ...`) and anything else.
+    pub fn start_with(
+        ns: &Netns,
+        interface: &str,
+        bin: &Path,
+        pin_dir: &Path,
+        socket: &Path,
+        work: &Path,
+        args: &[&std::ffi::OsStr],
+    ) -> Result<Rivorad> {
         // Readiness is the socket's appearance: one left by a daemon that was
         // killed must not be mistaken for the new one's.
         let _ = std::fs::remove_file(socket);
@@ -41,15 +57,13 @@ impl Rivorad {
         let stdout = File::create(&stdout_path)?;
         let stderr = File::create(&stderr_path)?;
         let mut cmd = Command::new(bin);
-        cmd.arg("--config")
-            .arg(config)
-            .arg("--interface")
+        cmd.arg("--interface")
             .arg(interface)
             .arg("--pin-dir")
             .arg(pin_dir)
             .arg("--api-socket")
             .arg(socket)
-            .args(extra_args)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);

@@ -119,7 +119,92 @@ pub fn status(s: &Status, now_unix: u64) -> String {
             ),
         );
     }
+    if let Some(k) = &s.kubernetes {
+        kubernetes_rows(k, &mut kv);
+    }
     finish(t)
+}
+
+/// The Kubernetes source's rows of `rivoractl status`: the gate first (what
+/// an operator needs when adopted VIPs linger), then the watches, the
+/// Services and the node report.
+fn kubernetes_rows(k: &rivora_api::KubernetesStatus, kv: &mut impl FnMut(&str, String)) {
+    kv("Node", format!("{} (API server {})", k.node, k.api_server));
+    if k.initial_sync_complete {
+        kv("Initial sync", "complete".into());
+    } else {
+        kv(
+            "Initial sync",
+            format!(
+                "NOT complete: {} unclaimed adopted VIP(s) kept",
+                k.unclaimed_vips
+            ),
+        );
+        for (i, b) in k.blocking.iter().enumerate() {
+            kv(if i == 0 { "Blocked by" } else { "" }, b.clone());
+        }
+    }
+    for (i, w) in k.watches.iter().enumerate() {
+        let mut v = format!(
+            "{}: {}, {} object(s), {} event(s), {} error(s)",
+            w.kind,
+            if w.listed { "listed" } else { "NOT listed" },
+            w.objects,
+            w.events,
+            w.errors
+        );
+        if let Some(e) = &w.last_error {
+            v.push_str(&format!(", last error: {e}"));
+        }
+        kv(if i == 0 { "Watches" } else { "" }, v);
+    }
+    let count = |state: &str| k.services.get(state).copied().unwrap_or(0);
+    kv(
+        "Services",
+        format!(
+            "{} programmed, {} refused, {} failing",
+            count("programmed"),
+            count("refused"),
+            count("failing")
+        ),
+    );
+    for (i, f) in k.failing.iter().enumerate() {
+        kv(if i == 0 { "Failing" } else { "" }, f.clone());
+    }
+    let mut report = format!(
+        "{} write(s), {} failed",
+        k.node_report_writes, k.node_report_write_failures
+    );
+    if let Some(e) = &k.node_report_error {
+        report.push_str(&format!(", last error: {e}"));
+    }
+    kv("RivoraNode", report);
+    for (i, p) in k.health_check_node_ports.iter().enumerate() {
+        let state = match (&p.error, p.serving) {
+            (Some(e), _) => format!("NOT served: {e}"),
+            (None, true) => format!("{} local endpoint(s)", p.local_endpoints),
+            (None, false) => "not served".to_string(),
+        };
+        kv(
+            if i == 0 { "Health check ports" } else { "" },
+            format!("{} ({}): {state}", p.port, p.service),
+        );
+    }
+}
+
+/// What a Kubernetes backend is: `Pod NS/NAME @ NODE`, `(terminating)` when
+/// it is.
+fn backend_target(b: &rivora_api::VipBackend) -> String {
+    let mut out = match (&b.target, &b.node) {
+        (Some(t), Some(n)) => format!("{t} @ {n}"),
+        (Some(t), None) => t.clone(),
+        (None, Some(n)) => format!("@ {n}"),
+        (None, None) => NONE.to_string(),
+    };
+    if b.terminating {
+        out.push_str(" (terminating)");
+    }
+    out
 }
 
 /// `rivoractl vips`: a VIP table, then a table of every VIP's backends.
@@ -128,7 +213,10 @@ pub fn vips(vips: &[VipInfo]) -> String {
         return "No VIPs configured.\n".into();
     }
     let mut t = table();
-    t.set_header(vec![
+    // Kubernetes VIPs say where they come from; a file's VIPs have no such
+    // column (their name is the handle).
+    let show_origin = vips.iter().any(|v| v.origin.is_some());
+    let mut header = vec![
         "VIP",
         "FRONTEND",
         "MODE",
@@ -138,7 +226,11 @@ pub fn vips(vips: &[VipInfo]) -> String {
         "BACKENDS",
         "MAGLEV SLICE",
         "IMBALANCE",
-    ]);
+    ];
+    if show_origin {
+        header.push("ORIGIN");
+    }
+    t.set_header(header);
     let or_none = |s: &str| {
         if s.is_empty() {
             NONE.to_string()
@@ -147,7 +239,7 @@ pub fn vips(vips: &[VipInfo]) -> String {
         }
     };
     for v in vips {
-        t.add_row(vec![
+        let mut row = vec![
             v.name.clone(),
             frontend(&v.address, v.port, v.port_last, &v.protocol),
             if v.nat_forwarding == "fib" {
@@ -161,24 +253,44 @@ pub fn vips(vips: &[VipInfo]) -> String {
             v.backends.len().to_string(),
             format!("{}+{}", v.maglev_offset, v.maglev_size),
             format!("{:.2}%", v.worst_imbalance_pct),
-        ]);
+        ];
+        if show_origin {
+            row.push(v.origin.clone().unwrap_or_else(|| NONE.to_string()));
+        }
+        t.add_row(row);
     }
     right_align(&mut t, &[5, 6, 8]);
 
     let mut b = table();
-    b.set_header(vec!["VIP", "BACKEND", "WEIGHT", "BACKEND ID", "STATE"]);
+    let show_target = vips
+        .iter()
+        .flat_map(|v| &v.backends)
+        .any(|b| b.target.is_some() || b.node.is_some() || b.terminating);
+    let mut header = vec!["VIP", "BACKEND", "WEIGHT", "BACKEND ID", "STATE"];
+    if show_target {
+        header.push("TARGET");
+    }
+    b.set_header(header);
     for v in vips {
         if v.backends.is_empty() {
-            b.add_row(vec![v.name.as_str(), "(no backends)", NONE, NONE, NONE]);
+            let mut row = vec![v.name.as_str(), "(no backends)", NONE, NONE, NONE];
+            if show_target {
+                row.push(NONE);
+            }
+            b.add_row(row);
         }
         for be in &v.backends {
-            b.add_row(vec![
+            let mut row = vec![
                 v.name.clone(),
                 backend_endpoint(&be.address, be.port),
                 be.weight.to_string(),
                 be.backend_id.to_string(),
                 be.state.clone(),
-            ]);
+            ];
+            if show_target {
+                row.push(backend_target(be));
+            }
+            b.add_row(row);
         }
     }
     right_align(&mut b, &[2, 3]);
@@ -1111,6 +1223,7 @@ mod tests {
             backend_count: 3,
             started_at_unix: 1_700_000_000,
             persist_datapath: false,
+            kubernetes: None,
             start: String::new(),
             programs: vec![
                 ProgramInfo {
@@ -1149,6 +1262,7 @@ mod tests {
                 session_affinity: "clientIP".into(),
                 nat_forwarding: "kernel".into(),
                 syn_rate_limit: "100/s burst 200".into(),
+                origin: None,
                 backends: vec![
                     VipBackend {
                         address: "192.168.1.10".into(),
@@ -1156,6 +1270,9 @@ mod tests {
                         weight: 100,
                         backend_id: 1,
                         state: "healthy".into(),
+                        target: None,
+                        node: None,
+                        terminating: false,
                     },
                     VipBackend {
                         address: "192.168.1.11".into(),
@@ -1163,6 +1280,9 @@ mod tests {
                         weight: 50,
                         backend_id: 2,
                         state: "draining".into(),
+                        target: None,
+                        node: None,
+                        terminating: false,
                     },
                 ],
             },
@@ -1180,12 +1300,16 @@ mod tests {
                 session_affinity: "none".into(),
                 nat_forwarding: "kernel".into(),
                 syn_rate_limit: "none".into(),
+                origin: None,
                 backends: vec![VipBackend {
                     address: "2001:db8::1:10".into(),
                     port: 0,
                     weight: 1,
                     backend_id: 3,
                     state: "down".into(),
+                    target: None,
+                    node: None,
+                    terminating: false,
                 }],
             },
             VipInfo {
@@ -1204,8 +1328,77 @@ mod tests {
                 session_affinity: String::new(),
                 nat_forwarding: String::new(),
                 syn_rate_limit: String::new(),
+                origin: None,
             },
         ]
+    }
+
+    #[test]
+    fn status_shows_the_kubernetes_gate_and_what_blocks_it() {
+        let mut s = sample_status();
+        assert!(!status(&s, 1_700_003_660).contains("Initial sync"));
+        s.kubernetes = Some(rivora_api::KubernetesStatus {
+            node: "n1".into(),
+            api_server: "https://10.250.0.1:6443/".into(),
+            watches: vec![rivora_api::WatchInfo {
+                kind: "Service".into(),
+                listed: true,
+                objects: 3,
+                events: 5,
+                errors: 1,
+                last_error: Some("timed out".into()),
+            }],
+            initial_sync_complete: false,
+            blocking: vec!["Service a/f fails: loop".into()],
+            unclaimed_vips: 2,
+            services: [("programmed".to_string(), 2), ("failing".to_string(), 1)]
+                .into_iter()
+                .collect(),
+            failures: Default::default(),
+            failing: vec!["a/f: loop".into()],
+            offered_generation: 4,
+            node_report_writes: 3,
+            node_report_write_failures: 0,
+            node_report_error: None,
+            health_check_node_ports: vec![rivora_api::HealthCheckPortInfo {
+                port: 31000,
+                service: "a/l".into(),
+                local_endpoints: 0,
+                serving: false,
+                error: Some("address in use".into()),
+            }],
+            health_check_requests: Default::default(),
+        });
+        let out = status(&s, 1_700_003_660);
+        assert_eq!(
+            row(&out, "Initial sync"),
+            [
+                "Initial sync",
+                "NOT complete: 2 unclaimed adopted VIP(s) kept"
+            ]
+        );
+        assert_eq!(
+            row(&out, "Blocked by"),
+            ["Blocked by", "Service a/f fails: loop"]
+        );
+        assert_eq!(
+            row(&out, "Services"),
+            ["Services", "2 programmed, 0 refused, 1 failing"]
+        );
+        assert_eq!(
+            row(&out, "Health check ports"),
+            [
+                "Health check ports",
+                "31000 (a/l): NOT served: address in use"
+            ]
+        );
+        assert_eq!(
+            row(&out, "Watches"),
+            [
+                "Watches",
+                "Service: listed, 3 object(s), 5 event(s), 1 error(s), last error: timed out"
+            ]
+        );
     }
 
     #[test]
@@ -1313,6 +1506,26 @@ mod tests {
         let out = vips(&list);
         assert_eq!(rows(&out, "web")[0][2], "nat (fib)");
         assert_eq!(rows(&out, "dns6")[0][2], "nat", "kernel: the plain mode");
+    }
+
+    #[test]
+    fn kubernetes_vips_show_their_service_and_each_backends_pod_and_node() {
+        let mut list = sample_vips();
+        assert!(
+            !vips(&list).contains("ORIGIN"),
+            "file VIPs have no origin column"
+        );
+        list[0].origin = Some("service shop/web port http".into());
+        list[0].backends[0].target = Some("Pod shop/web-1".into());
+        list[0].backends[0].node = Some("n1".into());
+        list[0].backends[1].terminating = true;
+        let out = vips(&list);
+        println!("{out}");
+        let web = rows(&out, "web");
+        assert_eq!(web[0][9], "service shop/web port http");
+        assert_eq!(rows(&out, "dns6")[0][9], "-");
+        assert_eq!(web[1][5], "Pod shop/web-1 @ n1");
+        assert_eq!(web[2][5], "- (terminating)");
     }
 
     #[test]

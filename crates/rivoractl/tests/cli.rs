@@ -150,6 +150,7 @@ impl ApiSource for Fake {
             backend_count: 2,
             started_at_unix: 1_700_000_000,
             persist_datapath: false,
+            kubernetes: None,
             start: String::new(),
             programs: vec![],
         }
@@ -169,12 +170,16 @@ impl ApiSource for Fake {
             session_affinity: "none".into(),
             nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),
+            origin: None,
             backends: vec![VipBackend {
                 address: "192.168.1.10".into(),
                 port: 8080,
                 weight: 1,
                 backend_id: 1,
                 state: "healthy".into(),
+                target: None,
+                node: None,
+                terminating: false,
             }],
         }]
     }

@@ -18,8 +18,8 @@
 
 use std::collections::BTreeSet;
 
-use rivora_dataplane::{ApplyReport, BackendKey, Datapath, Dataplane};
-use rivora_desired::DesiredState;
+use rivora_dataplane::{ApplyReport, BackendKey, Datapath, Dataplane, VipKey};
+use rivora_desired::{ApplyMode, DesiredState};
 use rivora_health::Prober;
 use tracing::{error, info, warn};
 
@@ -28,12 +28,15 @@ use crate::state::{Shared, programs};
 
 /// Programs everything `desired` asks of the kernel and the dataplane: the
 /// interface's sysctls, the tunnel source, the VIPs, then the node-wide SYN
-/// rate limit (which only takes effect for VIPs without their own). A
+/// rate limit (which only takes effect for VIPs without their own). With
+/// [`ApplyMode::KeepUnclaimed`], adopted VIPs nothing claims stay as they
+/// are ([`Dataplane::apply_keeping`]); with [`ApplyMode::Prune`] they go. A
 /// state that breaks the model's rules, or that the dataplane refuses,
 /// leaves the dataplane as it was.
 pub fn program(
     dataplane: &mut Dataplane,
     desired: &DesiredState,
+    mode: ApplyMode,
     interface: &str,
 ) -> anyhow::Result<ApplyReport> {
     if let Err(problems) = desired.validate() {
@@ -51,7 +54,18 @@ pub fn program(
     let tunnel = desired.node.tunnel_source;
     let before = dataplane.tunnel_source();
     dataplane.set_tunnel_source(tunnel.v4, tunnel.v6)?;
-    let report = match dataplane.apply(&desired.specs()) {
+    let applied = match mode {
+        ApplyMode::Prune => dataplane.apply(&desired.specs()),
+        ApplyMode::KeepUnclaimed => {
+            let unclaimed: BTreeSet<VipKey> = dataplane
+                .vips()
+                .filter(|v| v.adopted)
+                .map(|v| v.spec.key)
+                .collect();
+            dataplane.apply_keeping(&desired.specs(), &unclaimed)
+        }
+    };
+    let report = match applied {
         Ok(r) => r,
         Err(e) => {
             // Nothing of a rejected state may stay in force.
@@ -90,6 +104,7 @@ pub fn while_running(
     s: &mut Shared,
     datapath: &mut Datapath,
     desired: &DesiredState,
+    mode: ApplyMode,
 ) -> Result<ApplyReport, String> {
     if desired.has_nat_vip()
         && datapath.attachment().is_some_and(|a| !a.egress)
@@ -113,7 +128,7 @@ pub fn while_running(
     }
     let existed_before: BTreeSet<BackendKey> = s.dataplane.backends().map(|b| b.key).collect();
     let interface = s.status.interface.clone();
-    let report = program(&mut s.dataplane, desired, &interface).map_err(|e| e.to_string())?;
+    let report = program(&mut s.dataplane, desired, mode, &interface).map_err(|e| e.to_string())?;
     let Shared {
         dataplane, prober, ..
     } = s;

@@ -1,8 +1,9 @@
 //! Start-up, the run loop and shutdown of rivorad, as the steps they are:
 //! [`preflight`], [`load_and_adopt`], [`first_apply`], [`attach`],
 //! [`start_state`], [`serve_api`], [`run_loop`] over a [`Source`], and
-//! [`shutdown`]. Everything after choosing the source is generic over it,
-//! so a second source (Kubernetes) reuses every step.
+//! [`shutdown`]. Everything after choosing the source (the YAML file, or
+//! Kubernetes with `--kubernetes`) is generic over it, so both run every
+//! step the same way.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -22,11 +23,12 @@ use tracing::{error, info, warn};
 use crate::apply::{self, warn_if_crowded};
 use crate::instance::InstanceLock;
 use crate::source::file::FileSource;
-use crate::source::{Reading, Source, Trigger};
+use crate::source::kubernetes::KubernetesSource;
+use crate::source::{Programmed, Reading, Source, Trigger};
 use crate::state::{Shared, StateSource, programs};
 use crate::{Args, XdpModeArg, announce};
 use rivora_dataplane::BackendKey;
-use rivora_desired::DesiredState;
+use rivora_desired::{ApplyMode, DesiredState};
 use rivora_health::{Prober, Transition};
 
 /// Seconds since the epoch, for the API.
@@ -50,11 +52,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         };
         return uninstall(&args.pin_dir);
     }
-    let config_path = args.config.clone().expect("clap requires --config");
     let interface = args.interface.clone().expect("clap requires --interface");
     // Before anything is read or written: a second rivorad on this pin
     // directory or API socket would wreck the running one's datapath.
     let _instance = InstanceLock::for_daemon(&args.pin_dir, &args.api_socket)?;
+    if args.kubernetes {
+        // Reads the kubeconfig or the in-cluster config; connects to nothing.
+        let source = KubernetesSource::new(&args).await?;
+        return run_with(&args, &interface, source).await;
+    }
+    let config_path = args.config.clone().expect("clap requires --config");
     run_with(&args, &interface, FileSource::new(&config_path)).await
 }
 
@@ -66,10 +73,17 @@ async fn run_with<S: Source>(args: &Args, interface: &str, mut source: S) -> any
 
     let mut loaded = load_and_adopt(args, interface)?;
     let existed_before: BTreeSet<BackendKey> = loaded.dataplane.backends().map(|b| b.key).collect();
-    let report = first_apply(&mut loaded, &desired, interface, &source.describe())?;
-    source.applied(first.token);
+    let report = first_apply(
+        &mut loaded,
+        &desired,
+        first.mode,
+        interface,
+        &source.describe(),
+    )?;
+    source.applied(first.token, Programmed::of(&loaded.dataplane));
 
     let attachment = attach(args, interface, &mut loaded, &desired)?;
+    source.attached(&attachment);
     let Loaded {
         mut datapath,
         mut dataplane,
@@ -89,6 +103,11 @@ async fn run_with<S: Source>(args: &Args, interface: &str, mut source: S) -> any
         &report,
         start,
     );
+    {
+        let mut s = shared.lock().expect("state lock");
+        s.source_status = source.status_reader();
+        s.desired = desired.clone();
+    }
     // BGP sessions and ARP/NDP answers: only once the datapath forwards.
     announce::reconfigure(&shared, &desired, interface).await;
 
@@ -234,17 +253,30 @@ fn load_and_adopt(args: &Args, interface: &str) -> anyhow::Result<Loaded> {
 fn first_apply(
     loaded: &mut Loaded,
     desired: &DesiredState,
+    mode: ApplyMode,
     interface: &str,
     source: &str,
 ) -> anyhow::Result<ApplyReport> {
-    let report = match apply::program(&mut loaded.dataplane, desired, interface) {
+    let report = match apply::program(&mut loaded.dataplane, desired, mode, interface) {
         Ok(r) => r,
         Err(e) => {
             loaded.fail();
             return Err(e).context(format!("programming {source}"));
         }
     };
-    info!(vips = desired.vips.len(), "programmed: {report}");
+    info!(
+        vips = desired.vips.len(),
+        mode = mode.as_str(),
+        "programmed: {report}"
+    );
+    let unclaimed = Programmed::of(&loaded.dataplane).unclaimed;
+    if unclaimed > 0 {
+        info!(
+            unclaimed,
+            "adopted VIPs kept forwarding, unclaimed: each is claimed when its Service is \
+             translated; whatever nothing claims is removed once the initial sync completes"
+        );
+    }
     warn_if_crowded(&loaded.dataplane);
     Ok(report)
 }
@@ -268,7 +300,12 @@ fn attach(
         persist: args.persist_datapath,
         // tc_nat only for NAT VIPs (the forwarding-modes spec: a node with
         // only DSR VIPs does not load it); a reload adds it when needed.
-        egress: desired.has_nat_vip(),
+        // Adopted NAT VIPs kept unclaimed (Kubernetes) need it too.
+        egress: desired.has_nat_vip()
+            || loaded
+                .dataplane
+                .vips()
+                .any(|v| v.spec.mode == rivora_dataplane::Mode::Nat),
     };
     let attachment = match loaded.datapath.attach(&options) {
         Ok(a) => a.clone(),
@@ -354,8 +391,11 @@ fn start_state(
             persist_datapath: attachment.persistent,
             start,
             programs: programs(attachment),
+            kubernetes: None,
         },
         announcer: announce::Announcer::default(),
+        source_status: None,
+        desired: DesiredState::default(),
     }))
 }
 
@@ -576,14 +616,18 @@ fn reload<S: Source>(
             Ok(note.to_string())
         }
         Reading::New(candidate) => {
-            match apply::while_running(&mut s, datapath, &candidate.desired) {
+            match apply::while_running(&mut s, datapath, &candidate.desired, candidate.mode) {
                 Ok(report) => {
                     same_input = candidate.same_as_applied && report.is_empty();
-                    source.applied(candidate.token);
+                    source.applied(candidate.token, Programmed::of(&s.dataplane));
+                    s.desired = candidate.desired.clone();
                     applied = Some(candidate.desired);
                     Ok(report.to_string())
                 }
-                Err(e) => Err(e),
+                Err(e) => {
+                    source.rejected(&e);
+                    Err(e)
+                }
             }
         }
     };

@@ -47,15 +47,23 @@ fn targets_from(
 }
 
 /// Backends the probes hold down but that no longer have a check: they
-/// must come back (a removed check cannot keep anything down).
+/// must come back (a removed check cannot keep anything down). A backend of
+/// an adopted VIP nothing claimed yet is not among them: its check is not
+/// known until its Service is translated (Kubernetes initial sync), and a
+/// down backend must not come back by default in the meantime.
 pub fn unchecked_but_down(
     targets: &[(BackendKey, ProbeSpec, Initial)],
     dataplane: &Dataplane,
 ) -> Vec<BackendKey> {
     let probed: BTreeSet<BackendKey> = targets.iter().map(|(k, _, _)| *k).collect();
+    let unclaimed: BTreeSet<rivora_dataplane::VipKey> = dataplane
+        .vips()
+        .filter(|v| v.adopted)
+        .map(|v| v.spec.key)
+        .collect();
     dataplane
         .backends()
-        .filter(|b| b.probe_down && !probed.contains(&b.key))
+        .filter(|b| b.probe_down && !probed.contains(&b.key) && b.vips.is_disjoint(&unclaimed))
         .map(|b| b.key)
         .collect()
 }

@@ -1,6 +1,7 @@
 //! rivorad: the per-node daemon. Loads and pins the BPF datapath, programs
-//! its maps from a static YAML file, re-applies the file on SIGHUP or when it
-//! changes, and serves the local API that rivoractl talks to.
+//! its maps from a static YAML file (re-applied on SIGHUP or when it
+//! changes) or, with `--kubernetes`, from the cluster's LoadBalancer
+//! Services, and serves the local API that rivoractl talks to.
 
 mod announce;
 mod apply;
@@ -22,18 +23,51 @@ use clap::{Parser, ValueEnum};
 #[command(
     name = "rivorad",
     version,
-    about = "Rivora's per-node daemon: loads the XDP/TCX datapath, programs VIPs from a YAML file, serves the local API",
+    about = "Rivora's per-node daemon: loads the XDP/TCX datapath, programs VIPs from a YAML file or from Kubernetes, serves the local API",
     long_about = "Rivora's per-node daemon. It loads the XDP ingress and TCX egress programs, pins their maps, \
 programs the VIPs listed in --config, attaches to --interface, and serves the local API (rivoractl) on a \
 root-only Unix socket. The file is re-applied on SIGHUP and whenever it changes; an invalid file is rejected \
 with a log line naming the field and line, and the previous configuration keeps forwarding. On start, maps pinned \
 by an earlier rivorad are adopted (every VIP keeps its IDs and flows keep their backends). SIGTERM or SIGINT \
-detaches the programs and removes the pins, unless --persist-datapath keeps the datapath forwarding."
+detaches the programs and removes the pins, unless --persist-datapath keeps the datapath forwarding. \
+With --kubernetes instead of --config, the VIPs are the cluster's LoadBalancer Services of Rivora's class \
+and their EndpointSlices (docs/kubernetes.md): a node runs static-YAML VIPs or Kubernetes VIPs, never both."
 )]
 pub struct Args {
     /// YAML file listing the VIPs (the whole desired state).
-    #[arg(long, value_name = "FILE", required_unless_present_any = ["uninstall", "check_config"])]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["uninstall", "check_config", "kubernetes"])]
     pub config: Option<PathBuf>,
+
+    /// Take the VIPs from Kubernetes instead of --config: every LoadBalancer Service of
+    /// --load-balancer-class that rivora-controller gave an address, fed by its EndpointSlices
+    /// (NAT VIPs). Needs --node-name; reads --kubeconfig, else the in-cluster config. Excludes
+    /// --config and --check-config: a node runs static-YAML VIPs or Kubernetes VIPs, never both.
+    #[arg(long)]
+    pub kubernetes: bool,
+
+    /// With --kubernetes: this node's Node name (its local endpoints, its RivoraNode report).
+    #[arg(
+        long,
+        env = "NODE_NAME",
+        value_name = "NAME",
+        required_if_eq("kubernetes", "true")
+    )]
+    pub node_name: Option<String>,
+
+    /// With --kubernetes: the kubeconfig to reach the API server with (default: the in-cluster
+    /// ServiceAccount config).
+    #[arg(long, value_name = "FILE", requires = "kubernetes")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// With --kubernetes: spec.loadBalancerClass of the Services this node programs (the same
+    /// as rivora-controller's flag).
+    #[arg(long, value_name = "CLASS", default_value = rivora_k8s_api::class::LOAD_BALANCER_CLASS)]
+    pub load_balancer_class: String,
+
+    /// With --kubernetes: also program LoadBalancer Services without a loadBalancerClass
+    /// (Rivora is the cluster's default, as rivora-controller's flag).
+    #[arg(long)]
+    pub default_class: bool,
 
     /// Interface to attach to: XDP on its ingress, TCX on its egress (the side facing clients).
     #[arg(long, value_name = "IF", required_unless_present_any = ["uninstall", "check_config"])]
@@ -128,8 +162,31 @@ pub enum XdpModeArg {
     Generic,
 }
 
+/// Why `--kubernetes` refuses `args`, if it does: checked before anything is touched, with our
+/// own words (clap would only say that two flags conflict, not why).
+fn source_conflict(args: &Args) -> Option<String> {
+    if !args.kubernetes {
+        return None;
+    }
+    let flag = if args.config.is_some() {
+        "--config"
+    } else if args.check_config.is_some() {
+        "--check-config"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "rivorad: --kubernetes and {flag} exclude each other: a node runs static-YAML VIPs or \
+         Kubernetes VIPs, never both (docs/kubernetes.md); drop one of them"
+    ))
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if let Some(why) = source_conflict(&args) {
+        eprintln!("{why}");
+        return std::process::ExitCode::from(2);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

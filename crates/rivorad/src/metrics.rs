@@ -89,6 +89,7 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
     Ok(MetricsSnapshot {
         flow_guard_rate,
         flow_filter: Some((f.bits, f.ones, f.exact, f.rebuilds)),
+        kubernetes: s.source_status.as_ref().map(|read| read(dp)),
         vips,
         drops,
         backends,

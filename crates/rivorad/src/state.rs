@@ -25,6 +25,12 @@ pub struct Shared {
     pub status: Status,
     /// The BGP speaker and the ARP/NDP responder.
     pub announcer: crate::announce::Announcer,
+    /// The source's own state for the status and metrics (Kubernetes:
+    /// watches, initial sync, failing Services); None for the file.
+    pub source_status: Option<crate::source::StatusReader>,
+    /// The desired state in force: what the source says about each VIP and
+    /// backend beyond the maps (origin, pod, node), for the API.
+    pub desired: rivora_desired::DesiredState,
 }
 
 /// Every backend's counters in the API's form, read at one instant (the
@@ -99,6 +105,7 @@ impl ApiSource for StateSource {
         Status {
             vip_count: s.dataplane.vips().count() as u32,
             backend_count: s.dataplane.backends().count() as u32,
+            kubernetes: s.source_status.as_ref().map(|read| read(&s.dataplane)),
             ..s.status.clone()
         }
     }
@@ -108,49 +115,68 @@ impl ApiSource for StateSource {
         let dp: &Dataplane = &s.dataplane;
         let backends: BTreeMap<_, _> = dp.backends().map(|b| (b.key, b)).collect();
         let node_limit = dp.node_syn_rate_limit();
+        let desired: BTreeMap<_, _> = s.desired.vips.iter().map(|v| (v.spec.key, v)).collect();
         dp.vips()
-            .map(|v| VipInfo {
-                name: v.spec.name.clone(),
-                address: v.spec.key.addr.to_string(),
-                port: v.spec.key.port,
-                port_last: v.spec.key.port_last,
-                session_affinity: if v.spec.affinity_client_ip {
-                    "clientIP"
-                } else {
-                    "none"
+            .map(|v| {
+                let want = desired.get(&v.spec.key).filter(|_| !v.adopted);
+                VipInfo {
+                    name: v.spec.name.clone(),
+                    address: v.spec.key.addr.to_string(),
+                    port: v.spec.key.port,
+                    port_last: v.spec.key.port_last,
+                    session_affinity: if v.spec.affinity_client_ip {
+                        "clientIP"
+                    } else {
+                        "none"
+                    }
+                    .to_string(),
+                    nat_forwarding: match (v.spec.mode, v.spec.nat_fib) {
+                        (Mode::Nat, true) => "fib",
+                        (Mode::Nat, false) => "kernel",
+                        _ => "",
+                    }
+                    .to_string(),
+                    syn_rate_limit: syn_rate_limit(
+                        v.spec.key.proto,
+                        v.spec.syn_rate_limit,
+                        node_limit,
+                    ),
+                    origin: if v.adopted {
+                        Some("adopted, unclaimed".to_string())
+                    } else {
+                        want.map(|d| &d.origin)
+                            .filter(|o| **o != rivora_desired::Origin::File)
+                            .map(|o| o.to_string())
+                    },
+                    protocol: proto_name(v.spec.key.proto).to_string(),
+                    mode: v.spec.mode.as_str().to_string(),
+                    service_id: v.service_id,
+                    maglev_offset: v.slice.offset,
+                    maglev_size: v.slice.size,
+                    worst_imbalance_pct: v.worst_imbalance * 100.0,
+                    backends: v
+                        .spec
+                        .backends
+                        .iter()
+                        .map(|b| {
+                            let st = backends.get(&b.key);
+                            let meta = want.and_then(|d| d.backend(&b.key));
+                            VipBackend {
+                                target: meta.and_then(|m| m.target.clone()),
+                                node: meta.and_then(|m| m.node.clone()),
+                                terminating: meta.is_some_and(|m| m.terminating),
+                                address: b.key.addr.to_string(),
+                                port: b.key.port,
+                                weight: b.weight,
+                                backend_id: st.map(|s| s.id).unwrap_or(0),
+                                state: st
+                                    .map(|s| state_name(s.state))
+                                    .unwrap_or("unknown")
+                                    .to_string(),
+                            }
+                        })
+                        .collect(),
                 }
-                .to_string(),
-                nat_forwarding: match (v.spec.mode, v.spec.nat_fib) {
-                    (Mode::Nat, true) => "fib",
-                    (Mode::Nat, false) => "kernel",
-                    _ => "",
-                }
-                .to_string(),
-                syn_rate_limit: syn_rate_limit(v.spec.key.proto, v.spec.syn_rate_limit, node_limit),
-                protocol: proto_name(v.spec.key.proto).to_string(),
-                mode: v.spec.mode.as_str().to_string(),
-                service_id: v.service_id,
-                maglev_offset: v.slice.offset,
-                maglev_size: v.slice.size,
-                worst_imbalance_pct: v.worst_imbalance * 100.0,
-                backends: v
-                    .spec
-                    .backends
-                    .iter()
-                    .map(|b| {
-                        let st = backends.get(&b.key);
-                        VipBackend {
-                            address: b.key.addr.to_string(),
-                            port: b.key.port,
-                            weight: b.weight,
-                            backend_id: st.map(|s| s.id).unwrap_or(0),
-                            state: st
-                                .map(|s| state_name(s.state))
-                                .unwrap_or("unknown")
-                                .to_string(),
-                        }
-                    })
-                    .collect(),
             })
             .collect()
     }

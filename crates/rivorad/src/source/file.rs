@@ -16,15 +16,15 @@ use rivora_config::{
 use rivora_dataplane::model::RateLimit;
 use rivora_dataplane::{BackendKey, BackendSpec, Mode, VipKey, VipSpec};
 use rivora_desired::{
-    AnnouncePolicy, BackendMeta, Community, DesiredState, DesiredVip, L2Settings, NodeSettings,
-    Origin, TunnelSource,
+    AnnouncePolicy, ApplyMode, BackendMeta, Community, DesiredState, DesiredVip, L2Settings,
+    NodeSettings, Origin, TunnelSource,
 };
 use rivora_health::{ProbeKind, ProbeSpec};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::info;
 
 use super::watch::ConfigWatch;
-use super::{Candidate, Reading, Source, Trigger};
+use super::{Candidate, Programmed, Reading, Source, Trigger};
 
 /// What a reload reports when the file is back to the text in force after
 /// a rejected one: nothing to apply, and the failure is over.
@@ -61,6 +61,8 @@ impl Source for FileSource {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Candidate {
             desired: from_config(&config),
+            // The file is the whole desired set: leftovers go at once.
+            mode: ApplyMode::Prune,
             same_as_applied: false,
             token: text,
         })
@@ -99,13 +101,14 @@ impl Source for FileSource {
             }
             Ok((config, text)) => Reading::New(Candidate {
                 desired: from_config(&config),
+                mode: ApplyMode::Prune,
                 same_as_applied: self.watch.is_applied(&text),
                 token: text,
             }),
         }
     }
 
-    fn applied(&mut self, text: String) {
+    fn applied(&mut self, text: String, _: Programmed) {
         self.watch.mark_applied(text);
     }
 }
@@ -524,7 +527,12 @@ vips:
         assert_eq!(first.desired.vips[0].spec.name, "a");
         assert!(!first.same_as_applied);
         assert_eq!(first.token, one);
-        src.applied(first.token);
+        assert_eq!(first.mode, ApplyMode::Prune, "the file is the whole truth");
+        let held = Programmed {
+            vips: 1,
+            unclaimed: 0,
+        };
+        src.applied(first.token, held);
 
         // The text in force: nothing to apply unless forced; forced, it is
         // applied again and said to be the same input.
@@ -541,7 +549,8 @@ vips:
         };
         assert!(!c.same_as_applied);
         assert_eq!(c.desired.vips[0].spec.name, "b");
-        src.applied(c.token);
+        assert_eq!(c.mode, ApplyMode::Prune);
+        src.applied(c.token, held);
         assert!(matches!(src.read(Trigger::Changed), Reading::InForce(_)));
         std::fs::write(
             &path,

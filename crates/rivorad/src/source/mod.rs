@@ -1,14 +1,16 @@
 //! Where the desired state comes from, and the seam the run loop reads it
-//! through. A node has one source: the static YAML file ([`file`]) or,
-//! later, Kubernetes. Each produces a whole
-//! [`rivora_desired::DesiredState`]; what happens to it after that (the
-//! apply step, the status, the announcements) is the run loop's, shared by
-//! every source.
+//! through. A node has one source: the static YAML file ([`file`]) or
+//! Kubernetes ([`kubernetes`]). Each produces a whole
+//! [`rivora_desired::DesiredState`] and says how to apply it
+//! ([`ApplyMode`]); what happens to it after that (the apply step, the
+//! status, the announcements) is the run loop's, shared by every source.
 
 pub mod file;
+pub mod kubernetes;
 pub mod watch;
 
-use rivora_desired::DesiredState;
+use rivora_dataplane::{Attachment, Dataplane};
+use rivora_desired::{ApplyMode, DesiredState};
 
 /// Why the run loop reads its source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +26,10 @@ pub enum Trigger {
 pub struct Candidate<T> {
     /// What to apply.
     pub desired: DesiredState,
+    /// What to do with adopted VIPs `desired` does not list (the file
+    /// source: remove them; Kubernetes: keep them until its initial sync
+    /// completes).
+    pub mode: ApplyMode,
     /// The source's input is what was last applied (a forced re-read of an
     /// unchanged file): if the apply changes nothing either, the
     /// configuration generation does not move (docs/metrics.md).
@@ -78,6 +84,45 @@ pub trait Source {
     /// Reads the input for `trigger`.
     fn read(&mut self, trigger: Trigger) -> Reading<Self::Token>;
 
-    /// The candidate whose token this is is now in force.
-    fn applied(&mut self, token: Self::Token);
+    /// The candidate whose token this is is now in force, and the
+    /// dataplane holds `programmed`.
+    fn applied(&mut self, token: Self::Token, programmed: Programmed);
+
+    /// The candidate last read was refused (the dataplane or the model's
+    /// rules); the previous state stays in force. The file source has
+    /// nothing to do (the status says it); the Kubernetes source reports it.
+    fn rejected(&mut self, _error: &str) {}
+
+    /// The datapath is attached (once, at start).
+    fn attached(&mut self, _attachment: &Attachment) {}
+
+    /// What the API's status and the metrics show of the source's own
+    /// state, read on each request. None: nothing beyond its description.
+    fn status_reader(&self) -> Option<StatusReader> {
+        None
+    }
 }
+
+/// What the dataplane holds after an apply, for the source's reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Programmed {
+    /// VIPs programmed, adopted ones included.
+    pub vips: usize,
+    /// Adopted VIPs nothing claimed yet (kept by [`ApplyMode::KeepUnclaimed`]).
+    pub unclaimed: usize,
+}
+
+impl Programmed {
+    /// What `dataplane` holds now.
+    pub fn of(dataplane: &Dataplane) -> Self {
+        Programmed {
+            vips: dataplane.vips().count(),
+            unclaimed: dataplane.vips().filter(|v| v.adopted).count(),
+        }
+    }
+}
+
+/// Reads a source's state for the API (see [`Source::status_reader`]),
+/// given the dataplane it programs.
+pub type StatusReader =
+    Box<dyn Fn(&Dataplane) -> rivora_api::KubernetesStatus + Send + Sync + 'static>;

@@ -1,0 +1,123 @@
+//! `RivoraNode`: what one node's rivorad really programmed, written by that node only.
+//!
+//! Why an object per node: rivora-controller (and part 3's Programmed conditions, and
+//! `rivora status`) must tell what the cluster forwards, not what it was asked to. Each rivorad
+//! writes its own `RivoraNode` named after its Node, by server-side apply with the field
+//! manager [`FIELD_MANAGER`], on change and at most once a second; it never writes Service or
+//! Gateway status itself (rivora-controller is their one writer). Cluster-scoped because Nodes
+//! are.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The field manager of everything rivorad writes.
+pub const FIELD_MANAGER: &str = "rivorad";
+/// Most Services listed in [`RivoraNodeStatus::services`]; the rest are counted only
+/// ([`RivoraNodeStatus::services_total`]), so the object stays far below etcd's size limit.
+pub const MAX_REPORTED_SERVICES: usize = 512;
+/// Most VIPs listed per Service.
+pub const MAX_REPORTED_VIPS: usize = 16;
+/// Most blockers of the initial sync listed.
+pub const MAX_REPORTED_BLOCKERS: usize = 16;
+
+/// One node's report. The spec is empty: nothing about a node is asked through this object;
+/// the status says what the node does.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "rivora.dev",
+    version = "v1alpha1",
+    kind = "RivoraNode",
+    plural = "rivoranodes",
+    shortname = "rvnode",
+    category = "rivora",
+    status = "RivoraNodeStatus",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Synced","type":"string","jsonPath":".status.conditions[?(@.type==\"InitialSyncComplete\")].status","description":"adopted VIPs nothing claims may be removed"}"#,
+    printcolumn = r#"{"name":"VIPs","type":"integer","jsonPath":".status.vipCount"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RivoraNodeSpec {}
+
+/// What the node programmed, as of the last apply.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RivoraNodeStatus {
+    /// `Ready` (True: the datapath is attached and the last apply succeeded) and
+    /// `InitialSyncComplete` (True: every watched kind was listed and every Service of the first
+    /// list translated once; reasons `Pending`, `Blocked`, `Complete`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = crate::address_pool::conditions_schema)]
+    pub conditions: Vec<Condition>,
+    /// The datapath rivorad runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datapath: Option<DatapathSummary>,
+    /// What keeps the initial sync from completing (the first 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocking: Vec<String>,
+    /// VIPs programmed, adopted ones not yet claimed included.
+    #[serde(default)]
+    pub vip_count: i64,
+    /// Adopted VIPs no Service has claimed yet (removed when the initial sync completes).
+    #[serde(default)]
+    pub unclaimed_vips: i64,
+    /// Services of ours this node knows, by namespace and name (the first 512; `servicesTotal`
+    /// counts them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceReport>,
+    /// How many Services of ours there are; more than `services` lists when capped.
+    #[serde(default)]
+    pub services_total: i64,
+}
+
+/// The datapath of the node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DatapathSummary {
+    /// The interface XDP and TCX are attached to.
+    pub interface: String,
+    /// `native` or `generic`.
+    pub xdp_mode: String,
+    /// The map ABI version of the programs.
+    pub abi_version: i64,
+    /// Whether the links are pinned (`--persist-datapath`): the datapath forwards while rivorad
+    /// is down.
+    pub persistent: bool,
+}
+
+/// One Service as this node programs it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceReport {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The `metadata.resourceVersion` programmed (Services have no generation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    /// Its VIPs, `ADDRESS:PORT/PROTO` (the first 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vips: Vec<String>,
+    /// Backends over its VIPs taking new flows.
+    #[serde(default)]
+    pub ready_backends: i64,
+    /// Backends over its VIPs that are terminating: established flows only.
+    #[serde(default)]
+    pub draining_backends: i64,
+    /// Whether what it asks for is in the datapath (false: failing, or the last apply failed).
+    pub programmed: bool,
+    /// Why not, or what was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Condition types of [`RivoraNodeStatus::conditions`].
+pub mod condition {
+    /// The datapath is attached and the last apply succeeded.
+    pub const READY: &str = "Ready";
+    /// The initial sync is complete.
+    pub const INITIAL_SYNC_COMPLETE: &str = "InitialSyncComplete";
+}

@@ -1,0 +1,647 @@
+//! The node agent's run loop: watch, debounce, snapshot, translate, offer a desired state to
+//! rivorad, and report what rivorad applied in this node's `RivoraNode`.
+//!
+//! Why a loop over whole snapshots (and not one patch per event): the desired state is a
+//! function of what the stores hold, so a missed or reordered event, a relist or a restart all
+//! end in the same state (as rivora-controller does, `crates/controller/src/run.rs`).
+//!
+//! The agent never blocks rivorad: it runs in tasks of its own and hands each new desired
+//! state over a `tokio::sync::watch` channel, which rivorad reads when it is ready; only the
+//! latest offer matters. Nothing is offered before every kind has delivered its first full
+//! list (a state computed from a partial picture would claim adopted VIPs with backends
+//! missing), so an unreachable API server changes nothing in the maps. Until the initial-sync
+//! gate opens the offer says [`ApplyMode::KeepUnclaimed`]; the first offer after it opens says
+//! [`ApplyMode::Prune`], which removes what nothing claimed.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use rivora_desired::{ApplyMode, DesiredState};
+use rivora_k8s_api::class::ClassConfig;
+use rivora_k8s_api::rivora_node::FIELD_MANAGER;
+use rivora_k8s_api::{DatapathSummary, RivoraNode, RivoraNodeStatus};
+use serde_json::json;
+use tokio::sync::{Notify, mpsc, watch};
+use tracing::{info, warn};
+
+use crate::convert::{LastGood, desired_state};
+use crate::healthz_server::{Answer, HealthzServer, PortState};
+use crate::initsync::{InitialSync, Kind};
+use crate::report;
+use crate::stores::{Stores, WatchState};
+use crate::translate::{
+    NodeIdentity, Outcome, ServiceKey, ServiceState, TranslateError, translate,
+};
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `--node-name`: this node's Node, the `nodeName` of local endpoints, the `RivoraNode`'s
+    /// name.
+    pub node_name: String,
+    /// Which Services are ours (`--load-balancer-class`, `--default-class`).
+    pub class: ClassConfig,
+    /// Addresses of this node besides its Node's (the uplink's): no endpoint may have one.
+    pub extra_node_addresses: Vec<IpAddr>,
+    /// Quiet time after an event before translating (batches bursts).
+    pub debounce: Duration,
+    /// Longest wait after the first event of a burst, however busy the watches are.
+    pub max_delay: Duration,
+    /// Least time between two `RivoraNode` status writes.
+    pub report_interval: Duration,
+}
+
+impl Config {
+    /// The defaults: 50 ms quiet, at most 200 ms, one report a second.
+    pub fn new(node_name: impl Into<String>, class: ClassConfig) -> Self {
+        Config {
+            node_name: node_name.into(),
+            class,
+            extra_node_addresses: Vec::new(),
+            debounce: Duration::from_millis(50),
+            max_delay: Duration::from_millis(200),
+            report_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A desired state for rivorad to apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    /// Increases with every offer; rivorad names it in its [`Feedback`].
+    pub generation: u64,
+    /// What to program.
+    pub desired: DesiredState,
+    /// What to do with adopted VIPs nothing claims.
+    pub mode: ApplyMode,
+}
+
+/// What rivorad tells the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Feedback {
+    /// The datapath is attached.
+    Datapath(DatapathSummary),
+    /// The offer of this generation is in force; `vips` are programmed, `unclaimed` of them
+    /// adopted and not claimed.
+    Applied {
+        /// The offer's generation.
+        generation: u64,
+        /// VIPs programmed.
+        vips: usize,
+        /// Adopted VIPs nothing claimed yet.
+        unclaimed: usize,
+    },
+    /// The offer of this generation was refused; the previous state stays in force.
+    Rejected {
+        /// The offer's generation.
+        generation: u64,
+        /// Why.
+        error: String,
+    },
+}
+
+/// One watch as the status shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchStatus {
+    /// The kind.
+    pub kind: Kind,
+    /// Whether its first full list arrived.
+    pub listed: bool,
+    /// Objects in its store.
+    pub objects: usize,
+    /// Events and errors so far, and the last error until the next event.
+    pub state: WatchState,
+}
+
+/// The agent's state for rivorad's status, logs and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// `--node-name`.
+    pub node: String,
+    /// Each watch.
+    pub watches: Vec<WatchStatus>,
+    /// Whether the initial-sync gate is open.
+    pub gate_open: bool,
+    /// What keeps it closed.
+    pub blockers: Vec<String>,
+    /// Services of ours per state (programmed, refused, failing).
+    pub services: BTreeMap<&'static str, usize>,
+    /// Failing Services per reason (`rivora_k8s_service_failures{reason}`).
+    pub failures: BTreeMap<&'static str, usize>,
+    /// Failing Services and why (at most [`MAX_FAILING_SHOWN`]).
+    pub failing: Vec<(ServiceKey, String)>,
+    /// The generation of the last offer (0: none yet).
+    pub offered: u64,
+    /// `RivoraNode` status writes that succeeded and that failed.
+    pub report_writes: (u64, u64),
+    /// The last failed write's error, until a write succeeds.
+    pub report_error: Option<String>,
+    /// The healthCheckNodePorts served (or that cannot be).
+    pub health_ports: Vec<PortState>,
+}
+
+/// Most failing Services named in [`AgentStatus::failing`].
+pub const MAX_FAILING_SHOWN: usize = 16;
+
+/// What [`start`] hands rivorad.
+pub struct Handles {
+    /// The latest offer (None before the first).
+    pub offers: watch::Receiver<Option<Arc<Offer>>>,
+    /// The agent's state, updated after every pass.
+    pub status: watch::Receiver<AgentStatus>,
+    /// Where rivorad reports what it did with the offers.
+    pub feedback: mpsc::UnboundedSender<Feedback>,
+    /// healthCheckNodePort requests answered 200 and 503 so far (read live).
+    pub health_requests: Arc<[std::sync::atomic::AtomicU64; 2]>,
+}
+
+/// Starts the watches, the run loop and the report writer on the current tokio runtime.
+/// Returns at once: nothing here waits for the API server.
+pub fn start(client: Client, config: Config) -> Handles {
+    let changed = Arc::new(Notify::new());
+    let stores = Stores::watch(&client, &config.node_name, Arc::clone(&changed));
+    let (offer_tx, offers) = watch::channel(None);
+    let (status_tx, status) = watch::channel(AgentStatus {
+        node: config.node_name.clone(),
+        ..AgentStatus::default()
+    });
+    let (feedback, feedback_rx) = mpsc::unbounded_channel();
+    let (report_tx, report_rx) = watch::channel(None);
+    let (writes_tx, writes_rx) = mpsc::unbounded_channel();
+    let healthz = HealthzServer::default();
+    let health_requests = Arc::clone(&healthz.requests);
+    tokio::spawn(write_reports(
+        client,
+        config.node_name.clone(),
+        config.report_interval,
+        report_rx,
+        writes_tx,
+    ));
+    let agent = Agent {
+        config,
+        stores,
+        changed,
+        gate: InitialSync::new(Kind::ALL),
+        last_good: LastGood::default(),
+        results: BTreeMap::new(),
+        offered: None,
+        generation: 0,
+        applied: None,
+        last_apply_ok: None,
+        healthz,
+        datapath: None,
+        counts: (0, 0),
+        conditions: Vec::new(),
+        logged_blockers: Vec::new(),
+        logged_failing: BTreeMap::new(),
+        status: AgentStatus::default(),
+    };
+    tokio::spawn(agent.run(offer_tx, status_tx, feedback_rx, report_tx, writes_rx));
+    Handles {
+        offers,
+        status,
+        feedback,
+        health_requests,
+    }
+}
+
+struct Agent {
+    config: Config,
+    stores: Stores,
+    changed: Arc<Notify>,
+    gate: InitialSync,
+    last_good: LastGood,
+    /// The results of the last pass.
+    results: BTreeMap<ServiceKey, Outcome>,
+    /// The last offer's state and mode.
+    offered: Option<(DesiredState, ApplyMode)>,
+    generation: u64,
+    /// The last feedback on the last offer.
+    applied: Option<Result<(), String>>,
+    /// Whether the last apply of any offer succeeded (not reset by a new offer, so the
+    /// healthCheckNodePorts do not flap while rivorad applies).
+    last_apply_ok: Option<bool>,
+    healthz: HealthzServer,
+    datapath: Option<DatapathSummary>,
+    /// (VIPs, unclaimed) as last reported.
+    counts: (usize, usize),
+    conditions: Vec<Condition>,
+    logged_blockers: Vec<String>,
+    logged_failing: BTreeMap<ServiceKey, String>,
+    status: AgentStatus,
+}
+
+/// The result of a report write, for the status.
+type WriteResult = Result<(), String>;
+
+/// A status to write, and the uid of this node's Node (the RivoraNode's owner, so it goes when
+/// the Node goes) when the Node is known.
+type Report = (RivoraNodeStatus, Option<String>);
+
+impl Agent {
+    async fn run(
+        mut self,
+        offers: watch::Sender<Option<Arc<Offer>>>,
+        status: watch::Sender<AgentStatus>,
+        mut feedback: mpsc::UnboundedReceiver<Feedback>,
+        report: watch::Sender<Option<Report>>,
+        mut writes: mpsc::UnboundedReceiver<WriteResult>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = self.changed.notified() => {
+                    self.settle().await;
+                    if let Some(offer) = self.pass() {
+                        info!(
+                            generation = offer.generation,
+                            vips = offer.desired.vips.len(),
+                            mode = offer.mode.as_str(),
+                            "new desired state from the cluster"
+                        );
+                        offers.send_replace(Some(Arc::new(offer)));
+                    }
+                }
+                f = feedback.recv() => match f {
+                    None => return, // rivorad stopped
+                    Some(f) => self.heard(f),
+                },
+                w = writes.recv() => {
+                    let Some(w) = w else { return };
+                    match w {
+                        Ok(()) => {
+                            self.status.report_writes.0 += 1;
+                            self.status.report_error = None;
+                        }
+                        Err(e) => {
+                            self.status.report_writes.1 += 1;
+                            self.status.report_error = Some(e);
+                        }
+                    }
+                }
+            }
+            self.serve_health_checks();
+            self.publish(&status);
+            // Only once rivorad said what became of the last offer: before that, what the
+            // dataplane holds is not known, and a report would say the wrong thing.
+            if self.offered.is_some() && self.applied.is_some() {
+                let owner = self
+                    .stores
+                    .nodes
+                    .state()
+                    .first()
+                    .and_then(|n| n.metadata.uid.clone());
+                report.send_if_modified(|r| {
+                    let next = (self.report(), owner);
+                    if r.as_ref() == Some(&next) {
+                        false
+                    } else {
+                        self.conditions = next.0.conditions.clone();
+                        *r = Some(next);
+                        true
+                    }
+                });
+            }
+        }
+    }
+
+    /// Waits until the watches are quiet for the debounce time, or the longest delay passed.
+    async fn settle(&self) {
+        let deadline = Instant::now() + self.config.max_delay;
+        loop {
+            let quiet = tokio::time::sleep(self.config.debounce);
+            tokio::select! {
+                _ = quiet => return,
+                _ = self.changed.notified() => {
+                    if Instant::now() >= deadline {
+                        // Run now; the stored permit is cleared, the next event wakes the loop.
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One pass over the stores; the offer, if it differs from the last one.
+    fn pass(&mut self) -> Option<Offer> {
+        let states = self.stores.states();
+        for (kind, state) in &states {
+            if let Some(keys) = &state.first_list {
+                match kind {
+                    Kind::Service => self.gate.services_listed(keys.iter().cloned()),
+                    k => self.gate.listed(*k),
+                }
+            }
+        }
+        if states.iter().any(|(_, s)| s.first_list.is_none()) {
+            return None;
+        }
+        let snapshot = crate::translate::Snapshot {
+            services: self.stores.services.state(),
+            slices: self.stores.slices.state(),
+            policies: self.stores.policies.state(),
+        };
+        let node = self.identity();
+        let results = translate(&snapshot, &node, &self.config.class);
+        if self.gate.observe(&results) {
+            info!("initial sync complete: adopted VIPs nothing claimed are removed now");
+        }
+        self.last_good.record(&results);
+        self.log_failures(&results);
+        let desired = desired_state(&results, &self.last_good);
+        self.results = results;
+        let mode = if self.gate.is_open() {
+            ApplyMode::Prune
+        } else {
+            ApplyMode::KeepUnclaimed
+        };
+        let next = (desired, mode);
+        if self.offered.as_ref() == Some(&next) {
+            return None;
+        }
+        self.generation += 1;
+        self.applied = None;
+        self.offered = Some(next.clone());
+        Some(Offer {
+            generation: self.generation,
+            desired: next.0,
+            mode: next.1,
+        })
+    }
+
+    /// This node: its name, its Node's addresses and the extra ones.
+    fn identity(&self) -> NodeIdentity {
+        let mut addresses: Vec<IpAddr> = self
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .filter_map(|n| n.status.as_ref())
+            .filter_map(|s| s.addresses.as_ref())
+            .flatten()
+            .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
+        addresses.extend(&self.config.extra_node_addresses);
+        addresses.sort();
+        addresses.dedup();
+        NodeIdentity {
+            name: self.config.node_name.clone(),
+            addresses,
+        }
+    }
+
+    /// Logs each failing Service once per error, each recovery once, and the gate's blockers
+    /// when they change.
+    fn log_failures(&mut self, results: &BTreeMap<ServiceKey, Outcome>) {
+        let failing: BTreeMap<ServiceKey, String> = results
+            .iter()
+            .filter_map(|(k, o)| match o {
+                Outcome::Failed(e) => Some((k.clone(), e.to_string())),
+                _ => None,
+            })
+            .collect();
+        for (k, e) in &failing {
+            if self.logged_failing.get(k) != Some(e) {
+                warn!(service = %k, "cannot program the Service (its previous VIPs stay): {e}");
+            }
+        }
+        for k in self.logged_failing.keys() {
+            if !failing.contains_key(k) && results.contains_key(k) {
+                info!(service = %k, "the Service translates again");
+            }
+        }
+        self.logged_failing = failing;
+        let blockers: Vec<String> = self.gate.blockers().iter().map(|b| b.to_string()).collect();
+        if blockers != self.logged_blockers && !self.gate.is_open() {
+            warn!(
+                blocking = blockers.len(),
+                "initial sync not complete, adopted VIPs nothing claims are kept: {}",
+                blockers.join("; ")
+            );
+        }
+        self.logged_blockers = blockers;
+    }
+
+    fn heard(&mut self, f: Feedback) {
+        match f {
+            Feedback::Datapath(d) => self.datapath = Some(d),
+            Feedback::Applied {
+                generation,
+                vips,
+                unclaimed,
+            } => {
+                self.counts = (vips, unclaimed);
+                self.last_apply_ok = Some(true);
+                if generation == self.generation {
+                    self.applied = Some(Ok(()));
+                }
+            }
+            Feedback::Rejected { generation, error } => {
+                self.last_apply_ok = Some(false);
+                if generation == self.generation {
+                    self.applied = Some(Err(error));
+                }
+            }
+        }
+    }
+
+    /// Points the healthCheckNodePort listeners at the Services of the last pass (a failing
+    /// Service answers as its last good translation did). Healthy as kube-proxy's
+    /// `serviceProxyHealthy`: the datapath is attached, the initial sync is complete and the last
+    /// apply succeeded.
+    fn serve_health_checks(&mut self) {
+        let mut wanted: BTreeMap<u16, Answer> = BTreeMap::new();
+        for (key, outcome) in &self.results {
+            let hc = match outcome {
+                Outcome::Translated(v) => v.health_check.as_ref(),
+                Outcome::Failed(_) => self
+                    .last_good
+                    .get(key)
+                    .and_then(|v| v.health_check.as_ref()),
+                Outcome::NotOurs => None,
+            };
+            if let Some(hc) = hc {
+                wanted.entry(hc.port).or_insert_with(|| Answer {
+                    service: key.clone(),
+                    local_endpoints: hc.local_endpoints,
+                });
+            }
+        }
+        let healthy =
+            self.datapath.is_some() && self.gate.is_open() && self.last_apply_ok == Some(true);
+        self.healthz.set(wanted, healthy);
+    }
+
+    fn publish(&mut self, status: &watch::Sender<AgentStatus>) {
+        let counts = self.stores.counts();
+        let s = &mut self.status;
+        s.node = self.config.node_name.clone();
+        s.watches = self
+            .stores
+            .states()
+            .into_iter()
+            .map(|(kind, state)| WatchStatus {
+                kind,
+                listed: state.first_list.is_some(),
+                objects: counts
+                    .iter()
+                    .find(|(k, _)| *k == kind)
+                    .map(|c| c.1)
+                    .unwrap_or(0),
+                state: WatchState {
+                    // The keys are the gate's business, not the status's.
+                    first_list: None,
+                    ..state
+                },
+            })
+            .collect();
+        s.gate_open = self.gate.is_open();
+        s.blockers = self.gate.blockers().iter().map(|b| b.to_string()).collect();
+        s.services.clear();
+        s.failures.clear();
+        s.failing.clear();
+        for (k, o) in &self.results {
+            let state = match o.state() {
+                ServiceState::NotOurs => continue,
+                ServiceState::Programmed => "programmed",
+                ServiceState::Refused => "refused",
+                ServiceState::Failing => "failing",
+            };
+            *s.services.entry(state).or_default() += 1;
+            if let Outcome::Failed(e) = o {
+                *s.failures.entry(reason(e)).or_default() += 1;
+                if s.failing.len() < MAX_FAILING_SHOWN {
+                    s.failing.push((k.clone(), e.to_string()));
+                }
+            }
+        }
+        s.offered = self.generation;
+        s.health_ports = self.healthz.ports();
+        status.send_if_modified(|old| {
+            if *old == self.status {
+                false
+            } else {
+                *old = self.status.clone();
+                true
+            }
+        });
+    }
+
+    fn report(&self) -> RivoraNodeStatus {
+        let blockers: Vec<String> = self.gate.blockers().iter().map(|b| b.to_string()).collect();
+        report::status(&report::Inputs {
+            results: &self.results,
+            gate_open: self.gate.is_open(),
+            blockers: &blockers,
+            applied: self.applied.clone(),
+            datapath: self.datapath.clone(),
+            vip_count: self.counts.0,
+            unclaimed: self.counts.1,
+            previous: &self.conditions,
+            now: Timestamp::now(),
+        })
+    }
+}
+
+/// The `reason` label of a failure (`rivora_k8s_service_failures{reason}`).
+pub fn reason(e: &TranslateError) -> &'static str {
+    match e {
+        TranslateError::Endpoint(_) => "endpoint",
+        TranslateError::IngressAddress(_) => "ingress_address",
+        TranslateError::SourceRange(_) => "source_range",
+        TranslateError::ServicePort(_) => "service_port",
+        TranslateError::EndpointIsVip { .. } => "endpoint_is_vip",
+        TranslateError::EndpointIsNode { .. } => "endpoint_is_node",
+        TranslateError::KeyConflict { .. } => "key_conflict",
+        TranslateError::Policy { .. } => "policy",
+        TranslateError::InvalidVip { .. } => "invalid_vip",
+    }
+}
+
+/// Writes the `RivoraNode` status whenever it changes, at most once per `interval`: the object
+/// is created (empty spec, owned by the Node once its uid is known) by server-side apply, then
+/// its status applied, both as [`FIELD_MANAGER`]. A failed write is retried after `interval`.
+async fn write_reports(
+    client: Client,
+    node: String,
+    interval: Duration,
+    mut reports: watch::Receiver<Option<Report>>,
+    results: mpsc::UnboundedSender<WriteResult>,
+) {
+    let api: Api<RivoraNode> = Api::all(client);
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let api_version = format!("{}/{}", rivora_k8s_api::GROUP, rivora_k8s_api::VERSION);
+    // The owner the object was last applied with (None: not applied yet).
+    let mut created: Option<Option<String>> = None;
+    let mut written: Option<RivoraNodeStatus> = None;
+    loop {
+        if reports.changed().await.is_err() {
+            return;
+        }
+        loop {
+            let Some((next, owner)) = reports.borrow_and_update().clone() else {
+                break;
+            };
+            if written.as_ref() == Some(&next) && created.as_ref() == Some(&owner) {
+                break;
+            }
+            let outcome = async {
+                if created.as_ref() != Some(&owner) {
+                    let mut metadata = json!({"name": node});
+                    if let Some(uid) = &owner {
+                        metadata["ownerReferences"] = json!([{
+                            "apiVersion": "v1", "kind": "Node", "name": node, "uid": uid,
+                        }]);
+                    }
+                    api.patch(
+                        &node,
+                        &pp,
+                        &Patch::Apply(json!({
+                            "apiVersion": api_version,
+                            "kind": "RivoraNode",
+                            "metadata": metadata,
+                            "spec": {},
+                        })),
+                    )
+                    .await
+                    .map_err(|e| format!("creating RivoraNode {node}: {e}"))?;
+                    created = Some(owner.clone());
+                }
+                api.patch_status(
+                    &node,
+                    &pp,
+                    &Patch::Apply(json!({
+                        "apiVersion": api_version,
+                        "kind": "RivoraNode",
+                        "status": next,
+                    })),
+                )
+                .await
+                .map_err(|e| format!("writing the status of RivoraNode {node}: {e}"))?;
+                Ok::<(), String>(())
+            }
+            .await;
+            match &outcome {
+                Ok(()) => written = Some(next),
+                Err(e) => {
+                    warn!("{e}");
+                    // Recreate next time: the object may have been deleted.
+                    created = None;
+                }
+            }
+            if results.send(outcome.clone()).is_err() {
+                return;
+            }
+            tokio::time::sleep(interval).await;
+            if outcome.is_ok() && !reports.has_changed().unwrap_or(false) {
+                break;
+            }
+        }
+    }
+}

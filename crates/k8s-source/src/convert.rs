@@ -1,0 +1,265 @@
+//! From the per-Service translation results to the one source-neutral [`DesiredState`] rivorad
+//! applies.
+//!
+//! Why a module of its own: [`crate::translate`] speaks Kubernetes (Services, roles, targets);
+//! rivorad's subsystems speak [`rivora_desired`]. This is the one place that maps one onto the
+//! other, and the one place that decides what a failing Service contributes: its last good
+//! VIPs (what was forwarding keeps forwarding), unless an older Service holds their keys now.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rivora_dataplane::VipKey;
+use rivora_desired::{
+    AnnouncePolicy, BackendMeta, Community, DesiredState, DesiredVip, NodeSettings, Origin,
+    ServiceRef,
+};
+
+use crate::translate::{K8sVip, Outcome, ServiceKey, ServiceVips};
+
+/// The desired VIP of one translated VIP. Draining endpoints (serving and terminating while
+/// ready ones exist) are marked `terminating`; fallback endpoints (terminating, used because no
+/// ready endpoint is left) are not, since they take new flows.
+pub fn desired_vip(v: &K8sVip) -> DesiredVip {
+    DesiredVip {
+        spec: v.spec.clone(),
+        origin: Origin::Service(ServiceRef {
+            namespace: v.origin.service.namespace.clone(),
+            name: v.origin.service.name.clone(),
+            port_name: v.origin.port_name.clone(),
+            uid: v.origin.uid.clone().unwrap_or_default(),
+            resource_version: v.origin.resource_version.clone().unwrap_or_default(),
+        }),
+        backends: v
+            .backends
+            .iter()
+            .map(|b| BackendMeta {
+                check: b.check.clone(),
+                terminating: b.draining(),
+                target: b.target.as_ref().map(|t| t.to_string()),
+                node: b.node.clone(),
+                ..BackendMeta::new(b.key)
+            })
+            .collect(),
+        announce: AnnouncePolicy {
+            advertise: v.announce.advertise,
+            communities: communities(&v.announce.communities),
+        },
+    }
+}
+
+/// `AS:VALUE` strings as wire communities, sorted and without duplicates. The CRD's schema
+/// only admits that form; anything else is skipped rather than failing the Service.
+fn communities(list: &[String]) -> Vec<Community> {
+    let set: BTreeSet<Community> = list
+        .iter()
+        .filter_map(|c| {
+            let (a, v) = c.split_once(':')?;
+            let a: u16 = a.trim().parse().ok()?;
+            let v: u16 = v.trim().parse().ok()?;
+            Some(Community((u32::from(a) << 16) | u32::from(v)))
+        })
+        .collect();
+    set.into_iter().collect()
+}
+
+/// Keeps, per Service, the last translation that succeeded: what a Service contributes while
+/// it fails.
+#[derive(Debug, Default, Clone)]
+pub struct LastGood {
+    by_service: BTreeMap<ServiceKey, ServiceVips>,
+}
+
+impl LastGood {
+    /// Records `results`: successes replace the Service's entry, Services that are gone or not
+    /// ours any more lose theirs, failures keep whatever was there.
+    pub fn record(&mut self, results: &BTreeMap<ServiceKey, Outcome>) {
+        self.by_service
+            .retain(|k, _| matches!(results.get(k), Some(Outcome::Failed(_))));
+        for (k, o) in results {
+            if let Outcome::Translated(v) = o {
+                self.by_service.insert(k.clone(), v.clone());
+            }
+        }
+    }
+
+    /// The last good translation of a Service, if any.
+    pub fn get(&self, key: &ServiceKey) -> Option<&ServiceVips> {
+        self.by_service.get(key)
+    }
+}
+
+/// The desired state of `results` (after [`LastGood::record`]): every VIP of every translated
+/// Service, plus the last good VIPs of failing Services whose keys no translated Service holds.
+/// Sorted by name, so equal inputs give equal states (the agent offers a state only when it
+/// differs from the last one). Kubernetes VIPs have no node-wide settings yet (part 4 brings
+/// the announcers' from the cluster).
+pub fn desired_state(
+    results: &BTreeMap<ServiceKey, Outcome>,
+    last_good: &LastGood,
+) -> DesiredState {
+    let mut vips: Vec<DesiredVip> = Vec::new();
+    let mut taken: BTreeSet<VipKey> = BTreeSet::new();
+    for o in results.values() {
+        if let Outcome::Translated(v) = o {
+            for k in &v.vips {
+                taken.insert(k.spec.key);
+                vips.push(desired_vip(k));
+            }
+        }
+    }
+    for (key, o) in results {
+        if let Outcome::Failed(_) = o
+            && let Some(v) = last_good.get(key)
+        {
+            for k in v.vips.iter().filter(|k| taken.insert(k.spec.key)) {
+                vips.push(desired_vip(k));
+            }
+        }
+    }
+    vips.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    DesiredState {
+        vips,
+        node: NodeSettings::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoints::TargetRef;
+    use crate::select::{Role, TrafficPolicy};
+    use crate::translate::{Announce, BackendMeta as K8sBackend, ServiceOrigin, TranslateError};
+    use rivora_dataplane::{BackendKey, BackendSpec, VipSpec, proto};
+
+    fn key(name: &str) -> ServiceKey {
+        ServiceKey {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    fn k8s_vip(svc: &str, addr: &str, port: u16) -> K8sVip {
+        let b = BackendKey {
+            addr: "10.9.0.1".parse().unwrap(),
+            port: 8080,
+        };
+        K8sVip {
+            spec: VipSpec::new(
+                format!("k8s/ns/{svc}/{port}/tcp/{addr}"),
+                VipKey::exact(addr.parse().unwrap(), port, proto::TCP),
+                vec![BackendSpec::new(b.addr, b.port)],
+            ),
+            origin: ServiceOrigin {
+                service: key(svc),
+                uid: Some("u1".into()),
+                resource_version: Some("7".into()),
+                port_name: Some("http".into()),
+            },
+            traffic_policy: TrafficPolicy::Cluster,
+            backends: vec![K8sBackend {
+                key: b,
+                role: Role::Draining,
+                local: false,
+                snat: true,
+                target: Some(TargetRef {
+                    kind: "Pod".into(),
+                    namespace: Some("ns".into()),
+                    name: "web-1".into(),
+                }),
+                node: Some("n2".into()),
+                check: None,
+            }],
+            source_ranges: None,
+            affinity_timeout: None,
+            health_check_node_port: None,
+            policy: None,
+            announce: Announce {
+                advertise: false,
+                communities: vec!["65000:2".into(), "65000:1".into(), "65000:1".into()],
+            },
+        }
+    }
+
+    fn translated(vips: Vec<K8sVip>) -> Outcome {
+        Outcome::Translated(ServiceVips {
+            vips,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_k8s_vip_maps_onto_the_desired_model() {
+        let d = desired_vip(&k8s_vip("web", "192.0.2.1", 80));
+        assert_eq!(
+            d.origin.to_string(),
+            "service ns/web port http",
+            "{:?}",
+            d.origin
+        );
+        let Origin::Service(s) = &d.origin else {
+            panic!()
+        };
+        assert_eq!((s.uid.as_str(), s.resource_version.as_str()), ("u1", "7"));
+        let b = &d.backends[0];
+        assert!(b.terminating, "a draining endpoint is terminating");
+        assert_eq!(b.target.as_deref(), Some("Pod ns/web-1"));
+        assert_eq!(b.node.as_deref(), Some("n2"));
+        assert!(!d.announce.advertise);
+        assert_eq!(
+            d.announce
+                .communities
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>(),
+            ["65000:1", "65000:2"]
+        );
+        let mut fallback = k8s_vip("web", "192.0.2.1", 80);
+        fallback.backends[0].role = Role::Fallback;
+        assert!(
+            !desired_vip(&fallback).backends[0].terminating,
+            "a fallback endpoint takes new flows"
+        );
+    }
+
+    #[test]
+    fn a_failing_service_keeps_its_last_good_vips_unless_another_holds_the_key() {
+        let mut last = LastGood::default();
+        let first = BTreeMap::from([
+            (key("a"), translated(vec![k8s_vip("a", "192.0.2.1", 80)])),
+            (key("b"), translated(vec![k8s_vip("b", "192.0.2.2", 80)])),
+        ]);
+        last.record(&first);
+        let names = |s: &DesiredState| -> Vec<String> {
+            s.vips.iter().map(|v| v.spec.name.clone()).collect()
+        };
+        assert_eq!(
+            names(&desired_state(&first, &last)),
+            ["k8s/ns/a/80/tcp/192.0.2.1", "k8s/ns/b/80/tcp/192.0.2.2"]
+        );
+        // b fails: its VIP stays. c now translates to a's old key while a fails: c gets it.
+        let failed = || Outcome::Failed(TranslateError::ServicePort(0));
+        let second = BTreeMap::from([
+            (key("a"), failed()),
+            (key("b"), failed()),
+            (key("c"), translated(vec![k8s_vip("c", "192.0.2.1", 80)])),
+        ]);
+        last.record(&second);
+        assert_eq!(
+            names(&desired_state(&second, &last)),
+            ["k8s/ns/b/80/tcp/192.0.2.2", "k8s/ns/c/80/tcp/192.0.2.1"]
+        );
+        // b is deleted: its last good VIPs are forgotten.
+        let third = BTreeMap::from([(key("a"), failed())]);
+        last.record(&third);
+        assert!(last.get(&key("b")).is_none());
+        assert_eq!(
+            names(&desired_state(&third, &last)),
+            ["k8s/ns/a/80/tcp/192.0.2.1"]
+        );
+        // A Service that never translated contributes nothing.
+        let mut fresh = LastGood::default();
+        let only_failed = BTreeMap::from([(key("z"), failed())]);
+        fresh.record(&only_failed);
+        assert!(desired_state(&only_failed, &fresh).vips.is_empty());
+    }
+}

@@ -1,0 +1,193 @@
+//! The four watches of the node agent (Services, EndpointSlices, ServicePolicies, this node's
+//! Node), each a reflector store, and what each has delivered so far.
+//!
+//! Why record the first full list: the initial-sync gate ([`crate::initsync`]) may only open
+//! once every kind has been listed completely, and the keys of the first Service list are the
+//! ones it waits for. kube's watcher says so with its first `InitDone`, after which the store
+//! holds exactly that list.
+//!
+//! Nothing here blocks on the API server: building the client does not connect, the watches
+//! retry with kube's default backoff, and a watch error is counted and shown, never fatal.
+//! `managedFields` are stripped on the way in: every EndpointSlice of the cluster is stored,
+//! and they are most of an object's size.
+
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use rivora_k8s_api::ServicePolicy;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use crate::initsync::Kind;
+use crate::translate::ServiceKey;
+
+/// The label that joins an EndpointSlice to its Service; slices without it are not watched.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// What one watch has delivered: shown in `rivoractl status` and the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchState {
+    /// The keys (`namespace/name`) of the first full list, once it arrived.
+    pub first_list: Option<Vec<ServiceKey>>,
+    /// Events received (objects applied or deleted, list pages).
+    pub events: u64,
+    /// Watch errors (each followed by a retry after a backoff).
+    pub errors: u64,
+    /// The last error, until the next successful event.
+    pub last_error: Option<String>,
+}
+
+/// The stores and their watch states.
+#[derive(Clone)]
+pub struct Stores {
+    /// Every Service.
+    pub services: Store<Service>,
+    /// Every EndpointSlice with the [`SERVICE_NAME_LABEL`] label.
+    pub slices: Store<EndpointSlice>,
+    /// Every ServicePolicy.
+    pub policies: Store<ServicePolicy>,
+    /// This node's Node (at most one object).
+    pub nodes: Store<Node>,
+    states: Arc<Mutex<Vec<(Kind, WatchState)>>>,
+}
+
+impl Stores {
+    /// Starts the four watches; `changed` is notified after every event and every error.
+    pub fn watch(client: &Client, node_name: &str, changed: Arc<Notify>) -> Stores {
+        let states = Arc::new(Mutex::new(
+            Kind::ALL
+                .iter()
+                .map(|k| (*k, WatchState::default()))
+                .collect::<Vec<_>>(),
+        ));
+        let slices = watcher::Config::default().labels(SERVICE_NAME_LABEL);
+        let nodes = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
+        Stores {
+            services: spawn(
+                Kind::Service,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                &states,
+                &changed,
+            ),
+            slices: spawn(
+                Kind::EndpointSlice,
+                Api::all(client.clone()),
+                slices,
+                &states,
+                &changed,
+            ),
+            policies: spawn(
+                Kind::ServicePolicy,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                &states,
+                &changed,
+            ),
+            nodes: spawn(
+                Kind::Node,
+                Api::all(client.clone()),
+                nodes,
+                &states,
+                &changed,
+            ),
+            states,
+        }
+    }
+
+    /// Each kind's watch state, in [`Kind::ALL`] order.
+    pub fn states(&self) -> Vec<(Kind, WatchState)> {
+        self.states.lock().expect("watch states").clone()
+    }
+
+    /// How many objects each kind's store holds, in [`Kind::ALL`] order.
+    pub fn counts(&self) -> Vec<(Kind, usize)> {
+        Kind::ALL
+            .iter()
+            .map(|k| {
+                let n = match k {
+                    Kind::Service => self.services.len(),
+                    Kind::EndpointSlice => self.slices.len(),
+                    Kind::ServicePolicy => self.policies.len(),
+                    Kind::Node => self.nodes.len(),
+                };
+                (*k, n)
+            })
+            .collect()
+    }
+}
+
+fn spawn<K>(
+    kind: Kind,
+    api: Api<K>,
+    config: watcher::Config,
+    states: &Arc<Mutex<Vec<(Kind, WatchState)>>>,
+    changed: &Arc<Notify>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let reader = store.clone();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, config)
+            .default_backoff()
+            .modify(|o: &mut K| o.managed_fields_mut().clear()),
+    );
+    let states = Arc::clone(states);
+    let changed = Arc::clone(changed);
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            {
+                let mut all = states.lock().expect("watch states");
+                let state = &mut all
+                    .iter_mut()
+                    .find(|(k, _)| *k == kind)
+                    .expect("every kind has a state")
+                    .1;
+                match ev {
+                    Ok(ev) => {
+                        state.events += 1;
+                        state.last_error = None;
+                        if matches!(ev, watcher::Event::InitDone) && state.first_list.is_none() {
+                            // The reflector applied the list before handing the event on: the
+                            // store holds exactly the first full list now.
+                            let keys: Vec<ServiceKey> = reader
+                                .state()
+                                .iter()
+                                .map(|o| ServiceKey {
+                                    namespace: o.namespace().unwrap_or_default(),
+                                    name: o.name_any(),
+                                })
+                                .collect();
+                            info!(kind = %kind, objects = keys.len(), "first full list");
+                            state.first_list = Some(keys);
+                        }
+                    }
+                    Err(e) => {
+                        state.errors += 1;
+                        if state.last_error.is_none() {
+                            warn!(kind = %kind, error = %e, "watch error (retrying with backoff)");
+                        }
+                        state.last_error = Some(e.to_string());
+                    }
+                }
+            }
+            changed.notify_one();
+        }
+    });
+    store
+}

@@ -1,0 +1,282 @@
+//! `--kubernetes` as a source: the node agent of `rivora-k8s-source` (watches, translation,
+//! initial-sync gate, `RivoraNode` report) runs in tasks of its own and offers a desired state
+//! with an apply mode whenever the cluster changes; this glue hands the offers to the run loop
+//! and tells the agent what became of them.
+//!
+//! rivorad never waits for the API server: the client is built from the kubeconfig (or the
+//! in-cluster config) without connecting, the first desired state is empty with
+//! [`ApplyMode::KeepUnclaimed`] (every adopted VIP keeps forwarding, unclaimed), and nothing
+//! else is applied until the agent has listed every watched kind. An API server that cannot be
+//! reached therefore changes nothing in the maps.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use rivora_dataplane::Attachment;
+use rivora_desired::{ApplyMode, DesiredState};
+use rivora_k8s_api::DatapathSummary;
+use rivora_k8s_api::class::ClassConfig;
+use rivora_k8s_source::agent::{self, AgentStatus, Feedback, Handles};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tracing::info;
+
+use super::{Candidate, Programmed, Reading, Source, StatusReader, Trigger};
+use crate::Args;
+
+/// How long after a refused apply the same offer is tried again (a capacity refusal may clear
+/// up when other Services shrink; the agent only offers states that differ).
+const RETRY_REJECTED: Duration = Duration::from_secs(10);
+
+/// The Kubernetes source. Its token is the offer's generation (0: the start's empty state).
+pub struct KubernetesSource {
+    client: Client,
+    config: agent::Config,
+    api_server: String,
+    handles: Option<Handles>,
+    hup: Option<Signal>,
+    /// Generation in force.
+    in_force: u64,
+    /// Generation last read, and when it was refused if it was.
+    last_read: u64,
+    rejected_at: Option<Instant>,
+}
+
+impl KubernetesSource {
+    /// Reads `--kubeconfig` (or the in-cluster ServiceAccount config) and builds the client;
+    /// nothing is connected yet.
+    pub async fn new(args: &Args) -> anyhow::Result<Self> {
+        let node = args
+            .node_name
+            .clone()
+            .context("--kubernetes needs --node-name (or NODE_NAME)")?;
+        let config = match &args.kubeconfig {
+            Some(path) => {
+                let kc = Kubeconfig::read_from(path)
+                    .with_context(|| format!("--kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                    .await
+                    .with_context(|| format!("--kubeconfig {}", path.display()))?
+            }
+            None => kube::Config::incluster().context(
+                "no --kubeconfig and no in-cluster config (KUBERNETES_SERVICE_HOST and the \
+                 ServiceAccount token)",
+            )?,
+        };
+        let api_server = config.cluster_url.to_string();
+        let client = Client::try_from(config).context("building the Kubernetes client")?;
+        Ok(KubernetesSource {
+            client,
+            config: agent::Config::new(
+                node,
+                ClassConfig {
+                    class: args.load_balancer_class.clone(),
+                    default_class: args.default_class,
+                },
+            ),
+            api_server,
+            handles: None,
+            hup: None,
+            in_force: 0,
+            last_read: 0,
+            rejected_at: None,
+        })
+    }
+
+    fn feedback(&self, f: Feedback) {
+        if let Some(h) = &self.handles {
+            // The agent ends only with rivorad.
+            let _ = h.feedback.send(f);
+        }
+    }
+}
+
+impl Source for KubernetesSource {
+    type Token = u64;
+
+    fn describe(&self) -> String {
+        format!(
+            "kubernetes (node {}, API server {})",
+            self.config.node_name, self.api_server
+        )
+    }
+
+    fn initial(&mut self) -> anyhow::Result<Candidate<u64>> {
+        info!(
+            node = %self.config.node_name,
+            api_server = %self.api_server,
+            class = %self.config.class.class,
+            default_class = self.config.class.default_class,
+            "Kubernetes source: watching Services, EndpointSlices, ServicePolicies and this Node"
+        );
+        self.handles = Some(agent::start(self.client.clone(), self.config.clone()));
+        Ok(Candidate {
+            desired: DesiredState::default(),
+            mode: ApplyMode::KeepUnclaimed,
+            same_as_applied: false,
+            token: 0,
+        })
+    }
+
+    fn listen(&mut self) -> anyhow::Result<()> {
+        // SIGHUP re-applies the latest offer (and must not kill rivorad, its default action).
+        self.hup = Some(signal(SignalKind::hangup())?);
+        Ok(())
+    }
+
+    async fn woken(&mut self) -> Trigger {
+        let Self { handles, hup, .. } = self;
+        let Some(h) = handles else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            changed = h.offers.changed() => {
+                if changed.is_err() {
+                    // The agent is gone (it never ends before rivorad): nothing more comes.
+                    return std::future::pending().await;
+                }
+                Trigger::Changed
+            }
+            _ = async {
+                match hup {
+                    Some(hup) => { hup.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {
+                info!("SIGHUP: re-applying the cluster's desired state");
+                Trigger::Forced
+            }
+        }
+    }
+
+    async fn polled(&mut self) -> Option<Trigger> {
+        match self.rejected_at {
+            Some(t) if t.elapsed() >= RETRY_REJECTED => {
+                self.rejected_at = None;
+                info!(
+                    generation = self.last_read,
+                    "trying the refused desired state again"
+                );
+                Some(Trigger::Forced)
+            }
+            _ => None,
+        }
+    }
+
+    fn read(&mut self, trigger: Trigger) -> Reading<u64> {
+        let Some(h) = &mut self.handles else {
+            return Reading::InForce("the Kubernetes source has not started");
+        };
+        let offer = h.offers.borrow_and_update().clone();
+        match offer {
+            None => Reading::InForce("the cluster has not been listed yet: nothing to apply"),
+            Some(o) if trigger == Trigger::Changed && o.generation == self.in_force => {
+                Reading::InForce("no change (the cluster's state is in force)")
+            }
+            Some(o) => {
+                self.last_read = o.generation;
+                Reading::New(Candidate {
+                    desired: o.desired.clone(),
+                    mode: o.mode,
+                    same_as_applied: o.generation == self.in_force,
+                    token: o.generation,
+                })
+            }
+        }
+    }
+
+    fn applied(&mut self, generation: u64, programmed: Programmed) {
+        self.in_force = generation;
+        self.rejected_at = None;
+        self.feedback(Feedback::Applied {
+            generation,
+            vips: programmed.vips,
+            unclaimed: programmed.unclaimed,
+        });
+    }
+
+    fn rejected(&mut self, error: &str) {
+        self.rejected_at = Some(Instant::now());
+        self.feedback(Feedback::Rejected {
+            generation: self.last_read,
+            error: error.to_string(),
+        });
+    }
+
+    fn attached(&mut self, a: &Attachment) {
+        self.feedback(Feedback::Datapath(DatapathSummary {
+            interface: a.interface.clone(),
+            xdp_mode: a.xdp_mode.as_str().to_string(),
+            abi_version: i64::from(rivora_abi::ABI_VERSION),
+            persistent: a.persistent,
+        }));
+    }
+
+    fn status_reader(&self) -> Option<StatusReader> {
+        let handles = self.handles.as_ref()?;
+        let status = handles.status.clone();
+        let requests = std::sync::Arc::clone(&handles.health_requests);
+        let api_server = self.api_server.clone();
+        Some(Box::new(move |dp| {
+            let mut k = dto(&status.borrow(), &api_server, Programmed::of(dp).unclaimed);
+            for (code, n) in ["200", "503"].iter().zip(requests.iter()) {
+                k.health_check_requests.insert(
+                    code.to_string(),
+                    n.load(std::sync::atomic::Ordering::Relaxed),
+                );
+            }
+            k
+        }))
+    }
+}
+
+/// The API's view of the agent's state.
+fn dto(a: &AgentStatus, api_server: &str, unclaimed: usize) -> rivora_api::KubernetesStatus {
+    rivora_api::KubernetesStatus {
+        node: a.node.clone(),
+        api_server: api_server.to_string(),
+        watches: a
+            .watches
+            .iter()
+            .map(|w| rivora_api::WatchInfo {
+                kind: w.kind.to_string(),
+                listed: w.listed,
+                objects: w.objects as u64,
+                events: w.state.events,
+                errors: w.state.errors,
+                last_error: w.state.last_error.clone(),
+            })
+            .collect(),
+        initial_sync_complete: a.gate_open,
+        blocking: a.blockers.clone(),
+        unclaimed_vips: unclaimed as u32,
+        services: a
+            .services
+            .iter()
+            .map(|(k, n)| (k.to_string(), *n as u64))
+            .collect(),
+        failures: a
+            .failures
+            .iter()
+            .map(|(k, n)| (k.to_string(), *n as u64))
+            .collect(),
+        failing: a.failing.iter().map(|(k, e)| format!("{k}: {e}")).collect(),
+        offered_generation: a.offered,
+        node_report_writes: a.report_writes.0,
+        node_report_write_failures: a.report_writes.1,
+        node_report_error: a.report_error.clone(),
+        health_check_node_ports: a
+            .health_ports
+            .iter()
+            .map(|p| rivora_api::HealthCheckPortInfo {
+                port: p.port,
+                service: p.service.to_string(),
+                local_endpoints: p.local_endpoints as u64,
+                serving: p.serving,
+                error: p.error.clone(),
+            })
+            .collect(),
+        health_check_requests: Default::default(),
+    }
+}
