@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rivora_dataplane::VipKey;
+use rivora_dataplane::{SourceRange, VipKey, VipSpec};
 use rivora_desired::{
     AnnouncePolicy, BackendMeta, Community, DesiredState, DesiredVip, NodeSettings, Origin,
     ServiceRef,
@@ -21,7 +21,7 @@ use crate::translate::{K8sVip, Outcome, ServiceKey, ServiceVips};
 /// ready endpoint is left) are not, since they take new flows.
 pub fn desired_vip(v: &K8sVip) -> DesiredVip {
     DesiredVip {
-        spec: v.spec.clone(),
+        spec: dataplane_spec(v),
         origin: Origin::Service(ServiceRef {
             namespace: v.origin.service.namespace.clone(),
             name: v.origin.service.name.clone(),
@@ -45,6 +45,33 @@ pub fn desired_vip(v: &K8sVip) -> DesiredVip {
             communities: communities(&v.announce.communities),
         },
     }
+}
+
+/// The VIP as the dataplane programs it: the translated spec plus what the datapath enforces
+/// for a Kubernetes VIP beyond addresses and weights.
+/// - `source_ranges`: loadBalancerSourceRanges of the VIP's family (a family without ranges
+///   in a restricted Service is closed: an empty list).
+/// - `stateless_reverse` off: a pod's other traffic (pod-to-pod, ClusterIP replies) leaves
+///   through the same node, and the stateless rewrite of every packet from an endpoint that
+///   serves one VIP would turn those into the VIP's; per-flow reverse entries touch only the
+///   VIP's own flows.
+/// - `draining`: serving-but-terminating endpoints while ready ones exist: established flows
+///   finish on them, new flows go to the ready ones (kube-proxy's terminating semantics).
+pub fn dataplane_spec(v: &K8sVip) -> VipSpec {
+    let mut spec = v.spec.clone();
+    spec.source_ranges = v.source_ranges.as_ref().map(|nets| {
+        nets.iter()
+            .map(|n| SourceRange::new(n.addr(), n.prefix_len()))
+            .collect()
+    });
+    spec.stateless_reverse = false;
+    spec.draining = v
+        .backends
+        .iter()
+        .filter(|b| b.draining())
+        .map(|b| b.key)
+        .collect();
+    spec
 }
 
 /// `AS:VALUE` strings as wire communities, sorted and without duplicates. The CRD's schema
@@ -219,6 +246,44 @@ mod tests {
             !desired_vip(&fallback).backends[0].terminating,
             "a fallback endpoint takes new flows"
         );
+    }
+
+    #[test]
+    fn the_dataplane_spec_carries_ranges_stateful_replies_and_drains() {
+        let mut v = k8s_vip("web", "192.0.2.1", 80);
+        assert!(
+            v.spec.stateless_reverse,
+            "VipSpec::new's default, as the file source has it"
+        );
+        v.source_ranges = Some(vec!["198.51.100.0/24".parse().unwrap()]);
+        let spec = desired_vip(&v).spec;
+        assert_eq!(
+            spec.source_ranges,
+            Some(vec![SourceRange::new("198.51.100.0".parse().unwrap(), 24)])
+        );
+        assert!(
+            !spec.stateless_reverse,
+            "Kubernetes VIPs keep per-flow reverse entries"
+        );
+        assert_eq!(
+            spec.draining,
+            BTreeSet::from([v.backends[0].key]),
+            "the draining endpoint is drained in the datapath"
+        );
+        v.backends[0].role = Role::Fallback;
+        v.source_ranges = Some(vec![]);
+        let spec = desired_vip(&v).spec;
+        assert!(
+            spec.draining.is_empty(),
+            "a fallback endpoint takes new flows"
+        );
+        assert_eq!(
+            spec.source_ranges,
+            Some(vec![]),
+            "a closed family stays closed"
+        );
+        v.source_ranges = None;
+        assert_eq!(desired_vip(&v).spec.source_ranges, None);
     }
 
     #[test]
