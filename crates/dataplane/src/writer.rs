@@ -850,9 +850,8 @@ impl Dataplane {
                 pad: 0,
             }),
         };
-        match r {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-            Err(e) => return Err(map_err("nat_endpoint_map", e)),
+        if let Err(e) = absent_ok(r) {
+            return Err(map_err("nat_endpoint_map", e));
         }
         self.endpoints.remove(&ep);
         Ok(())
@@ -2300,10 +2299,7 @@ impl Dataplane {
                     "src_range_map6",
                 ),
             };
-            match res {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(e) => return Err(map_err(map, e)),
-            }
+            absent_ok(res).map_err(|e| map_err(map, e))?;
         }
         if want.is_empty() {
             self.src_ranges.remove(&tag);
@@ -2454,10 +2450,7 @@ impl Dataplane {
                 .vip_map6
                 .remove(&abi::VipKey6::new(a, key.port, key.proto)),
         };
-        match res {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(map_err("vip_map", e)),
-        }
+        absent_ok(res).map_err(|e| map_err("vip_map", e))
     }
 
     fn insert_prefix(&mut self, prefix: &RangePrefix, service_id: u32) -> Result<(), Error> {
@@ -2491,10 +2484,7 @@ impl Dataplane {
                 "vip_range_map6",
             ),
         };
-        match res {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(map_err(map, e)),
-        }
+        absent_ok(res).map_err(|e| map_err(map, e))
     }
 
     /// Every prefix of both range tries, grouped by (address, protocol,
@@ -2608,6 +2598,22 @@ impl Dataplane {
 /// VIP may have nothing else (kube-proxy's terminating fallback lists
 /// terminating endpoints as serving), while the draining one only sees a
 /// terminating backend take new flows a little longer.
+/// A map delete whose key was already gone counts as done: aya reports
+/// that as KeyNotFound for some maps and as the syscall's ENOENT for others
+/// (hash maps, tries), and the writer deletes idempotently (an endpoint it
+/// only remembered, an entry another step already removed).
+fn absent_ok(r: Result<(), aya::maps::MapError>) -> Result<(), aya::maps::MapError> {
+    match r {
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
 fn source_drained(desired: &BTreeMap<VipKey, VipSpec>) -> BTreeSet<BackendKey> {
     let mut serving = BTreeSet::new();
     let mut drained = BTreeSet::new();

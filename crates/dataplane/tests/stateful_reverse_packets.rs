@@ -273,3 +273,25 @@ fn adoption_reads_stateless_reverse_from_the_endpoint_entries() {
     );
     r.keep_pins = false;
 }
+
+/// A stateful VIP's endpoints are only remembered, never written to
+/// nat_endpoint_map: changing the VIP's backends and removing it must not
+/// trip over the map entries that were never there (the first Kubernetes
+/// end-to-end run did: "nat_endpoint_map: bpf_map_delete_elem failed").
+#[test]
+fn a_stateful_vip_changes_and_goes_without_touching_absent_endpoint_entries() {
+    for (addr, pod, other) in [(VIP4, POD4, "10.220.1.12"), (VIP6, POD6, "fd00:220:1::12")] {
+        let mut r = rig("sfgone");
+        r.dataplane.apply(&[web("web", addr, pod, false)]).unwrap();
+        assert_eq!(endpoint_map_len(&r), 0);
+        let mut two = web("web", addr, pod, false);
+        two.backends.push(backend(other, 8080, 1));
+        r.dataplane.apply(&[two]).unwrap();
+        r.dataplane
+            .apply(&[web("web", addr, other, false)])
+            .expect("a backend leaving a stateful VIP");
+        r.dataplane.apply(&[]).expect("the stateful VIP removed");
+        assert_eq!(endpoint_map_len(&r), 0);
+        assert!(r.dataplane.vips().next().is_none());
+    }
+}
