@@ -10,219 +10,19 @@
 //! of this binary never see each other's Services. Needs root and `scripts/build-testdeps.sh`.
 
 use std::collections::BTreeSet;
-use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use rivora_k8s_api::RivoraNode;
 use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
-use rivora_lab::{Netns, Rivorad};
 use serde_json::json;
 
-const FM: &str = "rivora-test";
-const WAIT: Duration = Duration::from_secs(30);
-
-/// Installs the CRDs exactly as shipped in deploy/crds.
-async fn install_shipped_crds(bed: &TestBed) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        bed.install_crd_yaml(&text).await.unwrap();
-    }
-}
-
-/// Applies deploy/rbac/rivorad.yaml, binds it (under a binding name of this test's) to
-/// ServiceAccount `sa_ns/rivorad`, and returns a token of that ServiceAccount once RBAC lets it
-/// list Services.
-async fn rivorad_identity(bed: &TestBed, admin: &Client, sa_ns: &str) -> (String, Client) {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac/rivorad.yaml"),
-    )
-    .unwrap();
-    let pp = PatchParams::apply(FM).force();
-    let mut roles = 0;
-    for doc in serde_norway::Deserializer::from_str(&text) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-        assert_eq!(
-            v["kind"], "ClusterRole",
-            "deploy/rbac/rivorad.yaml holds ClusterRoles only"
-        );
-        let cr: ClusterRole = serde_json::from_value(v).unwrap();
-        let name = cr.name_any();
-        Api::<ClusterRole>::all(admin.clone())
-            .patch(&name, &pp, &Patch::Apply(&cr))
-            .await
-            .unwrap();
-        let binding = format!("{name}-{sa_ns}");
-        let b: ClusterRoleBinding = serde_json::from_value(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": binding},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": "rivorad", "namespace": sa_ns}],
-        }))
-        .unwrap();
-        Api::<ClusterRoleBinding>::all(admin.clone())
-            .patch(&binding, &pp, &Patch::Apply(&b))
-            .await
-            .unwrap();
-        roles += 1;
-    }
-    assert_eq!(roles, 1);
-    let token = bed.service_account_token(sa_ns, "rivorad").await.unwrap();
-    let client = bed.service_account_client(sa_ns, "rivorad").await.unwrap();
-    wait_for("the ServiceAccount can list Services", WAIT, || async {
-        Api::<Service>::all(client.clone())
-            .list(&ListParams::default().limit(1))
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    (token, client)
-}
-
-/// Polls `f` every 100 ms until it is Ok or `timeout` passes; then panics with what it last
-/// said.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("{what}: not within {timeout:?}; last seen: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-/// One node: its namespace on the test bed's bridge, an uplink veth (to a peer namespace) that
-/// rivorad attaches XDP and TCX to, and rivorad itself.
-struct NodeAgent {
-    name: String,
-    class: String,
-    node_ns: Netns,
-    _peer_ns: Netns,
-    work: PathBuf,
-    pin_dir: PathBuf,
-    socket: PathBuf,
-    kubeconfig: PathBuf,
-    rivorad: Option<Rivorad>,
-}
-
-impl NodeAgent {
-    async fn new(bed: &TestBed, admin: &Client, tag: &str, token: &str) -> NodeAgent {
-        let name = unique_name(tag);
-        let node_ns = Netns::new("k8sn").unwrap();
-        let peer_ns = Netns::new("k8sp").unwrap();
-        bed.attach(&node_ns, "kapi").unwrap();
-        rivora_lab::link::veth(&node_ns, "up0", &peer_ns, "up1").unwrap();
-        rivora_lab::link::up(&node_ns, "up0").unwrap();
-        rivora_lab::link::up(&peer_ns, "up1").unwrap();
-        let work = std::env::temp_dir().join(format!("rivora-e2e-{name}"));
-        std::fs::create_dir_all(&work).unwrap();
-        let kubeconfig = work.join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            bed.token_kubeconfig(&bed.in_cluster_url(), token),
-        )
-        .unwrap();
-        // The Node, as a kubelet would register it.
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-        }))
-        .unwrap();
-        Api::<Node>::all(admin.clone())
-            .create(&PostParams::default(), &node)
-            .await
-            .unwrap();
-        rivora_lab::ensure_bpffs().unwrap();
-        NodeAgent {
-            class: format!("rivora.dev/{name}"),
-            pin_dir: PathBuf::from(format!("/sys/fs/bpf/rivora-e2e-{name}")),
-            socket: work.join("api.sock"),
-            name,
-            node_ns,
-            _peer_ns: peer_ns,
-            work,
-            kubeconfig,
-            rivorad: None,
-        }
-    }
-
-    fn start(&mut self) {
-        let args: Vec<&OsStr> = vec![
-            "--kubernetes".as_ref(),
-            "--node-name".as_ref(),
-            self.name.as_ref(),
-            "--kubeconfig".as_ref(),
-            self.kubeconfig.as_os_str(),
-            "--load-balancer-class".as_ref(),
-            self.class.as_ref(),
-            "--backend-retire-secs".as_ref(),
-            "0".as_ref(),
-            // The node's own loopback: no other test shares it.
-            "--metrics-listen".as_ref(),
-            "127.0.0.1:9469".as_ref(),
-        ];
-        let mut d = Rivorad::start_with(
-            &self.node_ns,
-            "up0",
-            Path::new(env!("CARGO_BIN_EXE_rivorad")),
-            &self.pin_dir,
-            &self.socket,
-            &self.work,
-            &args,
-        )
-        .unwrap();
-        d.wait_ready(&self.socket, WAIT)
-            .unwrap_or_else(|e| panic!("rivorad --kubernetes did not start: {e}"));
-        self.rivorad = Some(d);
-    }
-
-    /// SIGKILL: the pins stay, as after a crash.
-    fn kill(&mut self) {
-        let mut d = self.rivorad.take().unwrap();
-        d.signal_and_wait(libc::SIGKILL).unwrap();
-    }
-
-    fn log(&self) -> String {
-        self.rivorad.as_ref().map(|d| d.log()).unwrap_or_default()
-    }
-
-    fn api(&self) -> rivora_api::Client {
-        rivora_api::Client::new(&self.socket)
-    }
-
-    async fn vips(&self) -> Result<Vec<rivora_api::VipInfo>, String> {
-        self.api().vips().await.map_err(|e| e.to_string())
-    }
-
-    async fn kubernetes(&self) -> Result<rivora_api::KubernetesStatus, String> {
-        let s = self.api().status().await.map_err(|e| e.to_string())?;
-        s.kubernetes
-            .ok_or_else(|| "status has no kubernetes section".to_string())
-    }
-}
-
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.rivorad.take() {
-            let _ = d.stop();
-        }
-        let _ = rivora_dataplane::remove_pins(&self.pin_dir);
-        let _ = std::fs::remove_dir_all(&self.work);
-    }
-}
+mod k8s_common;
+use k8s_common::*;
 
 /// A LoadBalancer Service of `class` with one TCP port `http` 80, and the status
 /// rivora-controller would give it (`ingress` as its address).
@@ -750,7 +550,7 @@ async fn an_unreachable_api_server_changes_nothing() {
     })
     .await;
     node.kill();
-    node.node_ns
+    node.node_ns()
         .run(&["ip", "link", "set", "kapi", "down"])
         .unwrap();
     node.start();
@@ -773,7 +573,7 @@ async fn an_unreachable_api_server_changes_nothing() {
     assert!(name.starts_with("adopted-"), "{name}");
     assert_eq!(backends, set(&["10.62.0.1:8080", "10.62.0.2:8080"]));
 
-    node.node_ns
+    node.node_ns()
         .run(&["ip", "link", "set", "kapi", "up"])
         .unwrap();
     wait_for(
@@ -801,38 +601,13 @@ fn health_get(node: &NodeAgent, port: u16) -> Result<(u16, String, String), Stri
     http_get(node, port, "/healthz")
 }
 
-/// GET `path` on `port` of the node's loopback, from inside the node namespace: (status, the
-/// weight header, body).
+/// GET `path` on `port` of the node's loopback, from inside the node namespace.
 fn http_get(node: &NodeAgent, port: u16, path: &str) -> Result<(u16, String, String), String> {
-    let path = path.to_string();
-    use std::io::{Read, Write};
-    node.node_ns
-        .within(move || -> Result<(u16, String, String), String> {
-            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-            let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-                .map_err(|e| format!("connect {addr}: {e}"))?;
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            write!(
-                s,
-                "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-            )
-            .unwrap();
-            let mut raw = String::new();
-            s.read_to_string(&mut raw).map_err(|e| e.to_string())?;
-            let (head, body) = raw.split_once("\r\n\r\n").ok_or(raw.clone())?;
-            let status = head
-                .split(' ')
-                .nth(1)
-                .and_then(|c| c.parse().ok())
-                .ok_or(head.to_string())?;
-            let weight = head
-                .lines()
-                .find_map(|l| l.strip_prefix("X-Load-Balancing-Endpoint-Weight: "))
-                .unwrap_or("")
-                .to_string();
-            Ok((status, weight, body.to_string()))
-        })
-        .map_err(|e| e.to_string())?
+    http_get_in(
+        node.node_ns(),
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        path,
+    )
 }
 
 /// healthCheckNodePort of an ETP Local Service: 200 with kube-proxy's body and weight header

@@ -1,0 +1,345 @@
+//! The node-agent test harness shared by the Kubernetes tests: the shipped CRDs and RBAC,
+//! bounded waits, and [`NodeAgent`], the real `rivorad --kubernetes` in a node namespace
+//! attached to the test bed, as the ServiceAccount bound to deploy/rbac/rivorad.yaml.
+
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use rivora_kube_testbed::{TestBed, unique_name};
+use rivora_lab::{Netns, Rivorad};
+use serde_json::json;
+
+pub const FM: &str = "rivora-test";
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Installs the CRDs exactly as shipped in deploy/crds.
+pub async fn install_shipped_crds(bed: &TestBed) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        bed.install_crd_yaml(&text).await.unwrap();
+    }
+}
+
+/// Applies deploy/rbac/rivorad.yaml, binds it (under a binding name of this test's) to
+/// ServiceAccount `sa_ns/rivorad`, and returns a token of that ServiceAccount once RBAC lets it
+/// list Services.
+pub async fn rivorad_identity(bed: &TestBed, admin: &Client, sa_ns: &str) -> (String, Client) {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac/rivorad.yaml"),
+    )
+    .unwrap();
+    let pp = PatchParams::apply(FM).force();
+    let mut roles = 0;
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        assert_eq!(
+            v["kind"], "ClusterRole",
+            "deploy/rbac/rivorad.yaml holds ClusterRoles only"
+        );
+        let cr: ClusterRole = serde_json::from_value(v).unwrap();
+        let name = cr.name_any();
+        Api::<ClusterRole>::all(admin.clone())
+            .patch(&name, &pp, &Patch::Apply(&cr))
+            .await
+            .unwrap();
+        let binding = format!("{name}-{sa_ns}");
+        let b: ClusterRoleBinding = serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "rivorad", "namespace": sa_ns}],
+        }))
+        .unwrap();
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .patch(&binding, &pp, &Patch::Apply(&b))
+            .await
+            .unwrap();
+        roles += 1;
+    }
+    assert_eq!(roles, 1);
+    let token = bed.service_account_token(sa_ns, "rivorad").await.unwrap();
+    let client = bed.service_account_client(sa_ns, "rivorad").await.unwrap();
+    wait_for("the ServiceAccount can list Services", WAIT, || async {
+        Api::<Service>::all(client.clone())
+            .list(&ListParams::default().limit(1))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    (token, client)
+}
+
+/// Polls `f` every 100 ms until it is Ok or `timeout` passes; then panics with what it last
+/// said.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("{what}: not within {timeout:?}; last seen: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// A node of a lab that [`NodeAgent::in_lab`] runs rivorad on.
+pub struct LabNode<'a> {
+    /// Its Node name.
+    pub name: &'a str,
+    /// Its namespace.
+    pub ns: &'a Netns,
+    /// The interface rivorad attaches to.
+    pub uplink: &'a str,
+    /// Its InternalIPs.
+    pub addrs: &'a [IpAddr],
+}
+
+/// One node agent: rivorad --kubernetes in a node namespace attached to the test bed's bridge,
+/// with its uplink, pin directory, socket and kubeconfig, and the Node object it stands for.
+pub struct NodeAgent {
+    /// The Node's name (`--node-name`).
+    pub name: String,
+    /// The `--load-balancer-class` it programs.
+    pub class: String,
+    /// The namespaces it made for itself ([`NodeAgent::new`]): the node and its uplink's
+    /// peer. None when it runs in a namespace of a lab ([`NodeAgent::in_lab`]).
+    own: Option<(Netns, Netns)>,
+    /// The interface rivorad attaches to.
+    uplink: String,
+    work: PathBuf,
+    pin_dir: PathBuf,
+    /// rivorad's API socket.
+    pub socket: PathBuf,
+    kubeconfig: PathBuf,
+    rivorad: Option<Rivorad>,
+}
+
+impl NodeAgent {
+    /// A node of its own: a namespace on the test bed's bridge and an uplink veth `up0` (to a
+    /// peer namespace) for rivorad to attach to, and its Node object.
+    pub async fn new(bed: &TestBed, admin: &Client, tag: &str, token: &str) -> NodeAgent {
+        let name = unique_name(tag);
+        let node_ns = Netns::new("k8sn").unwrap();
+        let peer_ns = Netns::new("k8sp").unwrap();
+        rivora_lab::link::veth(&node_ns, "up0", &peer_ns, "up1").unwrap();
+        rivora_lab::link::up(&node_ns, "up0").unwrap();
+        rivora_lab::link::up(&peer_ns, "up1").unwrap();
+        let mut agent = Self::prepare(bed, admin, name, &node_ns, "up0", &[], token).await;
+        agent.own = Some((node_ns, peer_ns));
+        agent
+    }
+
+    /// A node of a lab (rivorad in `node.ns` on `node.uplink`), registered as Node
+    /// `node.name` with `node.addrs` as its InternalIPs, programming Services of `class`.
+    pub async fn in_lab(
+        bed: &TestBed,
+        admin: &Client,
+        node: LabNode<'_>,
+        class: &str,
+        token: &str,
+    ) -> NodeAgent {
+        let mut agent = Self::prepare(
+            bed,
+            admin,
+            node.name.to_string(),
+            node.ns,
+            node.uplink,
+            node.addrs,
+            token,
+        )
+        .await;
+        agent.class = class.to_string();
+        agent
+    }
+
+    async fn prepare(
+        bed: &TestBed,
+        admin: &Client,
+        name: String,
+        ns: &Netns,
+        uplink: &str,
+        addrs: &[IpAddr],
+        token: &str,
+    ) -> NodeAgent {
+        bed.attach(ns, "kapi").unwrap();
+        let work = std::env::temp_dir().join(format!("rivora-e2e-{name}"));
+        std::fs::create_dir_all(&work).unwrap();
+        let kubeconfig = work.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            bed.token_kubeconfig(&bed.in_cluster_url(), token),
+        )
+        .unwrap();
+        // The Node, as a kubelet would register it.
+        let addresses: Vec<serde_json::Value> = addrs
+            .iter()
+            .map(|a| json!({"type": "InternalIP", "address": a.to_string()}))
+            .collect();
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        }))
+        .unwrap();
+        let nodes = Api::<Node>::all(admin.clone());
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        if !addresses.is_empty() {
+            nodes
+                // A merge patch, as the kubelet writes them: server-side apply refuses two
+                // InternalIPs (the schema keys addresses by type, though a dual-stack node
+                // has one of each family).
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"addresses": addresses}})),
+                )
+                .await
+                .unwrap();
+        }
+        rivora_lab::ensure_bpffs().unwrap();
+        NodeAgent {
+            class: format!("rivora.dev/{name}"),
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/rivora-e2e-{name}")),
+            socket: work.join("api.sock"),
+            name,
+            own: None,
+            uplink: uplink.to_string(),
+            work,
+            kubeconfig,
+            rivorad: None,
+        }
+    }
+
+    /// Starts rivorad in the node's own namespace ([`NodeAgent::new`]).
+    pub fn start(&mut self) {
+        let ns = &self.own.as_ref().expect("a node of its own").0;
+        let d = self.spawn(ns, &[]);
+        self.rivorad = Some(d);
+    }
+
+    /// Starts rivorad in `ns` (the lab's node namespace), with `extra` arguments.
+    pub fn start_in(&mut self, ns: &Netns, extra: &[&str]) {
+        let d = self.spawn(ns, extra);
+        self.rivorad = Some(d);
+    }
+
+    fn spawn(&self, ns: &Netns, extra: &[&str]) -> Rivorad {
+        let mut args: Vec<&OsStr> = vec![
+            "--kubernetes".as_ref(),
+            "--node-name".as_ref(),
+            self.name.as_ref(),
+            "--kubeconfig".as_ref(),
+            self.kubeconfig.as_os_str(),
+            "--load-balancer-class".as_ref(),
+            self.class.as_ref(),
+            "--backend-retire-secs".as_ref(),
+            "0".as_ref(),
+            // The node's own loopback: no other test shares it.
+            "--metrics-listen".as_ref(),
+            "127.0.0.1:9469".as_ref(),
+        ];
+        args.extend(extra.iter().map(|a| OsStr::new(*a)));
+        let mut d = Rivorad::start_with(
+            ns,
+            &self.uplink,
+            Path::new(env!("CARGO_BIN_EXE_rivorad")),
+            &self.pin_dir,
+            &self.socket,
+            &self.work,
+            &args,
+        )
+        .unwrap();
+        d.wait_ready(&self.socket, WAIT)
+            .unwrap_or_else(|e| panic!("rivorad --kubernetes did not start: {e}"));
+        d
+    }
+
+    /// The node's own namespace ([`NodeAgent::new`]).
+    pub fn node_ns(&self) -> &Netns {
+        &self.own.as_ref().expect("a node of its own").0
+    }
+
+    /// SIGKILL: the pins stay, as after a crash.
+    pub fn kill(&mut self) {
+        let mut d = self.rivorad.take().unwrap();
+        d.signal_and_wait(libc::SIGKILL).unwrap();
+    }
+
+    pub fn log(&self) -> String {
+        self.rivorad.as_ref().map(|d| d.log()).unwrap_or_default()
+    }
+
+    pub fn api(&self) -> rivora_api::Client {
+        rivora_api::Client::new(&self.socket)
+    }
+
+    pub async fn vips(&self) -> Result<Vec<rivora_api::VipInfo>, String> {
+        self.api().vips().await.map_err(|e| e.to_string())
+    }
+
+    pub async fn kubernetes(&self) -> Result<rivora_api::KubernetesStatus, String> {
+        let s = self.api().status().await.map_err(|e| e.to_string())?;
+        s.kubernetes
+            .ok_or_else(|| "status has no kubernetes section".to_string())
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.rivorad.take() {
+            let _ = d.stop();
+        }
+        let _ = rivora_dataplane::remove_pins(&self.pin_dir);
+        let _ = std::fs::remove_dir_all(&self.work);
+    }
+}
+
+/// GET `path` from `addr`, from inside `ns`: (status, the X-Load-Balancing-Endpoint-Weight
+/// header, body).
+pub fn http_get_in(
+    ns: &Netns,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<(u16, String, String), String> {
+    let path = path.to_string();
+    use std::io::{Read, Write};
+    ns.within(move || -> Result<(u16, String, String), String> {
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).map_err(|e| e.to_string())?;
+        let (head, body) = raw.split_once("\r\n\r\n").ok_or(raw.clone())?;
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or(head.to_string())?;
+        let weight = head
+            .lines()
+            .find_map(|l| l.strip_prefix("X-Load-Balancing-Endpoint-Weight: "))
+            .unwrap_or("")
+            .to_string();
+        Ok((status, weight, body.to_string()))
+    })
+    .map_err(|e| e.to_string())?
+}
