@@ -376,6 +376,13 @@ impl LongLivedTcp {
         Ok(me)
     }
 
+    /// The connections per backend identity, as they were opened.
+    ///
+    /// Why: a rollout test knows which connections must end when a pod goes.
+    pub fn per_backend(&self) -> &BTreeMap<String, usize> {
+        &self.per_backend
+    }
+
     /// `(exchanges so far, connections failed so far)`.
     ///
     /// Why: a restart test checks that exchanges keep increasing while the

@@ -1,0 +1,217 @@
+//! Issue 17, acceptance 4 (the Service fields): `loadBalancerSourceRanges` and
+//! `sessionAffinity: ClientIP` end to end. One node of the Kubernetes lab with three pods, the
+//! real `rivorad --kubernetes` against the real API server, real TCP from two clients:
+//! - the client inside the Service's source ranges gets through, the one outside is dropped
+//!   by the datapath and counted (drop reason `source_range`, and in the VIP's drops);
+//! - with ClientIP affinity, 100 connections of one client land on one pod.
+//!
+//! Needs root and the test dependencies (scripts/build-testdeps.sh).
+
+mod k8s_common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use k8s_common::*;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams};
+use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
+use rivora_lab::cluster::{self, Cluster};
+use rivora_lab::{IdentityServer, tcp_round};
+use serde_json::json;
+
+/// Where the test's Services go: the namespace, the class rivorad programs, the node.
+struct Ctx<'a> {
+    admin: &'a kube::Client,
+    ns: &'a str,
+    class: &'a str,
+    node: &'a str,
+}
+
+/// A LoadBalancer Service `name` on TCP 80 with its address, plus `extra` spec fields, and
+/// its slice of `pods` (ready, on the context's node).
+async fn service(c: &Ctx<'_>, name: &str, vip: &str, extra: serde_json::Value, pods: &[IpAddr]) {
+    let (admin, ns, class, node) = (c.admin, c.ns, c.class, c.node);
+    let api: Api<Service> = Api::namespaced(admin.clone(), ns);
+    let mut spec = json!({
+        "type": "LoadBalancer", "loadBalancerClass": class,
+        "allocateLoadBalancerNodePorts": false,
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
+        .await
+        .unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::apply("rivora-controller").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
+        })),
+    )
+    .await
+    .unwrap();
+    let eps: Vec<serde_json::Value> = pods
+        .iter()
+        .map(|a| {
+            json!({"addresses": [a.to_string()], "nodeName": node,
+                   "conditions": {"ready": true, "serving": true, "terminating": false}})
+        })
+        .collect();
+    let s: EndpointSlice = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4", "endpoints": eps,
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(admin.clone(), ns)
+        .patch(
+            &format!("{name}-1"),
+            &PatchParams::apply(FM).force(),
+            &Patch::Apply(&s),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until the VIP at `vip`:80 is programmed with `n` backends.
+async fn programmed(agent: &NodeAgent, vip: &str, n: usize) {
+    wait_for("the VIP is programmed", WAIT, || async {
+        let vips = agent.vips().await?;
+        match vips.iter().find(|v| v.address == vip && v.port == 80) {
+            Some(v) if v.backends.len() == n => Ok(()),
+            Some(v) => Err(format!("{} backends", v.backends.len())),
+            None => Err(format!("no VIP {vip} yet")),
+        }
+    })
+    .await;
+}
+
+/// The node-wide count of a drop reason, and the VIP's drops, from rivorad's API.
+async fn drops(agent: &NodeAgent, reason: &str, vip: &str) -> (u64, u64) {
+    let s = agent.api().stats().await.unwrap();
+    let node = s
+        .drops
+        .iter()
+        .find(|d| d.reason == reason)
+        .map(|d| d.packets)
+        .unwrap_or(0);
+    let v = s
+        .vips
+        .iter()
+        .find(|v| v.name.ends_with(&format!("/{vip}")))
+        .map(|v| v.drops)
+        .unwrap_or(0);
+    (node, v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_ranges_admit_only_listed_clients_and_client_ip_affinity_pins_a_client() {
+    let bed = TestBed::shared();
+    let admin = bed.admin_client().await.unwrap();
+    install_shipped_crds(bed).await;
+    let sa_ns = unique_name("rvd");
+    let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
+    let ns = unique_name("pol");
+    ensure_namespace(&admin, &ns).await.unwrap();
+    let class = format!("rivora.dev/{ns}");
+
+    let lab = Cluster::build("kp", &[3]).expect("building the cluster lab");
+    let node = &lab.nodes[0];
+    let _servers: Vec<IdentityServer> = node
+        .pods
+        .iter()
+        .map(|p| {
+            IdentityServer::start(&p.ns, &p.name, &[SocketAddr::new(p.v4.into(), 8080)]).unwrap()
+        })
+        .collect();
+    let node_name = format!("{ns}-node-1");
+    let addrs = [IpAddr::V4(node.v4), IpAddr::V6(node.v6)];
+    let lab_node = LabNode {
+        name: &node_name,
+        ns: &node.ns,
+        uplink: &lab.uplink,
+        addrs: &addrs,
+    };
+    let mut agent = NodeAgent::in_lab(bed, &admin, lab_node, &class, &token).await;
+    let pods: Vec<IpAddr> = node.pods.iter().map(|p| IpAddr::V4(p.v4)).collect();
+
+    // Only the first client's /32 may reach "ranged"; "sticky" pins each client to a pod.
+    let ranged = "10.99.19.1";
+    let sticky = "10.99.19.2";
+    let ctx = Ctx {
+        admin: &admin,
+        ns: &ns,
+        class: &class,
+        node: &node_name,
+    };
+    service(
+        &ctx,
+        "ranged",
+        ranged,
+        json!({"loadBalancerSourceRanges": [format!("{}/32", cluster::CLIENT_V4)]}),
+        &pods,
+    )
+    .await;
+    service(
+        &ctx,
+        "sticky",
+        sticky,
+        json!({"sessionAffinity": "ClientIP"}),
+        &pods,
+    )
+    .await;
+    agent.start_in(&node.ns, &[]);
+    programmed(&agent, ranged, 3).await;
+    programmed(&agent, sticky, 3).await;
+    for v in [ranged, sticky] {
+        lab.route_vip_via(v.parse().unwrap(), 1).unwrap();
+    }
+
+    // Source ranges: inside gets through, outside is dropped and counted.
+    let target = SocketAddr::new(ranged.parse().unwrap(), 80);
+    let inside = tcp_round(&lab.client, target, 60, 8, Duration::from_secs(3));
+    assert!(inside.all_ok(), "the listed client: {inside}");
+    let before = drops(&agent, "source_range", ranged).await;
+    let outside = tcp_round(&lab.client2, target, 5, 5, Duration::from_millis(800));
+    assert_eq!(
+        outside.ok, 0,
+        "the unlisted client must not get through: {outside}"
+    );
+    let after = wait_for("the refused SYNs are counted", WAIT, || async {
+        let d = drops(&agent, "source_range", ranged).await;
+        if d.0 >= before.0 + 5 && d.1 >= before.1 + 5 {
+            Ok(d)
+        } else {
+            Err(format!("source_range drops {d:?}, before {before:?}"))
+        }
+    })
+    .await;
+    eprintln!(
+        "source ranges: listed client 60/60 ok, unlisted 0/5; source_range drops {} -> {} (VIP drops {} -> {})",
+        before.0, after.0, before.1, after.1
+    );
+
+    // ClientIP: 100 connections of one client, one pod; the other client too, on its own.
+    let target = SocketAddr::new(sticky.parse().unwrap(), 80);
+    for c in [&lab.client, &lab.client2] {
+        let r = tcp_round(c, target, 100, 8, Duration::from_secs(3));
+        assert!(r.all_ok(), "{r}");
+        assert_eq!(
+            r.per_backend.len(),
+            1,
+            "ClientIP affinity: one pod per client: {r}"
+        );
+        eprintln!("ClientIP: {:?}", r.per_backend);
+    }
+    assert!(!agent.log().contains("ERROR"), "{}", agent.log());
+}
