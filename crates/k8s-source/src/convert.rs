@@ -32,6 +32,7 @@ pub fn desired_vip(v: &K8sVip) -> DesiredVip {
         backends: v
             .backends
             .iter()
+            .filter(|b| !b.snat)
             .map(|b| BackendMeta {
                 check: b.check.clone(),
                 terminating: b.draining(),
@@ -57,8 +58,19 @@ pub fn desired_vip(v: &K8sVip) -> DesiredVip {
 ///   VIP's own flows.
 /// - `draining`: serving-but-terminating endpoints while ready ones exist: established flows
 ///   finish on them, new flows go to the ready ones (kube-proxy's terminating semantics).
+/// - Not yet: endpoints on other nodes of an ETP Cluster Service (`snat`). Their replies leave
+///   through their own node, straight to the client, so without the source translation the
+///   datapath does not have yet they would break every flow sent to them; each node serves
+///   such a Service from its local endpoints only (docs/kubernetes.md, "Not done yet").
 pub fn dataplane_spec(v: &K8sVip) -> VipSpec {
     let mut spec = v.spec.clone();
+    let remote: BTreeSet<_> = v
+        .backends
+        .iter()
+        .filter(|b| b.snat)
+        .map(|b| b.key)
+        .collect();
+    spec.backends.retain(|b| !remote.contains(&b.key));
     spec.source_ranges = v.source_ranges.as_ref().map(|nets| {
         nets.iter()
             .map(|n| SourceRange::new(n.addr(), n.prefix_len()))
@@ -68,7 +80,7 @@ pub fn dataplane_spec(v: &K8sVip) -> VipSpec {
     spec.draining = v
         .backends
         .iter()
-        .filter(|b| b.draining())
+        .filter(|b| b.draining() && !b.snat)
         .map(|b| b.key)
         .collect();
     spec
@@ -186,8 +198,8 @@ mod tests {
             backends: vec![K8sBackend {
                 key: b,
                 role: Role::Draining,
-                local: false,
-                snat: true,
+                local: true,
+                snat: false,
                 target: Some(TargetRef {
                     kind: "Pod".into(),
                     namespace: Some("ns".into()),

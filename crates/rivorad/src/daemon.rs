@@ -106,7 +106,7 @@ async fn run_with<S: Source>(args: &Args, interface: &str, mut source: S) -> any
     {
         let mut s = shared.lock().expect("state lock");
         s.source_status = source.status_reader();
-        s.desired = desired.clone();
+        s.notes = crate::state::Notes::of(&desired);
     }
     // BGP sessions and ARP/NDP answers: only once the datapath forwards.
     announce::reconfigure(&shared, &desired, interface).await;
@@ -395,7 +395,7 @@ fn start_state(
         },
         announcer: announce::Announcer::default(),
         source_status: None,
-        desired: DesiredState::default(),
+        notes: Default::default(),
     }))
 }
 
@@ -620,7 +620,7 @@ fn reload<S: Source>(
                 Ok(report) => {
                     same_input = candidate.same_as_applied && report.is_empty();
                     source.applied(candidate.token, Programmed::of(&s.dataplane));
-                    s.desired = candidate.desired.clone();
+                    s.notes = crate::state::Notes::of(&candidate.desired);
                     applied = Some(candidate.desired);
                     Ok(report.to_string())
                 }

@@ -28,9 +28,67 @@ pub struct Shared {
     /// The source's own state for the status and metrics (Kubernetes:
     /// watches, initial sync, failing Services); None for the file.
     pub source_status: Option<crate::source::StatusReader>,
-    /// The desired state in force: what the source says about each VIP and
-    /// backend beyond the maps (origin, pod, node), for the API.
-    pub desired: rivora_desired::DesiredState,
+    /// What the source in force says about VIPs and backends beyond the
+    /// maps (a Service, a pod, a node), for the API.
+    pub notes: Notes,
+}
+
+/// What the API shows about a VIP beyond the maps, kept only for the VIPs
+/// whose source says more than the file does (Kubernetes: the Service, each
+/// backend's pod and node, terminating). Not a copy of the desired state:
+/// that held every VIP's spec and backend list a second time, 5.5 MiB of
+/// the daemon's peak with 4,096 VIPs (rivora-bench part 4).
+#[derive(Debug, Default)]
+pub struct Notes {
+    by_vip: BTreeMap<rivora_dataplane::VipKey, VipNote>,
+}
+
+#[derive(Debug)]
+struct VipNote {
+    origin: String,
+    backends: BTreeMap<BackendKey, BackendNote>,
+}
+
+#[derive(Debug)]
+struct BackendNote {
+    target: Option<String>,
+    node: Option<String>,
+    terminating: bool,
+}
+
+impl Notes {
+    /// The notes of `desired`: nothing for a VIP of the file.
+    pub fn of(desired: &rivora_desired::DesiredState) -> Notes {
+        let by_vip = desired
+            .vips
+            .iter()
+            .filter(|v| v.origin != rivora_desired::Origin::File)
+            .map(|v| {
+                let backends = v
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        (
+                            b.key,
+                            BackendNote {
+                                target: b.target.clone(),
+                                node: b.node.clone(),
+                                terminating: b.terminating,
+                            },
+                        )
+                    })
+                    .collect();
+                (
+                    v.spec.key,
+                    VipNote {
+                        origin: v.origin.to_string(),
+                        backends,
+                    },
+                )
+            })
+            .collect();
+        Notes { by_vip }
+    }
 }
 
 /// Every backend's counters in the API's form, read at one instant (the
@@ -115,10 +173,9 @@ impl ApiSource for StateSource {
         let dp: &Dataplane = &s.dataplane;
         let backends: BTreeMap<_, _> = dp.backends().map(|b| (b.key, b)).collect();
         let node_limit = dp.node_syn_rate_limit();
-        let desired: BTreeMap<_, _> = s.desired.vips.iter().map(|v| (v.spec.key, v)).collect();
         dp.vips()
             .map(|v| {
-                let want = desired.get(&v.spec.key).filter(|_| !v.adopted);
+                let want = s.notes.by_vip.get(&v.spec.key).filter(|_| !v.adopted);
                 VipInfo {
                     name: v.spec.name.clone(),
                     address: v.spec.key.addr.to_string(),
@@ -144,9 +201,7 @@ impl ApiSource for StateSource {
                     origin: if v.adopted {
                         Some("adopted, unclaimed".to_string())
                     } else {
-                        want.map(|d| &d.origin)
-                            .filter(|o| **o != rivora_desired::Origin::File)
-                            .map(|o| o.to_string())
+                        want.map(|n| n.origin.clone())
                     },
                     protocol: proto_name(v.spec.key.proto).to_string(),
                     mode: v.spec.mode.as_str().to_string(),
@@ -160,7 +215,7 @@ impl ApiSource for StateSource {
                         .iter()
                         .map(|b| {
                             let st = backends.get(&b.key);
-                            let meta = want.and_then(|d| d.backend(&b.key));
+                            let meta = want.and_then(|n| n.backends.get(&b.key));
                             VipBackend {
                                 target: meta.and_then(|m| m.target.clone()),
                                 node: meta.and_then(|m| m.node.clone()),

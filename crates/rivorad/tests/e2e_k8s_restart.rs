@@ -1,0 +1,230 @@
+//! Issue 17, acceptance 5: restart and initial sync under traffic. One node of the Kubernetes
+//! lab, the real `rivorad --kubernetes --persist-datapath` against the real API server.
+//! While connections run to Service A, rivorad is SIGKILLed; while it is down Service C is
+//! deleted and Service F is created with an endpoint that cannot be translated (its address
+//! is A's VIP). rivorad starts again:
+//! - A's traffic never fails (new and long-lived connections), through the kill, the restart
+//!   and the gate opening;
+//! - the gate stays closed while F fails, and nothing is removed: C's VIP still forwards;
+//! - once F's slice is fixed the gate opens and only then C's VIP goes.
+//!
+//! Needs root and the test dependencies (scripts/build-testdeps.sh).
+
+mod k8s_common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use k8s_common::*;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
+use rivora_lab::cluster::Cluster;
+use rivora_lab::{ConnectionChurn, IdentityServer, LongLivedTcp, tcp_round};
+use serde_json::json;
+
+/// LoadBalancer Service `name` (TCP 80 to 8080) with address `vip`, and its slice of `eps`.
+async fn service(
+    admin: &kube::Client,
+    ns: &str,
+    class: &str,
+    name: &str,
+    vip: &str,
+    eps: &[IpAddr],
+    node: &str,
+) {
+    let api: Api<Service> = Api::namespaced(admin.clone(), ns);
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+        "spec": {
+            "type": "LoadBalancer", "loadBalancerClass": class,
+            "allocateLoadBalancerNodePorts": false,
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        },
+    }))
+    .unwrap();
+    api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
+        .await
+        .unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::apply("rivora-controller").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
+        })),
+    )
+    .await
+    .unwrap();
+    slice(admin, ns, name, eps, node).await;
+}
+
+async fn slice(admin: &kube::Client, ns: &str, name: &str, eps: &[IpAddr], node: &str) {
+    let endpoints: Vec<serde_json::Value> = eps
+        .iter()
+        .map(|a| {
+            json!({"addresses": [a.to_string()], "nodeName": node,
+                   "conditions": {"ready": true, "serving": true, "terminating": false}})
+        })
+        .collect();
+    let s: EndpointSlice = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4", "endpoints": endpoints,
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(admin.clone(), ns)
+        .patch(
+            &format!("{name}-1"),
+            &PatchParams::apply(FM).force(),
+            &Patch::Apply(&s),
+        )
+        .await
+        .unwrap();
+}
+
+/// Whether rivorad has a VIP at `vip`:80 (Err: rivorad's API did not answer).
+async fn has_vip(agent: &NodeAgent, vip: &str) -> Result<bool, String> {
+    Ok(agent
+        .vips()
+        .await?
+        .iter()
+        .any(|v| v.address == vip && v.port == 80))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_agent_keeps_forwarding_and_removes_only_after_a_full_pass() {
+    let bed = TestBed::shared();
+    let admin = bed.admin_client().await.unwrap();
+    install_shipped_crds(bed).await;
+    let sa_ns = unique_name("rvd");
+    let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
+    let ns = unique_name("rst");
+    ensure_namespace(&admin, &ns).await.unwrap();
+    let class = format!("rivora.dev/{ns}");
+
+    let lab = Cluster::build("ks", &[2]).expect("building the cluster lab");
+    let node = &lab.nodes[0];
+    let _servers: Vec<IdentityServer> = node
+        .pods
+        .iter()
+        .map(|p| {
+            IdentityServer::start(&p.ns, &p.name, &[SocketAddr::new(p.v4.into(), 8080)]).unwrap()
+        })
+        .collect();
+    let node_name = format!("{ns}-node-1");
+    let addrs = [IpAddr::V4(node.v4), IpAddr::V6(node.v6)];
+    let lab_node = LabNode {
+        name: &node_name,
+        ns: &node.ns,
+        uplink: &lab.uplink,
+        addrs: &addrs,
+    };
+    let mut agent = NodeAgent::in_lab(bed, &admin, lab_node, &class, &token).await;
+    let pods: Vec<IpAddr> = node.pods.iter().map(|p| IpAddr::V4(p.v4)).collect();
+    let (a, c, f) = ("10.99.20.1", "10.99.20.3", "10.99.20.6");
+    service(&admin, &ns, &class, "a", a, &pods, &node_name).await;
+    service(&admin, &ns, &class, "c", c, &pods, &node_name).await;
+    let persist = ["--persist-datapath"];
+    agent.start_in(&node.ns, &persist);
+    for v in [a, c] {
+        wait_for("A's and C's VIPs are programmed", WAIT, || async {
+            if has_vip(&agent, v).await? {
+                Ok(())
+            } else {
+                Err(format!("no VIP {v}"))
+            }
+        })
+        .await;
+        lab.route_vip_via(v.parse().unwrap(), 1).unwrap();
+    }
+    let target_a = SocketAddr::new(a.parse().unwrap(), 80);
+    let target_c = SocketAddr::new(c.parse().unwrap(), 80);
+    let timeout = Duration::from_secs(2);
+    let long = LongLivedTcp::start(
+        &lab.client,
+        target_a,
+        10,
+        Duration::from_millis(100),
+        timeout,
+    )
+    .unwrap();
+    let churn = ConnectionChurn::start(&lab.client2, target_a, 20, timeout).unwrap();
+
+    // Down: C deleted, F created with A's VIP as its endpoint (the API server accepts it;
+    // rivorad refuses to translate it: a loop).
+    agent.kill();
+    Api::<Service>::namespaced(admin.clone(), &ns)
+        .delete("c", &DeleteParams::default())
+        .await
+        .unwrap();
+    service(
+        &admin,
+        &ns,
+        &class,
+        "f",
+        f,
+        &[a.parse().unwrap()],
+        &node_name,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    agent.start_in(&node.ns, &persist);
+
+    // Phase 1: the gate is closed by F; C's VIP is kept and still forwards.
+    let k = wait_for("the gate reports F blocking it", WAIT, || async {
+        let k = agent.kubernetes().await?;
+        if k.watches.iter().all(|w| w.listed)
+            && k.blocking.iter().any(|b| b.contains(&format!("{ns}/f")))
+        {
+            Ok(k)
+        } else {
+            Err(format!("{k:?}"))
+        }
+    })
+    .await;
+    assert!(!k.initial_sync_complete, "{k:?}");
+    assert_eq!(k.unclaimed_vips, 1, "C's VIP, adopted and unclaimed: {k:?}");
+    assert!(
+        has_vip(&agent, c).await.unwrap(),
+        "nothing is removed while the gate is closed"
+    );
+    let r = tcp_round(&lab.client, target_c, 20, 4, Duration::from_secs(3));
+    assert!(
+        r.all_ok(),
+        "the deleted Service's VIP still forwards until the gate opens: {r}"
+    );
+
+    // Phase 2: F fixed -> the gate opens -> C's VIP goes, A's stays.
+    slice(&admin, &ns, "f", &pods, &node_name).await;
+    wait_for("the gate opens and C's VIP goes", WAIT, || async {
+        let k = agent.kubernetes().await?;
+        let c_there = has_vip(&agent, c).await?;
+        if k.initial_sync_complete && !c_there {
+            Ok(())
+        } else {
+            Err(format!(
+                "gate open {}, C's VIP there {c_there}, blocking {:?}",
+                k.initial_sync_complete, k.blocking
+            ))
+        }
+    })
+    .await;
+    assert!(has_vip(&agent, a).await.unwrap());
+    assert!(
+        has_vip(&agent, f).await.unwrap(),
+        "F is programmed once it translates"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let churn = churn.stop();
+    let long = long.stop();
+    eprintln!("churn: {churn}\nlong-lived: {long}");
+    assert!(
+        churn.all_ok(),
+        "A's new connections through kill, restart and gate: {churn}"
+    );
+    assert!(long.all_ok(), "A's long-lived connections: {long}");
+    assert!(churn.attempted >= 40, "{churn}");
+}
