@@ -3,7 +3,10 @@
 //! real `rivorad --kubernetes` against the real API server, real TCP from two clients:
 //! - the client inside the Service's source ranges gets through, the one outside is dropped
 //!   by the datapath and counted (drop reason `source_range`, and in the VIP's drops);
-//! - with ClientIP affinity, 100 connections of one client land on one pod.
+//! - with ClientIP affinity, 100 connections of one client land on one pod;
+//! - a ServicePolicy's HTTP health check takes a pod whose HTTP server stops down within
+//!   fall x interval + timeout (plus the stated slack), while its EndpointSlice still says
+//!   ready, and new connections avoid it.
 //!
 //! Needs root and the test dependencies (scripts/build-testdeps.sh).
 
@@ -83,6 +86,70 @@ async fn service(c: &Ctx<'_>, name: &str, vip: &str, extra: serde_json::Value, p
         .unwrap();
 }
 
+/// A minimal HTTP server on `addr` inside `ns`: 200 to every request, until dropped (its
+/// listener closes, so a probe then gets a refused connection).
+struct HttpOk {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HttpOk {
+    fn start(ns: &rivora_lab::Netns, addr: SocketAddr) -> HttpOk {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = ns
+            .within(move || std::net::TcpListener::bind(addr))
+            .unwrap()
+            .unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut c, _)) => {
+                        c.set_nonblocking(false).unwrap();
+                        c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                        let mut buf = [0u8; 1024];
+                        let _ = c.read(&mut buf);
+                        let _ = c.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                        );
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        HttpOk {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for HttpOk {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The state rivorad shows for backend `addr:8080` of the VIP at `vip`:80.
+async fn backend_state(agent: &NodeAgent, vip: &str, addr: IpAddr) -> Result<String, String> {
+    let vips = agent.vips().await?;
+    let v = vips
+        .iter()
+        .find(|v| v.address == vip && v.port == 80)
+        .ok_or_else(|| format!("no VIP {vip}"))?;
+    v.backends
+        .iter()
+        .find(|b| b.address == addr.to_string() && b.port == 8080)
+        .map(|b| b.state.clone())
+        .ok_or_else(|| format!("no backend {addr}:8080"))
+}
+
 /// Waits until the VIP at `vip`:80 is programmed with `n` backends.
 async fn programmed(agent: &NodeAgent, vip: &str, n: usize) {
     wait_for("the VIP is programmed", WAIT, || async {
@@ -125,7 +192,9 @@ async fn source_ranges_admit_only_listed_clients_and_client_ip_affinity_pins_a_c
     ensure_namespace(&admin, &ns).await.unwrap();
     let class = format!("rivora.dev/{ns}");
 
-    let lab = Cluster::build("kp", &[3]).expect("building the cluster lab");
+    // Pods 1-3 serve "ranged" and "sticky"; 4-5 serve "checked" alone (a backend shared with a
+    // Service without a check would be probed the older Service's way: not at all).
+    let lab = Cluster::build("kp", &[5]).expect("building the cluster lab");
     let node = &lab.nodes[0];
     let _servers: Vec<IdentityServer> = node
         .pods
@@ -143,7 +212,8 @@ async fn source_ranges_admit_only_listed_clients_and_client_ip_affinity_pins_a_c
         addrs: &addrs,
     };
     let mut agent = NodeAgent::in_lab(bed, &admin, lab_node, &class, &token).await;
-    let pods: Vec<IpAddr> = node.pods.iter().map(|p| IpAddr::V4(p.v4)).collect();
+    let all: Vec<IpAddr> = node.pods.iter().map(|p| IpAddr::V4(p.v4)).collect();
+    let (pods, own) = (all[..3].to_vec(), all[3..].to_vec());
 
     // Only the first client's /32 may reach "ranged"; "sticky" pins each client to a pod.
     let ranged = "10.99.19.1";
@@ -213,5 +283,87 @@ async fn source_ranges_admit_only_listed_clients_and_client_ip_affinity_pins_a_c
         );
         eprintln!("ClientIP: {:?}", r.per_backend);
     }
+    // ServicePolicy HTTP check (probes on port 8081): a pod whose HTTP server stops goes down
+    // within fall x interval + timeout, while its slice still says ready.
+    let checked = "10.99.19.3";
+    let mut http: Vec<HttpOk> = node.pods[3..]
+        .iter()
+        .map(|p| HttpOk::start(&p.ns, SocketAddr::new(p.v4.into(), 8081)))
+        .collect();
+    let policy = json!({
+        "apiVersion": "rivora.dev/v1alpha1", "kind": "ServicePolicy",
+        "metadata": {"name": "checked"},
+        "spec": {
+            "targetRefs": [{"group": "", "kind": "Service", "name": "checked"}],
+            "healthCheck": {"type": "http", "port": 8081, "path": "/healthz",
+                            "interval": "300ms", "timeout": "150ms", "rise": 2, "fall": 2},
+        },
+    });
+    let pol: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &ns,
+        &kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "rivora.dev",
+            "v1alpha1",
+            "ServicePolicy",
+        )),
+    );
+    pol.patch(
+        "checked",
+        &PatchParams::apply(FM).force(),
+        &Patch::Apply(&policy),
+    )
+    .await
+    .unwrap();
+    service(&ctx, "checked", checked, json!({}), &own).await;
+    programmed(&agent, checked, 2).await;
+    lab.route_vip_via(checked.parse().unwrap(), 1).unwrap();
+    // Probed (not merely healthy by default): each backend has a passing HTTP probe.
+    for p in &own {
+        wait_for("every pod's HTTP probe passes", WAIT, || async {
+            let bs = agent.api().backends().await.map_err(|e| e.to_string())?;
+            let b = bs
+                .iter()
+                .find(|b| b.address == p.to_string() && b.port == 8080)
+                .ok_or_else(|| format!("no backend {p}"))?;
+            match &b.probe {
+                Some(probe) if probe.last_result == "ok" && b.state == "healthy" => Ok(()),
+                other => Err(format!("{p}: state {} probe {other:?}", b.state)),
+            }
+        })
+        .await;
+    }
+    let stopped = std::time::Instant::now();
+    drop(http.remove(0));
+    let (interval, timeout, fall) = (Duration::from_millis(300), Duration::from_millis(150), 2u32);
+    let bound = interval * fall + timeout;
+    // Slack: one interval of phase (the stop can land just after a probe) plus scheduling.
+    let slack = interval + Duration::from_millis(200);
+    wait_for(
+        "the stopped pod is probed down",
+        bound + slack + Duration::from_secs(2),
+        || async {
+            match backend_state(&agent, checked, own[0]).await?.as_str() {
+                "down" => Ok(()),
+                other => Err(format!("{}: {other}", own[0])),
+            }
+        },
+    )
+    .await;
+    let took = stopped.elapsed();
+    eprintln!("HTTP check: down after {took:?} (bound {bound:?} + slack {slack:?})");
+    assert!(
+        took <= bound + slack,
+        "down after {took:?}, over {bound:?} + {slack:?}"
+    );
+    let target = SocketAddr::new(checked.parse().unwrap(), 80);
+    let r = tcp_round(&lab.client, target, 60, 8, Duration::from_secs(3));
+    assert!(r.all_ok(), "{r}");
+    assert!(
+        !r.per_backend.contains_key(&node.pods[3].name),
+        "new connections avoid the down pod: {r}"
+    );
+    assert_eq!(r.per_backend.get(&node.pods[4].name), Some(&60), "{r}");
+    drop(http);
     assert!(!agent.log().contains("ERROR"), "{}", agent.log());
 }
