@@ -21,50 +21,28 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use k8s_common::*;
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, Patch, PatchParams};
-use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
 use rivora_lab::cluster::Cluster;
-use rivora_lab::{IdentityServer, tcp_round, udp_round};
+use rivora_lab::{tcp_round, udp_round};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 const FLOWS: usize = 600;
 
-/// The slice's endpoints: (pod address, its node, terminating).
-async fn write_slice(admin: &kube::Client, ns: &str, endpoints: &[(IpAddr, &str, bool)]) {
-    let eps: Vec<serde_json::Value> = endpoints
+/// The slice's endpoints: (pod address, its node, terminating); TCP and UDP on 8080.
+async fn write_slice(t: &K8sTest, endpoints: &[(IpAddr, &str, bool)]) {
+    let eps: Vec<Ep> = endpoints
         .iter()
-        .enumerate()
-        .map(|(i, (addr, node, terminating))| {
-            json!({
-                "addresses": [addr.to_string()],
-                "nodeName": node,
-                "targetRef": {"kind": "Pod", "namespace": ns, "name": format!("web-{i}")},
-                "conditions": if *terminating {
-                    json!({"ready": false, "serving": true, "terminating": true})
-                } else {
-                    json!({"ready": true, "serving": true, "terminating": false})
-                },
-            })
+        .map(|(addr, node, terminating)| Ep {
+            addr: *addr,
+            node,
+            terminating: *terminating,
         })
         .collect();
-    let s: EndpointSlice = serde_json::from_value(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "endpoints": eps,
-        "ports": [
-            {"name": "tcp", "port": 8080, "protocol": "TCP"},
-            {"name": "udp", "port": 8080, "protocol": "UDP"},
-        ],
-    }))
-    .unwrap();
-    Api::<EndpointSlice>::namespaced(admin.clone(), ns)
-        .patch("web-1", &PatchParams::apply(FM).force(), &Patch::Apply(&s))
-        .await
-        .unwrap();
+    let ports = json!([
+        {"name": "tcp", "port": 8080, "protocol": "TCP"},
+        {"name": "udp", "port": 8080, "protocol": "UDP"},
+    ]);
+    t.slice("web", &eps, ports).await;
 }
 
 /// The VIP's backends on `node` as `addr:port` for `proto`, or what is there instead.
@@ -110,70 +88,28 @@ fn healthz(lab: &Cluster, n: usize, port: u16) -> Result<(u16, String, String), 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etp_local_uses_local_pods_only_keeps_the_client_address_and_serves_health() {
-    let bed = TestBed::shared();
-    let admin = bed.admin_client().await.unwrap();
-    install_shipped_crds(bed).await;
-    let sa_ns = unique_name("rvd");
-    let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
-    let ns = unique_name("etpl");
-    ensure_namespace(&admin, &ns).await.unwrap();
-    let class = format!("rivora.dev/{ns}");
-
+    let t = K8sTest::new("etpl").await;
     let lab = Cluster::build("kl", &[2, 1]).expect("building the cluster lab");
-    let mut servers = Vec::new();
-    for node in &lab.nodes {
-        for pod in &node.pods {
-            let addr = SocketAddr::new(pod.v4.into(), 8080);
-            servers.push(IdentityServer::start(&pod.ns, &pod.name, &[addr]).unwrap());
-        }
-    }
+    let servers: Vec<_> = lab.nodes.iter().flat_map(identity_servers).collect();
     let mut agents = Vec::new();
-    for (i, node) in lab.nodes.iter().enumerate() {
-        let name = format!("{ns}-node-{}", i + 1);
-        let addrs = [IpAddr::V4(node.v4), IpAddr::V6(node.v6)];
-        let lab_node = LabNode {
-            name: &name,
-            ns: &node.ns,
-            uplink: &lab.uplink,
-            addrs: &addrs,
-        };
-        agents.push(NodeAgent::in_lab(bed, &admin, lab_node, &class, &token).await);
+    for n in 1..=lab.nodes.len() {
+        agents.push(t.agent(&lab, n).await);
     }
     let node_names: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
 
     // The Service: ETP Local, TCP and UDP on 80, and its address (rivora-controller's job).
     let vip = "10.99.17.1";
-    let api: Api<Service> = Api::namespaced(admin.clone(), &ns);
-    let svc: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-        "spec": {
-            "type": "LoadBalancer", "loadBalancerClass": class,
-            "externalTrafficPolicy": "Local", "allocateLoadBalancerNodePorts": false,
-            "ports": [
-                {"name": "tcp", "port": 80, "protocol": "TCP", "targetPort": 8080},
-                {"name": "udp", "port": 80, "protocol": "UDP", "targetPort": 8080},
-            ],
-        },
-    }))
-    .unwrap();
-    let created = api
-        .patch("web", &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
-        .await
-        .unwrap();
+    let ports = json!([
+        {"name": "tcp", "port": 80, "protocol": "TCP", "targetPort": 8080},
+        {"name": "udp", "port": 80, "protocol": "UDP", "targetPort": 8080},
+    ]);
+    let created = t
+        .service("web", vip, ports, json!({"externalTrafficPolicy": "Local"}))
+        .await;
     let hc_port = created
         .spec
         .and_then(|s| s.health_check_node_port)
         .expect("the API server allocates a healthCheckNodePort") as u16;
-    api.patch_status(
-        "web",
-        &PatchParams::apply("rivora-controller").force(),
-        &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
-        })),
-    )
-    .await
-    .unwrap();
     let pods: Vec<(IpAddr, String)> = lab
         .nodes
         .iter()
@@ -182,7 +118,7 @@ async fn etp_local_uses_local_pods_only_keeps_the_client_address_and_serves_heal
         .collect();
     let all_ready: Vec<(IpAddr, &str, bool)> =
         pods.iter().map(|(a, n)| (*a, n.as_str(), false)).collect();
-    write_slice(&admin, &ns, &all_ready).await;
+    write_slice(&t, &all_ready).await;
     for (agent, node) in agents.iter_mut().zip(&lab.nodes) {
         agent.start_in(&node.ns, &[]);
     }
@@ -255,7 +191,7 @@ async fn etp_local_uses_local_pods_only_keeps_the_client_address_and_serves_heal
     // unchanged.
     let mut terminating = all_ready.clone();
     terminating[2].2 = true;
-    write_slice(&admin, &ns, &terminating).await;
+    write_slice(&t, &terminating).await;
     let (status, _, body) = wait_for("node 2's healthz turns 503", WAIT, || async {
         match healthz(&lab, 2, hc_port)? {
             r if r.0 == 503 => Ok(r),

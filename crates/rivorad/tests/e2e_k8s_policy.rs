@@ -16,75 +16,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use k8s_common::*;
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
-use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
 use rivora_lab::cluster::{self, Cluster};
-use rivora_lab::{IdentityServer, tcp_round};
+use rivora_lab::tcp_round;
 use serde_json::json;
-
-/// Where the test's Services go: the namespace, the class rivorad programs, the node.
-struct Ctx<'a> {
-    admin: &'a kube::Client,
-    ns: &'a str,
-    class: &'a str,
-    node: &'a str,
-}
-
-/// A LoadBalancer Service `name` on TCP 80 with its address, plus `extra` spec fields, and
-/// its slice of `pods` (ready, on the context's node).
-async fn service(c: &Ctx<'_>, name: &str, vip: &str, extra: serde_json::Value, pods: &[IpAddr]) {
-    let (admin, ns, class, node) = (c.admin, c.ns, c.class, c.node);
-    let api: Api<Service> = Api::namespaced(admin.clone(), ns);
-    let mut spec = json!({
-        "type": "LoadBalancer", "loadBalancerClass": class,
-        "allocateLoadBalancerNodePorts": false,
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        spec[k] = v.clone();
-    }
-    let svc: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec,
-    }))
-    .unwrap();
-    api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
-        .await
-        .unwrap();
-    api.patch_status(
-        name,
-        &PatchParams::apply("rivora-controller").force(),
-        &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
-        })),
-    )
-    .await
-    .unwrap();
-    let eps: Vec<serde_json::Value> = pods
-        .iter()
-        .map(|a| {
-            json!({"addresses": [a.to_string()], "nodeName": node,
-                   "conditions": {"ready": true, "serving": true, "terminating": false}})
-        })
-        .collect();
-    let s: EndpointSlice = serde_json::from_value(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4", "endpoints": eps,
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }))
-    .unwrap();
-    Api::<EndpointSlice>::namespaced(admin.clone(), ns)
-        .patch(
-            &format!("{name}-1"),
-            &PatchParams::apply(FM).force(),
-            &Patch::Apply(&s),
-        )
-        .await
-        .unwrap();
-}
 
 /// A minimal HTTP server on `addr` inside `ns`: 200 to every request, until dropped (its
 /// listener closes, so a probe then gets a refused connection).
@@ -183,61 +118,41 @@ async fn drops(agent: &NodeAgent, reason: &str, vip: &str) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_ranges_admit_only_listed_clients_and_client_ip_affinity_pins_a_client() {
-    let bed = TestBed::shared();
-    let admin = bed.admin_client().await.unwrap();
-    install_shipped_crds(bed).await;
-    let sa_ns = unique_name("rvd");
-    let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
-    let ns = unique_name("pol");
-    ensure_namespace(&admin, &ns).await.unwrap();
-    let class = format!("rivora.dev/{ns}");
-
+    let t = K8sTest::new("pol").await;
     // Pods 1-3 serve "ranged" and "sticky"; 4-5 serve "checked" alone (a backend shared with a
     // Service without a check would be probed the older Service's way: not at all).
     let lab = Cluster::build("kp", &[5]).expect("building the cluster lab");
     let node = &lab.nodes[0];
-    let _servers: Vec<IdentityServer> = node
-        .pods
-        .iter()
-        .map(|p| {
-            IdentityServer::start(&p.ns, &p.name, &[SocketAddr::new(p.v4.into(), 8080)]).unwrap()
-        })
-        .collect();
-    let node_name = format!("{ns}-node-1");
-    let addrs = [IpAddr::V4(node.v4), IpAddr::V6(node.v6)];
-    let lab_node = LabNode {
-        name: &node_name,
-        ns: &node.ns,
-        uplink: &lab.uplink,
-        addrs: &addrs,
-    };
-    let mut agent = NodeAgent::in_lab(bed, &admin, lab_node, &class, &token).await;
-    let all: Vec<IpAddr> = node.pods.iter().map(|p| IpAddr::V4(p.v4)).collect();
+    let _servers = identity_servers(node);
+    let mut agent = t.agent(&lab, 1).await;
+    let node_name = t.node_name(1);
+    let all = pod_addrs(node);
     let (pods, own) = (all[..3].to_vec(), all[3..].to_vec());
+    let service =
+        |name: &'static str, vip: &'static str, extra: serde_json::Value, eps: Vec<IpAddr>| {
+            let (t, node_name) = (&t, &node_name);
+            async move {
+                t.service(name, vip, http_port(), extra).await;
+                t.slice(name, &ready(&eps, node_name), http_slice_port())
+                    .await;
+            }
+        };
 
     // Only the first client's /32 may reach "ranged"; "sticky" pins each client to a pod.
     let ranged = "10.99.19.1";
     let sticky = "10.99.19.2";
-    let ctx = Ctx {
-        admin: &admin,
-        ns: &ns,
-        class: &class,
-        node: &node_name,
-    };
     service(
-        &ctx,
         "ranged",
         ranged,
         json!({"loadBalancerSourceRanges": [format!("{}/32", cluster::CLIENT_V4)]}),
-        &pods,
+        pods.clone(),
     )
     .await;
     service(
-        &ctx,
         "sticky",
         sticky,
         json!({"sessionAffinity": "ClientIP"}),
-        &pods,
+        pods.clone(),
     )
     .await;
     agent.start_in(&node.ns, &[]);
@@ -300,8 +215,8 @@ async fn source_ranges_admit_only_listed_clients_and_client_ip_affinity_pins_a_c
         },
     });
     let pol: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
+        t.admin.clone(),
+        &t.ns,
         &kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
             "rivora.dev",
             "v1alpha1",
@@ -315,7 +230,7 @@ async fn source_ranges_admit_only_listed_clients_and_client_ip_affinity_pins_a_c
     )
     .await
     .unwrap();
-    service(&ctx, "checked", checked, json!({}), &own).await;
+    service("checked", checked, json!({}), own.clone()).await;
     programmed(&agent, checked, 2).await;
     lab.route_vip_via(checked.parse().unwrap(), 1).unwrap();
     // Probed (not merely healthy by default): each backend has a passing HTTP probe.

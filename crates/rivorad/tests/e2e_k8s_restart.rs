@@ -17,73 +17,10 @@ use std::time::Duration;
 
 use k8s_common::*;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
+use kube::api::{Api, DeleteParams};
 use rivora_lab::cluster::Cluster;
-use rivora_lab::{ConnectionChurn, IdentityServer, LongLivedTcp, tcp_round};
+use rivora_lab::{ConnectionChurn, LongLivedTcp, tcp_round};
 use serde_json::json;
-
-/// LoadBalancer Service `name` (TCP 80 to 8080) with address `vip`, and its slice of `eps`.
-async fn service(
-    admin: &kube::Client,
-    ns: &str,
-    class: &str,
-    name: &str,
-    vip: &str,
-    eps: &[IpAddr],
-    node: &str,
-) {
-    let api: Api<Service> = Api::namespaced(admin.clone(), ns);
-    let svc: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-        "spec": {
-            "type": "LoadBalancer", "loadBalancerClass": class,
-            "allocateLoadBalancerNodePorts": false,
-            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
-        },
-    }))
-    .unwrap();
-    api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
-        .await
-        .unwrap();
-    api.patch_status(
-        name,
-        &PatchParams::apply("rivora-controller").force(),
-        &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
-        })),
-    )
-    .await
-    .unwrap();
-    slice(admin, ns, name, eps, node).await;
-}
-
-async fn slice(admin: &kube::Client, ns: &str, name: &str, eps: &[IpAddr], node: &str) {
-    let endpoints: Vec<serde_json::Value> = eps
-        .iter()
-        .map(|a| {
-            json!({"addresses": [a.to_string()], "nodeName": node,
-                   "conditions": {"ready": true, "serving": true, "terminating": false}})
-        })
-        .collect();
-    let s: EndpointSlice = serde_json::from_value(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{name}-1"), "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4", "endpoints": endpoints,
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }))
-    .unwrap();
-    Api::<EndpointSlice>::namespaced(admin.clone(), ns)
-        .patch(
-            &format!("{name}-1"),
-            &PatchParams::apply(FM).force(),
-            &Patch::Apply(&s),
-        )
-        .await
-        .unwrap();
-}
 
 /// Whether rivorad has a VIP at `vip`:80 (Err: rivorad's API did not answer).
 async fn has_vip(agent: &NodeAgent, vip: &str) -> Result<bool, String> {
@@ -96,37 +33,24 @@ async fn has_vip(agent: &NodeAgent, vip: &str) -> Result<bool, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_agent_keeps_forwarding_and_removes_only_after_a_full_pass() {
-    let bed = TestBed::shared();
-    let admin = bed.admin_client().await.unwrap();
-    install_shipped_crds(bed).await;
-    let sa_ns = unique_name("rvd");
-    let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
-    let ns = unique_name("rst");
-    ensure_namespace(&admin, &ns).await.unwrap();
-    let class = format!("rivora.dev/{ns}");
-
+    let t = K8sTest::new("rst").await;
     let lab = Cluster::build("ks", &[2]).expect("building the cluster lab");
     let node = &lab.nodes[0];
-    let _servers: Vec<IdentityServer> = node
-        .pods
-        .iter()
-        .map(|p| {
-            IdentityServer::start(&p.ns, &p.name, &[SocketAddr::new(p.v4.into(), 8080)]).unwrap()
-        })
-        .collect();
-    let node_name = format!("{ns}-node-1");
-    let addrs = [IpAddr::V4(node.v4), IpAddr::V6(node.v6)];
-    let lab_node = LabNode {
-        name: &node_name,
-        ns: &node.ns,
-        uplink: &lab.uplink,
-        addrs: &addrs,
+    let _servers = identity_servers(node);
+    let mut agent = t.agent(&lab, 1).await;
+    let node_name = t.node_name(1);
+    let pods = pod_addrs(node);
+    let service = |name: &'static str, vip: &'static str, eps: Vec<IpAddr>| {
+        let (t, node_name) = (&t, &node_name);
+        async move {
+            t.service(name, vip, http_port(), json!({})).await;
+            t.slice(name, &ready(&eps, node_name), http_slice_port())
+                .await;
+        }
     };
-    let mut agent = NodeAgent::in_lab(bed, &admin, lab_node, &class, &token).await;
-    let pods: Vec<IpAddr> = node.pods.iter().map(|p| IpAddr::V4(p.v4)).collect();
     let (a, c, f) = ("10.99.20.1", "10.99.20.3", "10.99.20.6");
-    service(&admin, &ns, &class, "a", a, &pods, &node_name).await;
-    service(&admin, &ns, &class, "c", c, &pods, &node_name).await;
+    service("a", a, pods.clone()).await;
+    service("c", c, pods.clone()).await;
     let persist = ["--persist-datapath"];
     agent.start_in(&node.ns, &persist);
     for v in [a, c] {
@@ -156,20 +80,11 @@ async fn a_killed_node_agent_keeps_forwarding_and_removes_only_after_a_full_pass
     // Down: C deleted, F created with A's VIP as its endpoint (the API server accepts it;
     // rivorad refuses to translate it: a loop).
     agent.kill();
-    Api::<Service>::namespaced(admin.clone(), &ns)
+    Api::<Service>::namespaced(t.admin.clone(), &t.ns)
         .delete("c", &DeleteParams::default())
         .await
         .unwrap();
-    service(
-        &admin,
-        &ns,
-        &class,
-        "f",
-        f,
-        &[a.parse().unwrap()],
-        &node_name,
-    )
-    .await;
+    service("f", f, vec![a.parse().unwrap()]).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     agent.start_in(&node.ns, &persist);
 
@@ -177,7 +92,9 @@ async fn a_killed_node_agent_keeps_forwarding_and_removes_only_after_a_full_pass
     let k = wait_for("the gate reports F blocking it", WAIT, || async {
         let k = agent.kubernetes().await?;
         if k.watches.iter().all(|w| w.listed)
-            && k.blocking.iter().any(|b| b.contains(&format!("{ns}/f")))
+            && k.blocking
+                .iter()
+                .any(|b| b.contains(&format!("{}/f", t.ns)))
         {
             Ok(k)
         } else {
@@ -198,7 +115,8 @@ async fn a_killed_node_agent_keeps_forwarding_and_removes_only_after_a_full_pass
     );
 
     // Phase 2: F fixed -> the gate opens -> C's VIP goes, A's stays.
-    slice(&admin, &ns, "f", &pods, &node_name).await;
+    t.slice("f", &ready(&pods, &node_name), http_slice_port())
+        .await;
     wait_for("the gate opens and C's VIP goes", WAIT, || async {
         let k = agent.kubernetes().await?;
         let c_there = has_vip(&agent, c).await?;

@@ -18,42 +18,21 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use k8s_common::*;
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, Patch, PatchParams};
-use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
 use rivora_lab::cluster::Cluster;
-use rivora_lab::{ConnectionChurn, IdentityServer, LongLivedTcp};
+use rivora_lab::{ConnectionChurn, LongLivedTcp};
 use serde_json::json;
 
-/// The slice: (pod address, terminating) for each endpoint listed.
-async fn write_slice(admin: &kube::Client, ns: &str, node: &str, endpoints: &[(IpAddr, bool)]) {
-    let eps: Vec<serde_json::Value> = endpoints
+/// The slice: (pod address, terminating) for each endpoint listed, all on `node`.
+async fn write_slice(t: &K8sTest, node: &str, endpoints: &[(IpAddr, bool)]) {
+    let eps: Vec<Ep> = endpoints
         .iter()
-        .map(|(addr, terminating)| {
-            json!({
-                "addresses": [addr.to_string()],
-                "nodeName": node,
-                "conditions": if *terminating {
-                    json!({"ready": false, "serving": true, "terminating": true})
-                } else {
-                    json!({"ready": true, "serving": true, "terminating": false})
-                },
-            })
+        .map(|(addr, terminating)| Ep {
+            addr: *addr,
+            node,
+            terminating: *terminating,
         })
         .collect();
-    let s: EndpointSlice = serde_json::from_value(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "endpoints": eps,
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }))
-    .unwrap();
-    Api::<EndpointSlice>::namespaced(admin.clone(), ns)
-        .patch("web-1", &PatchParams::apply(FM).force(), &Patch::Apply(&s))
-        .await
-        .unwrap();
+    t.slice("web", &eps, http_slice_port()).await;
 }
 
 /// The VIP's backends as (`addr:port`, state), sorted.
@@ -74,64 +53,19 @@ async fn backends(node: &NodeAgent, vip: &str) -> Result<Vec<(String, String)>, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_fails_no_new_connection_and_ends_old_ones_only_with_their_pods() {
-    let bed = TestBed::shared();
-    let admin = bed.admin_client().await.unwrap();
-    install_shipped_crds(bed).await;
-    let sa_ns = unique_name("rvd");
-    let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
-    let ns = unique_name("roll");
-    ensure_namespace(&admin, &ns).await.unwrap();
-    let class = format!("rivora.dev/{ns}");
-
+    let t = K8sTest::new("roll").await;
     let lab = Cluster::build("kr", &[6]).expect("building the cluster lab");
     let node = &lab.nodes[0];
-    let mut servers: Vec<Option<IdentityServer>> = node
-        .pods
-        .iter()
-        .map(|p| {
-            let addr = SocketAddr::new(p.v4.into(), 8080);
-            Some(IdentityServer::start(&p.ns, &p.name, &[addr]).unwrap())
-        })
-        .collect();
-    let node_name = format!("{ns}-node-1");
-    let addrs = [IpAddr::V4(node.v4), IpAddr::V6(node.v6)];
-    let lab_node = LabNode {
-        name: &node_name,
-        ns: &node.ns,
-        uplink: &lab.uplink,
-        addrs: &addrs,
-    };
-    let mut agent = NodeAgent::in_lab(bed, &admin, lab_node, &class, &token).await;
-
+    let mut servers: Vec<Option<_>> = identity_servers(node).into_iter().map(Some).collect();
+    let node_name = t.node_name(1);
+    let mut agent = t.agent(&lab, 1).await;
     let vip = "10.99.18.1";
-    let api: Api<Service> = Api::namespaced(admin.clone(), &ns);
-    let svc: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-        "spec": {
-            "type": "LoadBalancer", "loadBalancerClass": class,
-            "allocateLoadBalancerNodePorts": false,
-            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
-        },
-    }))
-    .unwrap();
-    api.patch("web", &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
-        .await
-        .unwrap();
-    api.patch_status(
-        "web",
-        &PatchParams::apply("rivora-controller").force(),
-        &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
-        })),
-    )
-    .await
-    .unwrap();
+    t.service("web", vip, http_port(), json!({})).await;
     let pod = |i: usize| IpAddr::V4(node.pods[i].v4);
     let key = |i: usize| format!("{}:8080", node.pods[i].v4);
     // Pods 0-2 serve; 3-5 are their replacements.
     let mut slice: Vec<(IpAddr, bool)> = (0..3).map(|i| (pod(i), false)).collect();
-    write_slice(&admin, &ns, &node_name, &slice).await;
+    write_slice(&t, &node_name, &slice).await;
     agent.start_in(&node.ns, &[]);
     wait_for("the VIP lists pods 1-3", WAIT, || async {
         let b = backends(&agent, vip).await?;
@@ -166,7 +100,7 @@ async fn a_rollout_fails_no_new_connection_and_ends_old_ones_only_with_their_pod
             e.1 = true;
         }
         slice.push((pod(new), false));
-        write_slice(&admin, &ns, &node_name, &slice).await;
+        write_slice(&t, &node_name, &slice).await;
         wait_for(
             "the old pod drains, its replacement serves",
             WAIT,
@@ -193,7 +127,7 @@ async fn a_rollout_fails_no_new_connection_and_ends_old_ones_only_with_their_pod
         );
         // It leaves the slice and its pod stops.
         slice.retain(|e| e.0 != pod(old));
-        write_slice(&admin, &ns, &node_name, &slice).await;
+        write_slice(&t, &node_name, &slice).await;
         servers[old].take();
         ended_expected += on_pod(old);
         wait_for("the removed pod's connections end", WAIT, || async {

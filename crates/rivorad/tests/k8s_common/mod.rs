@@ -343,3 +343,182 @@ pub fn http_get_in(
     })
     .map_err(|e| e.to_string())?
 }
+
+/// One Kubernetes end-to-end test's own corner of the shared API server: the admin client,
+/// the rivorad ServiceAccount's token, and a namespace and load-balancer class no other test
+/// uses.
+pub struct K8sTest {
+    /// The API server of this test binary.
+    pub bed: &'static TestBed,
+    /// Cluster admin.
+    pub admin: Client,
+    /// A token of the rivorad ServiceAccount (deploy/rbac/rivorad.yaml).
+    pub token: String,
+    /// The test's namespace (its Services and slices).
+    pub ns: String,
+    /// The `--load-balancer-class` its Services and node agents use.
+    pub class: String,
+}
+
+/// One endpoint of an EndpointSlice: its address, its node, whether it is terminating
+/// (ready=false, serving=true, terminating=true) rather than ready.
+pub struct Ep<'a> {
+    /// The pod's address.
+    pub addr: IpAddr,
+    /// Its node's name.
+    pub node: &'a str,
+    /// Terminating (else ready).
+    pub terminating: bool,
+}
+
+impl K8sTest {
+    /// The CRDs and RBAC installed, a namespace `tag-...` and its class.
+    pub async fn new(tag: &str) -> K8sTest {
+        let bed = TestBed::shared();
+        let admin = bed.admin_client().await.unwrap();
+        install_shipped_crds(bed).await;
+        let sa_ns = unique_name("rvd");
+        let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
+        let ns = unique_name(tag);
+        rivora_kube_testbed::ensure_namespace(&admin, &ns)
+            .await
+            .unwrap();
+        K8sTest {
+            bed,
+            admin,
+            token,
+            class: format!("rivora.dev/{ns}"),
+            ns,
+        }
+    }
+
+    /// The name of the Node for node `n` (1-based) of the test's lab.
+    pub fn node_name(&self, n: usize) -> String {
+        format!("{}-node-{n}", self.ns)
+    }
+
+    /// rivorad for node `n` (1-based) of `lab`, on its uplink, registered as
+    /// [`K8sTest::node_name`] with the node's addresses (not started).
+    pub async fn agent(&self, lab: &rivora_lab::cluster::Cluster, n: usize) -> NodeAgent {
+        let node = lab.node(n).unwrap();
+        let name = self.node_name(n);
+        let addrs = [IpAddr::V4(node.v4), IpAddr::V6(node.v6)];
+        let lab_node = LabNode {
+            name: &name,
+            ns: &node.ns,
+            uplink: &lab.uplink,
+            addrs: &addrs,
+        };
+        NodeAgent::in_lab(self.bed, &self.admin, lab_node, &self.class, &self.token).await
+    }
+
+    /// LoadBalancer Service `name` of the test's class with `ports` and the `extra` spec fields,
+    /// and the status rivora-controller would give it (`vip`). Returns it as created (with
+    /// what the API server allocated, such as a healthCheckNodePort).
+    pub async fn service(
+        &self,
+        name: &str,
+        vip: &str,
+        ports: serde_json::Value,
+        extra: serde_json::Value,
+    ) -> Service {
+        let api: Api<Service> = Api::namespaced(self.admin.clone(), &self.ns);
+        let mut spec = json!({
+            "type": "LoadBalancer", "loadBalancerClass": self.class,
+            "allocateLoadBalancerNodePorts": false, "ports": ports,
+        });
+        for (k, v) in extra.as_object().expect("extra spec fields as an object") {
+            spec[k] = v.clone();
+        }
+        let svc: Service = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap();
+        let created = api
+            .patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
+            .await
+            .unwrap();
+        api.patch_status(
+            name,
+            &PatchParams::apply("rivora-controller").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Service",
+                "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
+            })),
+        )
+        .await
+        .unwrap();
+        created
+    }
+
+    /// The IPv4 EndpointSlice `<service>-1` of `service`: `endpoints` with `ports`, as the
+    /// controller-manager writes it (replacing the last one).
+    pub async fn slice(&self, service: &str, endpoints: &[Ep<'_>], ports: serde_json::Value) {
+        let eps: Vec<serde_json::Value> = endpoints
+            .iter()
+            .map(|e| {
+                json!({
+                    "addresses": [e.addr.to_string()],
+                    "nodeName": e.node,
+                    "conditions": if e.terminating {
+                        json!({"ready": false, "serving": true, "terminating": true})
+                    } else {
+                        json!({"ready": true, "serving": true, "terminating": false})
+                    },
+                })
+            })
+            .collect();
+        let name = format!("{service}-1");
+        let s: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}},
+            "addressType": "IPv4", "endpoints": eps, "ports": ports,
+        }))
+        .unwrap();
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(
+            self.admin.clone(),
+            &self.ns,
+        )
+        .patch(&name, &PatchParams::apply(FM).force(), &Patch::Apply(&s))
+        .await
+        .unwrap();
+    }
+}
+
+/// The ports of a Service with one TCP port `http` 80 -> 8080.
+pub fn http_port() -> serde_json::Value {
+    json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}])
+}
+
+/// The matching slice port (`http`, 8080/TCP).
+pub fn http_slice_port() -> serde_json::Value {
+    json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
+}
+
+/// Ready endpoints at `addrs` on `node`.
+pub fn ready<'a>(addrs: &[IpAddr], node: &'a str) -> Vec<Ep<'a>> {
+    addrs
+        .iter()
+        .map(|a| Ep {
+            addr: *a,
+            node,
+            terminating: false,
+        })
+        .collect()
+}
+
+/// An IdentityServer on port 8080 of every pod of `node` (IPv4), named after the pod.
+pub fn identity_servers(node: &rivora_lab::cluster::Node) -> Vec<rivora_lab::IdentityServer> {
+    node.pods
+        .iter()
+        .map(|p| {
+            rivora_lab::IdentityServer::start(&p.ns, &p.name, &[SocketAddr::new(p.v4.into(), 8080)])
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The IPv4 addresses of `node`'s pods.
+pub fn pod_addrs(node: &rivora_lab::cluster::Node) -> Vec<IpAddr> {
+    node.pods.iter().map(|p| IpAddr::V4(p.v4)).collect()
+}
