@@ -27,31 +27,7 @@ use k8s_common::*;
 /// A LoadBalancer Service of `class` with one TCP port `http` 80, and the status
 /// rivora-controller would give it (`ingress` as its address).
 async fn lb_service(admin: &Client, ns: &str, name: &str, class: &str, ingress: &str) {
-    let api: Api<Service> = Api::namespaced(admin.clone(), ns);
-    let svc: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {
-            "type": "LoadBalancer",
-            "loadBalancerClass": class,
-            "allocateLoadBalancerNodePorts": false,
-            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
-        },
-    }))
-    .unwrap();
-    api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
-        .await
-        .unwrap();
-    api.patch_status(
-        name,
-        &PatchParams::apply("rivora-controller").force(),
-        &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "status": {"loadBalancer": {"ingress": [{"ip": ingress, "ipMode": "VIP"}]}},
-        })),
-    )
-    .await
-    .unwrap();
+    put_lb_service(admin, ns, class, name, ingress, http_port(), json!({})).await;
 }
 
 /// The EndpointSlice `name` of Service `service`: ready endpoints at `addrs`, port `http` 8080.

@@ -422,33 +422,7 @@ impl K8sTest {
         ports: serde_json::Value,
         extra: serde_json::Value,
     ) -> Service {
-        let api: Api<Service> = Api::namespaced(self.admin.clone(), &self.ns);
-        let mut spec = json!({
-            "type": "LoadBalancer", "loadBalancerClass": self.class,
-            "allocateLoadBalancerNodePorts": false, "ports": ports,
-        });
-        for (k, v) in extra.as_object().expect("extra spec fields as an object") {
-            spec[k] = v.clone();
-        }
-        let svc: Service = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec,
-        }))
-        .unwrap();
-        let created = api
-            .patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
-            .await
-            .unwrap();
-        api.patch_status(
-            name,
-            &PatchParams::apply("rivora-controller").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "v1", "kind": "Service",
-                "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
-            })),
-        )
-        .await
-        .unwrap();
-        created
+        put_lb_service(&self.admin, &self.ns, &self.class, name, vip, ports, extra).await
     }
 
     /// The IPv4 EndpointSlice `<service>-1` of `service`: `endpoints` with `ports`, as the
@@ -521,4 +495,44 @@ pub fn identity_servers(node: &rivora_lab::cluster::Node) -> Vec<rivora_lab::Ide
 /// The IPv4 addresses of `node`'s pods.
 pub fn pod_addrs(node: &rivora_lab::cluster::Node) -> Vec<IpAddr> {
     node.pods.iter().map(|p| IpAddr::V4(p.v4)).collect()
+}
+
+/// LoadBalancer Service `name` in `ns` of `class` with `ports` and the `extra` spec fields, and
+/// the status rivora-controller would give it (`vip`); returns it as created.
+pub async fn put_lb_service(
+    admin: &Client,
+    ns: &str,
+    class: &str,
+    name: &str,
+    vip: &str,
+    ports: serde_json::Value,
+    extra: serde_json::Value,
+) -> Service {
+    let api: Api<Service> = Api::namespaced(admin.clone(), ns);
+    let mut spec = json!({
+        "type": "LoadBalancer", "loadBalancerClass": class,
+        "allocateLoadBalancerNodePorts": false, "ports": ports,
+    });
+    for (k, v) in extra.as_object().expect("extra spec fields as an object") {
+        spec[k] = v.clone();
+    }
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    let created = api
+        .patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&svc))
+        .await
+        .unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::apply("rivora-controller").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
+        })),
+    )
+    .await
+    .unwrap();
+    created
 }
