@@ -983,11 +983,13 @@ impl Dataplane {
         g
     }
 
-    /// Makes the maps hold exactly `desired`. Either every VIP is programmed
-    /// or, on a planning error (capacity, invalid spec), nothing is touched.
-    pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
-        let desired = validate(desired)?;
-        for spec in desired.values() {
+    /// Refuses L3 DSR VIPs of a family whose outer source address
+    /// (tunnelSource) is not set: their packets could not be encapsulated.
+    fn check_tunnel_source<'a>(
+        &self,
+        specs: impl Iterator<Item = &'a VipSpec>,
+    ) -> Result<(), Error> {
+        for spec in specs {
             let v6 = spec.key.addr.is_ipv6();
             let have = if v6 {
                 self.tunnel_source.1.is_some()
@@ -1003,6 +1005,14 @@ impl Dataplane {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Makes the maps hold exactly `desired`. Either every VIP is programmed
+    /// or, on a planning error (capacity, invalid spec), nothing is touched.
+    pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
+        let desired = validate(desired)?;
+        self.check_tunnel_source(desired.values())?;
         // New prefixes are inserted before removed VIPs lose theirs, so the
         // tries must hold both at once.
         check_range_capacity(self.vips.keys().chain(desired.keys()), "while applying")?;
@@ -1400,22 +1410,7 @@ impl Dataplane {
         if kept.is_empty() {
             return self.apply(desired);
         }
-        for spec in desired {
-            let v6 = spec.key.addr.is_ipv6();
-            let have = if v6 {
-                self.tunnel_source.1.is_some()
-            } else {
-                self.tunnel_source.0.is_some()
-            };
-            if matches!(spec.mode, Mode::DsrIpip | Mode::DsrGre) && !have {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: mode {} needs an IPv{} tunnelSource (the outer source address)",
-                    spec.name,
-                    spec.mode.as_str(),
-                    if v6 { 6 } else { 4 }
-                )));
-            }
-        }
+        self.check_tunnel_source(desired.iter())?;
         let mut all = desired.to_vec();
         let mut saved = Vec::with_capacity(kept.len());
         let tunnel = self.tunnel_source;
