@@ -50,6 +50,15 @@ struct rv_abi_all {
 	struct rv_rl_bucket rl_bucket;
 	struct rv_iface iface;
 	struct rv_tunnel_config tunnel_config;
+	struct rv_snat_config snat_config;
+	struct rv_snat_flow snat_flow;
+	struct rv_snat_rev_key4 snat_rev_key4;
+	struct rv_snat_rev_key6 snat_rev_key6;
+	struct rv_snat_rev4 snat_rev4;
+	struct rv_snat_rev6 snat_rev6;
+	enum rv_snat_config_flags snat_config_flags;
+	enum rv_snat_rev_flags snat_rev_flags;
+	enum rv_snat_counter snat_counter;
 	struct rv_decap_addr4 decap_addr4;
 	struct rv_decap_addr6 decap_addr6;
 	struct rv_decap_stats decap_stats;

@@ -357,6 +357,55 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tunnel_config_map SEC(".maps");
 
+/* Source translation of flows to backends on other nodes (snat.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rv_snat_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} snat_config_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FLOWS);
+	__type(key, struct rv_flow4);
+	__type(value, struct rv_snat_flow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} snat_flow_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FLOWS);
+	__type(key, struct rv_flow6);
+	__type(value, struct rv_snat_flow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} snat_flow_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FLOWS);
+	__type(key, struct rv_snat_rev_key4);
+	__type(value, struct rv_snat_rev4);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} snat_rev_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_FLOWS);
+	__type(key, struct rv_snat_rev_key6);
+	__type(value, struct rv_snat_rev6);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} snat_rev_map6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RV_SNAT_COUNTER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} snat_stats_map SEC(".maps");
+
 /* Not read by the programs: the control plane's record of who wrote the
  * pinned maps (ABI version, table size, XDP mode). */
 struct {

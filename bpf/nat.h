@@ -54,9 +54,13 @@ static __always_inline __u32 rv_l4_csum_fix(__u16 *check, __u8 proto, __u32 diff
 	return rv_csum_diff16(0, old, *check);
 }
 
-/* Destination NAT of a TCP/UDP packet or first fragment: destination
- * address (and port unless `port` is 0) become the backend's. */
-static __always_inline int rv_dnat_l4(struct rv_pkt *p, void *data_end, const __u32 *addr, __be16 port, const int v6)
+/* NAT of one side of a TCP/UDP packet or first fragment: its destination
+ * (`src` 0) or source (`src` 1, a compile-time constant) address, and port
+ * unless `port` is 0, become `addr`/`port`. The diff is taken from the
+ * parse (p->src / p->dst), so a packet may be rewritten on both sides with
+ * two calls. */
+static __always_inline int rv_nat_l4(struct rv_pkt *p, void *data_end, const __u32 *addr, __be16 port, const int src,
+				     const int v6)
 {
 	__be16 *ports = p->l4;
 	__u16 *check = p->l4 + rv_l4_csum_off(p->proto);
@@ -64,25 +68,36 @@ static __always_inline int rv_dnat_l4(struct rv_pkt *p, void *data_end, const __
 
 	if ((void *)(ports + 2) > data_end || (void *)(check + 1) > data_end)
 		return -1;
-	diff = rv_addr_diff(0, p->dst, addr, v6);
+	diff = rv_addr_diff(0, src ? p->src : p->dst, addr, v6);
 	if (!v6) {
 		struct iphdr *ip = p->l3;
 		if ((void *)(ip + 1) > data_end)
 			return -1;
 		ip->check = rv_csum_apply(ip->check, diff);
-		ip->daddr = addr[0];
+		if (src)
+			ip->saddr = addr[0];
+		else
+			ip->daddr = addr[0];
 	} else {
 		struct ipv6hdr *ip6 = p->l3;
 		if ((void *)(ip6 + 1) > data_end)
 			return -1;
-		__builtin_memcpy(&ip6->daddr, addr, 16);
+		__builtin_memcpy(src ? (void *)&ip6->saddr : (void *)&ip6->daddr, addr, 16);
 	}
-	if (port && port != ports[1]) {
-		diff = rv_csum_diff16(diff, ports[1], port);
-		ports[1] = port;
+	__be16 *pf = &ports[src ? 0 : 1];
+	if (port && port != *pf) {
+		diff = rv_csum_diff16(diff, *pf, port);
+		*pf = port;
 	}
 	rv_l4_csum_fix(check, p->proto, diff, v6);
 	return 0;
+}
+
+/* Destination NAT of a TCP/UDP packet or first fragment: destination
+ * address (and port unless `port` is 0) become the backend's. */
+static __always_inline int rv_dnat_l4(struct rv_pkt *p, void *data_end, const __u32 *addr, __be16 port, const int v6)
+{
+	return rv_nat_l4(p, data_end, addr, port, 0, v6);
 }
 
 /* Rewrites the source (outgoing replies) or destination (incoming packets)

@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 11,
+	RV_ABI_VERSION = 12,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -80,6 +80,10 @@ enum rv_abi_consts {
 	/* Or'ed into a source-range key's tag for the prefixes of bank 1
 	 * (RV_SVC_F_SOURCE_BANK); service IDs stay below RV_MAX_VIPS. */
 	RV_SRC_RANGE_BANK = 0x10000,
+	/* Ports a source-translated flow's first packet tries (snat.h). */
+	RV_SNAT_PORT_PROBES = 8,
+	/* Slots of snat_stats_map (enum rv_snat_counter, room to grow). */
+	RV_SNAT_COUNTER_SLOTS = 8,
 };
 
 /* rv_vip_slot.flags bits. */
@@ -133,6 +137,11 @@ enum rv_service_flags {
 	 * service entry's one update, so a packet sees the old list or the
 	 * new one, never a mix. */
 	RV_SVC_F_SOURCE_BANK = 1 << 6,
+	/* NAT only: some backends carry RV_BACKEND_F_SNAT (endpoints on other
+	 * nodes of an externalTrafficPolicy Cluster Service): their flows also
+	 * get the node's address as source (snat.h). Lets every other VIP skip
+	 * the backend's flag lookup. */
+	RV_SVC_F_SNAT = 1 << 7,
 };
 
 /* backend_health_map values. 0 means "no backend with this ID": a freed ID
@@ -189,7 +198,12 @@ enum rv_drop_reason {
 	RV_EVENT_FLOW_GUARDED = 13,
 	/* A packet to a VIP with source ranges from a source outside them. */
 	RV_DROP_SOURCE_RANGE = 14,
-	RV_DROP_REASON_COUNT = 15,
+	/* A flow to a source-translated backend found no free node port for
+	 * it within RV_SNAT_PORT_PROBES tries (the port range is full of live
+	 * flows to that backend endpoint), or the new-flow guard refused the
+	 * mapping a SYN needs. */
+	RV_DROP_SNAT_EXHAUSTED = 15,
+	RV_DROP_REASON_COUNT = 16,
 };
 
 /* vip_map key: an exact IPv4 VIP. */
@@ -331,6 +345,11 @@ enum rv_backend_flags {
 	 * Kubernetes endpoint) in every VIP that lists it: draining unless a
 	 * probe says down. */
 	RV_BACKEND_F_TERMINATING = 1 << 2,
+	/* Not a health reason: the backend is on another node and cannot
+	 * answer through this node's tc_nat (its replies leave through its own
+	 * node), so a RV_SVC_F_SNAT VIP's flows to it also get this node's
+	 * address and a node port as source (snat.h). */
+	RV_BACKEND_F_SNAT = 1 << 3,
 };
 
 /* A flow as the client sent it (connection_affinity_map key, IPv4). */
@@ -674,6 +693,103 @@ struct rv_decap_meta {
 	__u32 ifindex;     /* interface the program is attached to */
 	__u32 xdp_mode;    /* enum rv_xdp_mode */
 	__u32 pad;
+};
+
+/* snat_config_map value (one entry): this node's source for translated
+ * flows and how long an idle mapping keeps its port. Ports are in host
+ * order; idle times are in RV_NAT_CHECK_JIFFIES_SHIFT ticks (the control
+ * plane converts from seconds with the kernel's HZ). */
+struct rv_snat_config {
+	__be32 addr4;       /* valid with RV_SNAT_F_ADDR4 */
+	__u8 addr6[16];     /* valid with RV_SNAT_F_ADDR6 */
+	__u16 port_min;
+	__u16 port_max;     /* inclusive, >= port_min */
+	__u32 flags;        /* RV_SNAT_F_* */
+	__u32 tcp_idle;     /* an open TCP mapping's port is reusable after this */
+	__u32 closed_idle;  /* after a FIN or RST */
+	__u32 udp_idle;
+};
+
+enum rv_snat_config_flags {
+	RV_SNAT_F_ADDR4 = 1 << 0,
+	RV_SNAT_F_ADDR6 = 1 << 1,
+};
+
+/* snat_flow_map(6) value, keyed by the flow as the client sent it
+ * (rv_flow4/rv_flow6): the node port the flow's packets leave from. Only
+ * valid for the backend (and its generation) it was made for. */
+struct rv_snat_flow {
+	__be16 node_port;
+	__u16 pad;
+	__u32 backend_id;
+	__u32 backend_generation;
+	/* The tick in which the flow's snat_rev entry was last seen owned by
+	 * it (checked once per tick, as rv_affinity.nat_checked). */
+	__u32 checked;
+};
+
+/* snat_rev_map key (IPv4): a backend's reply as it arrives (source =
+ * backend endpoint, destination port = node port). A node port is unique
+ * per backend endpoint and protocol, not per node. */
+struct rv_snat_rev_key4 {
+	__be32 backend;
+	__be16 backend_port;
+	__be16 node_port;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct rv_snat_rev_key6 {
+	__u8 backend[16];
+	__be16 backend_port;
+	__be16 node_port;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* snat_rev_map value (IPv4): who the reply is for, and as whom it comes. */
+struct rv_snat_rev4 {
+	__be32 client;
+	__be32 vip;
+	__be16 client_port;
+	__be16 vip_port;
+	__u32 service_id;
+	__u32 last_seen;    /* tick of the last packet either way */
+	__u32 flags;        /* RV_SNAT_REV_F_* */
+};
+
+struct rv_snat_rev6 {
+	__u8 client[16];
+	__u8 vip[16];
+	__be16 client_port;
+	__be16 vip_port;
+	__u32 service_id;
+	__u32 last_seen;
+	__u32 flags;
+};
+
+enum rv_snat_rev_flags {
+	/* A FIN or RST was seen: the port is reusable sooner (closed_idle). */
+	RV_SNAT_REV_F_CLOSING = 1 << 0,
+};
+
+/* Indices of snat_stats_map (per CPU u64 packets). Append only. */
+enum rv_snat_counter {
+	/* A flow got a node port (a new mapping). */
+	RV_SNAT_ALLOCATED = 0,
+	/* ... by taking over the port of an idle mapping. */
+	RV_SNAT_REUSED_IDLE = 1,
+	/* Packets sent to a backend with a translated source. */
+	RV_SNAT_FORWARDED = 2,
+	/* Replies translated back to the client. */
+	RV_SNAT_REPLIED = 3,
+	/* Packets to the node address in the port range without a mapping:
+	 * handed to the kernel untouched. */
+	RV_SNAT_REPLY_UNMATCHED = 4,
+	/* Translated packets (either way) handed to the kernel to route (no
+	 * FIB answer yet, TTL expiring, over the MTU, tagged). */
+	RV_SNAT_TO_KERNEL = 5,
+	RV_SNAT_COUNTER_COUNT = 6,
 };
 
 #endif /* RIVORA_ABI_H */

@@ -8,11 +8,13 @@
  * measured it: every program far below the 1M limit, where xdp_ingress
  * alone had reached 706k).
  *
- * Only paths that are really rare are stages: step 2's ICMP errors and
- * later fragments, and step 6's FIB slow path (a natForwarding fib packet
- * whose backend's next hop is not cached this tick, about once a second per
- * backend). A tail call costs the packet that takes it a few nanoseconds, so
- * forwarding modes (DSR) and IPv6 stay in xdp_ingress.
+ * Only paths that are really rare, or too large for xdp_ingress's stack,
+ * are stages: step 2's ICMP errors and later fragments, step 6's FIB slow
+ * path (a natForwarding fib packet whose backend's next hop is not cached
+ * this tick, about once a second per backend), and both directions of the
+ * source translation of flows to other nodes' backends (snat.h). A tail
+ * call costs the packet that takes it a few nanoseconds, so forwarding
+ * modes (DSR) and IPv6 stay in xdp_ingress.
  *
  * What crosses a jump: the frame itself, and for the route stage the
  * decision (the backend) in this CPU's rv_stage_state (an XDP program never
@@ -50,7 +52,15 @@ enum rv_stage {
 	/* Step 6, natForwarding fib, next hop not cached: rv_forward_routed. */
 	RV_STAGE_ROUTE4 = 4,
 	RV_STAGE_ROUTE6 = 5,
-	RV_STAGE_COUNT = 6,
+	/* Step 6 for a flow to a backend on another node: the source becomes
+	 * this node's (snat.h), then the FIB routes it. */
+	RV_STAGE_SNAT4 = 6,
+	RV_STAGE_SNAT6 = 7,
+	/* Step 3's miss for a packet to this node's translation address in its
+	 * port range: a translated flow's reply, back to its client. */
+	RV_STAGE_SNAT_REPLY4 = 8,
+	RV_STAGE_SNAT_REPLY6 = 9,
+	RV_STAGE_COUNT = 10,
 };
 
 struct {
@@ -60,10 +70,17 @@ struct {
 	__type(value, __u32);
 } stage_map SEC(".maps");
 
-/* The decision that crosses into a stage which does not parse again: the
- * route stages' backend (the frame is already rewritten for it). */
+/* The decision that crosses into a stage: the route and SNAT stages'
+ * backend (the frame is already rewritten for it), and for the SNAT stage
+ * what the rewrite took from the frame (the VIP side of the flow), the
+ * service and the new-flow guard's answer so far (guard.h). */
 struct rv_stage_state {
 	struct rv_be be;
+	__u32 vip[4];
+	__be16 vip_port;
+	__u16 pad;
+	__u32 service_id;
+	int admit;
 };
 
 /* Per CPU, valid only between a jump and its target: not pinned, not

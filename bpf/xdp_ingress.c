@@ -36,6 +36,7 @@
 #include "reverse.h"
 #include "flow_filter.h"
 #include "source_ranges.h"
+#include "snat.h"
 #include "stages.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -362,13 +363,18 @@ struct rv_dsr_job {
 	__u32 service_id;
 	int new_flow;
 	__u32 tick; /* RV_ACT_ROUTE: the packet's rv_route_tick() */
+	int admit;  /* RV_ACT_SNAT: the new-flow guard's answer so far */
 };
 
 /* Returned by the shape handlers instead of an XDP verdict: "forward the
  * job by DSR", "route the rewritten packet" (natForwarding: fib; job->be
- * is set). Not valid XDP actions. */
+ * is set), "translate the source too" (a backend on another node: job->be,
+ * service_id and admit are set), "a translated flow's reply" (no VIP
+ * matched). Not valid XDP actions. */
 #define RV_ACT_DSR 100
 #define RV_ACT_ROUTE 101
+#define RV_ACT_SNAT 102
+#define RV_ACT_SNAT_REPLY 103
 
 static __always_inline int rv_dsr_defer(struct rv_dsr_job *job, const struct rv_service *svc, const struct rv_be *be,
 					__u32 service_id, int new_flow)
@@ -432,7 +438,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	int new_flow = 0;
 
 	if (rv_find_vip(p->proto, p->dst, p->dport, &service_id, v6, 1))
-		return XDP_PASS;
+		return rv_snat_reply_candidate(p, v6) ? RV_ACT_SNAT_REPLY : XDP_PASS;
 	svc = rv_service_of(service_id);
 	if (!svc)
 		return XDP_DROP;
@@ -503,6 +509,21 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 
 	/* Port 0: the backend serves whatever port the client asked for. */
 	__be16 be_port = be.port ? be.port : p->dport;
+	/* A backend on another node: its replies come back to the node
+	 * address the SNAT stage gives the flow, not through tc_nat, so there
+	 * is no reverse entry to keep. */
+	if ((svc->flags & RV_SVC_F_SNAT) && rv_backend_snat(be.id)) {
+		if (rv_dnat_l4(p, data_end, be.addr, be_port, v6)) {
+			rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
+			return XDP_DROP;
+		}
+		rv_count_forward(service_id, be.id, rv_frame_len(ctx), new_flow);
+		be.port = be_port;
+		job->be = be;
+		job->service_id = service_id;
+		job->admit = admit;
+		return RV_ACT_SNAT;
+	}
 	/* The reply's way back (reverse.h): nothing to record when the
 	 * backend endpoint serves this VIP alone. Otherwise a flow without an
 	 * affinity entry records its reverse entry (guarded, like any entry);
@@ -625,6 +646,20 @@ static __always_inline int rv_forward(struct xdp_md *ctx, struct rv_pkt *p, stru
 		st->be = job->be;
 		return rv_stage_jump(ctx, v6 ? RV_STAGE_ROUTE6 : RV_STAGE_ROUTE4);
 	}
+	if (verdict == RV_ACT_SNAT) {
+		struct rv_stage_state *st = rv_stage_state();
+
+		if (!st)
+			return XDP_DROP;
+		st->be = job->be;
+		__builtin_memcpy(st->vip, p->dst, 16);
+		st->vip_port = p->dport;
+		st->service_id = job->service_id;
+		st->admit = job->admit;
+		return rv_stage_jump(ctx, v6 ? RV_STAGE_SNAT6 : RV_STAGE_SNAT4);
+	}
+	if (verdict == RV_ACT_SNAT_REPLY)
+		return rv_stage_jump(ctx, v6 ? RV_STAGE_SNAT_REPLY6 : RV_STAGE_SNAT_REPLY4);
 	if (verdict != RV_ACT_DSR)
 		return verdict;
 	if (!job->svc)
@@ -746,4 +781,149 @@ SEC("xdp")
 int xdp_stage_route6(struct xdp_md *ctx)
 {
 	return rv_stage_route(ctx, 1);
+}
+
+/* Step 6 for a flow to a backend on another node (snat.h): the frame is
+ * already rewritten for the backend in rv_stage_state; its source becomes
+ * this node's address and the flow's node port, and the FIB routes it. A
+ * packet that cannot get a port is dropped: sent with the client's source
+ * its reply would bypass this node. */
+static __always_inline int rv_stage_snat(struct xdp_md *ctx, const int v6)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct rv_stage_state *st = rv_stage_state();
+	const struct rv_snat_config *cfg = rv_snat_config();
+	struct rv_snat_side side = {};
+	struct rv_pkt p = {};
+	struct rv_be be;
+	__be16 nport = 0;
+	__u32 tick = rv_route_tick();
+	int verdict;
+
+	if (!st)
+		return XDP_DROP;
+	if (!cfg || !(cfg->flags & (v6 ? RV_SNAT_F_ADDR6 : RV_SNAT_F_ADDR4)) || rv_parse(data, data_end, &p) != RV_PARSE_OK ||
+	    p.kind != RV_PKT_L4 || p.family != (v6 ? 6 : 4)) {
+		rv_count_drop(RV_DROP_REWRITE_FAILED, st->service_id);
+		return XDP_DROP;
+	}
+	be = st->be;
+	__builtin_memcpy(side.client, p.src, 16);
+	__builtin_memcpy(side.vip, st->vip, 16);
+	side.client_port = p.sport;
+	side.vip_port = st->vip_port;
+	if (rv_snat_port(&p, &side, &be, st->service_id, &st->admit, cfg, tick, &nport, v6)) {
+		rv_count_drop(RV_DROP_SNAT_EXHAUSTED, st->service_id);
+		return XDP_DROP;
+	}
+	if (rv_nat_l4(&p, data_end, v6 ? (const __u32 *)cfg->addr6 : &cfg->addr4, nport, 1, v6)) {
+		rv_count_drop(RV_DROP_REWRITE_FAILED, st->service_id);
+		return XDP_DROP;
+	}
+	rv_snat_count(RV_SNAT_FORWARDED);
+	verdict = rv_forward_cached(ctx, &be, tick, v6);
+	if (verdict >= 0)
+		return verdict;
+	verdict = rv_forward_routed(ctx, &be, v6);
+	if (verdict == XDP_PASS)
+		rv_snat_count(RV_SNAT_TO_KERNEL);
+	return verdict;
+}
+
+/* A reply of a translated flow (snat.h): from the backend to this node's
+ * address and the flow's node port. It goes back to the client as the VIP
+ * (source and destination both rewritten), routed by the FIB towards the
+ * client. Without a mapping it is the kernel's (another local socket's, or
+ * a flow the table forgot, which the kernel then resets). */
+static __always_inline int rv_stage_snat_reply(struct xdp_md *ctx, const int v6)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	union {
+		struct rv_snat_rev_key4 k4;
+		struct rv_snat_rev_key6 k6;
+	} key = {};
+	struct rv_pkt p = {};
+	struct rv_be to = { .id = RV_MAX_BACKENDS };
+	__u32 vip[4] = {}, service_id;
+	__be16 vip_port, client_port;
+	__u32 tick = rv_route_tick(), closing;
+	int verdict;
+
+	if (rv_parse(data, data_end, &p) != RV_PARSE_OK || p.kind != RV_PKT_L4 || p.family != (v6 ? 6 : 4))
+		return XDP_PASS;
+	closing = rv_snat_closing(&p);
+	if (v6) {
+		__builtin_memcpy(key.k6.backend, p.src, 16);
+		key.k6.backend_port = p.sport;
+		key.k6.node_port = p.dport;
+		key.k6.proto = p.proto;
+		struct rv_snat_rev6 *r = bpf_map_lookup_elem(&snat_rev_map6, &key);
+		if (!r) {
+			rv_snat_count(RV_SNAT_REPLY_UNMATCHED);
+			return XDP_PASS;
+		}
+		if (r->last_seen != tick)
+			r->last_seen = tick;
+		r->flags |= closing;
+		__builtin_memcpy(to.addr, r->client, 16);
+		__builtin_memcpy(vip, r->vip, 16);
+		client_port = r->client_port;
+		vip_port = r->vip_port;
+		service_id = r->service_id;
+	} else {
+		key.k4.backend = p.src[0];
+		key.k4.backend_port = p.sport;
+		key.k4.node_port = p.dport;
+		key.k4.proto = p.proto;
+		struct rv_snat_rev4 *r = bpf_map_lookup_elem(&snat_rev_map, &key);
+		if (!r) {
+			rv_snat_count(RV_SNAT_REPLY_UNMATCHED);
+			return XDP_PASS;
+		}
+		if (r->last_seen != tick)
+			r->last_seen = tick;
+		r->flags |= closing;
+		to.addr[0] = r->client;
+		vip[0] = r->vip;
+		client_port = r->client_port;
+		vip_port = r->vip_port;
+		service_id = r->service_id;
+	}
+	if (rv_nat_l4(&p, data_end, vip, vip_port, 1, v6) || rv_nat_l4(&p, data_end, to.addr, client_port, 0, v6)) {
+		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
+		return XDP_DROP;
+	}
+	rv_snat_count(RV_SNAT_REPLIED);
+	/* Backend ID RV_MAX_BACKENDS: no next-hop cache slot, the FIB is asked
+	 * for every reply (clients are many; docs/design/etp-cluster-snat.md). */
+	verdict = rv_forward_routed(ctx, &to, v6);
+	if (verdict == XDP_PASS)
+		rv_snat_count(RV_SNAT_TO_KERNEL);
+	return verdict;
+}
+
+SEC("xdp")
+int xdp_stage_snat4(struct xdp_md *ctx)
+{
+	return rv_stage_snat(ctx, 0);
+}
+
+SEC("xdp")
+int xdp_stage_snat6(struct xdp_md *ctx)
+{
+	return rv_stage_snat(ctx, 1);
+}
+
+SEC("xdp")
+int xdp_stage_snat_reply4(struct xdp_md *ctx)
+{
+	return rv_stage_snat_reply(ctx, 0);
+}
+
+SEC("xdp")
+int xdp_stage_snat_reply6(struct xdp_md *ctx)
+{
+	return rv_stage_snat_reply(ctx, 1);
 }

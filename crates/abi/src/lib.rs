@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 11;
+pub const ABI_VERSION: u32 = 12;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -246,6 +246,9 @@ pub mod service_flags {
     /// The VIP's source prefixes in force are bank 1's (tag |
     /// [`super::SRC_RANGE_BANK`]), else bank 0's.
     pub const SOURCE_BANK: u8 = 1 << 6;
+    /// NAT VIP with backends flagged [`super::backend_flags::SNAT`]: their
+    /// flows also get the node's address as source.
+    pub const SNAT: u8 = 1 << 7;
 }
 
 /// `enum rv_backend_state`: values of [`BackendHealth::state`].
@@ -296,8 +299,12 @@ pub mod drop_reason {
     pub const FLOW_GUARDED: u32 = 13;
     /// A packet to a VIP with source ranges from a source outside them.
     pub const SOURCE_RANGE: u32 = 14;
+    /// A flow to a source-translated backend got no node port (the range
+    /// is full of live flows to that endpoint, or the new-flow guard said
+    /// no to the mapping).
+    pub const SNAT_EXHAUSTED: u32 = 15;
     /// Number of reasons defined so far.
-    pub const COUNT: u32 = 15;
+    pub const COUNT: u32 = 16;
     /// Stable, Prometheus-friendly names, indexed by reason. The `passed_`
     /// ones count packets handed to the kernel untouched, not drops.
     pub const NAMES: [&str; COUNT as usize] = [
@@ -316,6 +323,7 @@ pub mod drop_reason {
         "passed_stage_missing",
         "flow_guarded",
         "source_range",
+        "snat_exhausted",
     ];
 }
 
@@ -515,6 +523,9 @@ pub mod backend_flags {
     /// Its source asks for no new flows (a terminating endpoint) in every
     /// VIP that lists it.
     pub const TERMINATING: u32 = 1 << 2;
+    /// Not a health reason: a backend on another node, whose flows get the
+    /// node's address as source in a [`super::service_flags::SNAT`] VIP.
+    pub const SNAT: u32 = 1 << 3;
 }
 
 /// `struct rv_flow4`: a client's flow (connection_affinity_map key).
@@ -869,6 +880,136 @@ pub struct TunnelConfig {
     pub flags: u32,
 }
 
+/// `struct rv_snat_config`: this node's source for translated flows
+/// (snat_config_map, one entry; bpf/snat.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnatConfig {
+    /// IPv4 source (network order), valid with [`snat_config_flags::ADDR4`].
+    pub addr4: u32,
+    /// IPv6 source, valid with [`snat_config_flags::ADDR6`].
+    pub addr6: [u8; 16],
+    /// Node ports, host order, inclusive.
+    pub port_min: u16,
+    pub port_max: u16,
+    pub flags: u32,
+    /// Idle ticks (jiffies >> [`NAT_CHECK_JIFFIES_SHIFT`]) after which a
+    /// mapping's port may go to another flow: open TCP, TCP after a FIN or
+    /// RST, UDP.
+    pub tcp_idle: u32,
+    pub closed_idle: u32,
+    pub udp_idle: u32,
+}
+
+/// `enum rv_snat_config_flags`: bits of [`SnatConfig::flags`].
+pub mod snat_config_flags {
+    /// `addr4` is set: IPv4 flows may be translated.
+    pub const ADDR4: u32 = 1 << 0;
+    /// `addr6` is set.
+    pub const ADDR6: u32 = 1 << 1;
+}
+
+/// `struct rv_snat_flow`: a translated flow's node port (snat_flow_map(6)
+/// value, keyed by [`Flow4`]/[`Flow6`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnatFlow {
+    /// Network order.
+    pub node_port: u16,
+    pub pad: u16,
+    pub backend_id: u32,
+    pub backend_generation: u32,
+    /// Tick of the last ownership check of its reverse mapping.
+    pub checked: u32,
+}
+
+/// `struct rv_snat_rev_key4`: a translated flow's reply as it arrives
+/// (snat_rev_map key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnatRevKey4 {
+    pub backend: u32,
+    pub backend_port: u16,
+    pub node_port: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct rv_snat_rev_key6` (snat_rev_map6 key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnatRevKey6 {
+    pub backend: [u8; 16],
+    pub backend_port: u16,
+    pub node_port: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct rv_snat_rev4`: whom a reply is for and as whom it comes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnatRev4 {
+    pub client: u32,
+    pub vip: u32,
+    pub client_port: u16,
+    pub vip_port: u16,
+    pub service_id: u32,
+    pub last_seen: u32,
+    pub flags: u32,
+}
+
+/// `struct rv_snat_rev6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SnatRev6 {
+    pub client: [u8; 16],
+    pub vip: [u8; 16],
+    pub client_port: u16,
+    pub vip_port: u16,
+    pub service_id: u32,
+    pub last_seen: u32,
+    pub flags: u32,
+}
+
+/// `enum rv_snat_rev_flags`: bits of [`SnatRev4::flags`].
+pub mod snat_rev_flags {
+    /// A FIN or RST was seen.
+    pub const CLOSING: u32 = 1 << 0;
+}
+
+/// `enum rv_snat_counter`: indices of `snat_stats_map` (per-CPU u64).
+pub mod snat_counter {
+    /// Flows that got a node port.
+    pub const ALLOCATED: u32 = 0;
+    /// ... by taking over an idle mapping's port.
+    pub const REUSED_IDLE: u32 = 1;
+    /// Packets sent to a backend with a translated source.
+    pub const FORWARDED: u32 = 2;
+    /// Replies translated back to their client.
+    pub const REPLIED: u32 = 3;
+    /// Packets to the node address in the port range without a mapping.
+    pub const REPLY_UNMATCHED: u32 = 4;
+    /// Translated packets handed to the kernel to route.
+    pub const TO_KERNEL: u32 = 5;
+    /// Counters defined so far.
+    pub const COUNT: u32 = 6;
+    /// Names for metrics and `rivoractl stats`, by index.
+    pub const NAMES: [&str; COUNT as usize] = [
+        "allocated",
+        "reused_idle",
+        "forwarded",
+        "replied",
+        "reply_unmatched",
+        "to_kernel",
+    ];
+}
+
+/// Ports a translated flow's first packet tries (`RV_SNAT_PORT_PROBES`).
+pub const SNAT_PORT_PROBES: u32 = 8;
+/// Length of `snat_stats_map`.
+pub const SNAT_COUNTER_SLOTS: u32 = 8;
+
 /// rivora-decap's constants and kinds (`enum rv_decap_consts`,
 /// `enum rv_decap_kind`). Its maps are its own, versioned apart from the
 /// balancer's.
@@ -934,6 +1075,12 @@ pub struct DropStats {
 }
 
 pod!(
+    SnatConfig,
+    SnatFlow,
+    SnatRevKey4,
+    SnatRevKey6,
+    SnatRev4,
+    SnatRev6,
     VipKey4,
     VipKey6,
     VipValue,
@@ -1113,6 +1260,61 @@ pub fn layouts() -> Vec<StructLayout> {
         layout!(RlBucket, "rv_rl_bucket", [nanotokens, last_ns]),
         layout!(Iface, "rv_iface", [mac, pad, ifindex]),
         layout!(TunnelConfig, "rv_tunnel_config", [src4, src6, flags]),
+        layout!(
+            SnatConfig,
+            "rv_snat_config",
+            [
+                addr4,
+                addr6,
+                port_min,
+                port_max,
+                flags,
+                tcp_idle,
+                closed_idle,
+                udp_idle
+            ]
+        ),
+        layout!(
+            SnatFlow,
+            "rv_snat_flow",
+            [node_port, pad, backend_id, backend_generation, checked]
+        ),
+        layout!(
+            SnatRevKey4,
+            "rv_snat_rev_key4",
+            [backend, backend_port, node_port, proto, pad]
+        ),
+        layout!(
+            SnatRevKey6,
+            "rv_snat_rev_key6",
+            [backend, backend_port, node_port, proto, pad]
+        ),
+        layout!(
+            SnatRev4,
+            "rv_snat_rev4",
+            [
+                client,
+                vip,
+                client_port,
+                vip_port,
+                service_id,
+                last_seen,
+                flags
+            ]
+        ),
+        layout!(
+            SnatRev6,
+            "rv_snat_rev6",
+            [
+                client,
+                vip,
+                client_port,
+                vip_port,
+                service_id,
+                last_seen,
+                flags
+            ]
+        ),
         layout!(DecapAddr4, "rv_decap_addr4", [addr]),
         layout!(DecapAddr6, "rv_decap_addr6", [addr]),
         layout!(
@@ -1202,6 +1404,21 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ),
         ("RV_EVENT_FLOW_GUARDED", drop_reason::FLOW_GUARDED as i64),
         ("RV_DROP_SOURCE_RANGE", drop_reason::SOURCE_RANGE as i64),
+        ("RV_DROP_SNAT_EXHAUSTED", drop_reason::SNAT_EXHAUSTED as i64),
+        ("RV_SVC_F_SNAT", service_flags::SNAT as i64),
+        ("RV_BACKEND_F_SNAT", backend_flags::SNAT as i64),
+        ("RV_SNAT_F_ADDR4", snat_config_flags::ADDR4 as i64),
+        ("RV_SNAT_F_ADDR6", snat_config_flags::ADDR6 as i64),
+        ("RV_SNAT_REV_F_CLOSING", snat_rev_flags::CLOSING as i64),
+        ("RV_SNAT_PORT_PROBES", SNAT_PORT_PROBES as i64),
+        ("RV_SNAT_COUNTER_SLOTS", SNAT_COUNTER_SLOTS as i64),
+        ("RV_SNAT_ALLOCATED", snat_counter::ALLOCATED as i64),
+        ("RV_SNAT_REUSED_IDLE", snat_counter::REUSED_IDLE as i64),
+        ("RV_SNAT_FORWARDED", snat_counter::FORWARDED as i64),
+        ("RV_SNAT_REPLIED", snat_counter::REPLIED as i64),
+        ("RV_SNAT_REPLY_UNMATCHED", snat_counter::REPLY_UNMATCHED as i64),
+        ("RV_SNAT_TO_KERNEL", snat_counter::TO_KERNEL as i64),
+        ("RV_SNAT_COUNTER_COUNT", snat_counter::COUNT as i64),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),
         ("RV_MAX_NAT_ENDPOINTS", MAX_NAT_ENDPOINTS as i64),
         ("RV_UDP_SEEN_SLOTS", UDP_SEEN_SLOTS as i64),

@@ -53,6 +53,17 @@ pub const FLOW_TABLES: [&str; 4] = [
     "nat_reverse_map6",
 ];
 
+/// The source-translation tables (bpf/snat.h). They hold a subset of the
+/// flows (those to backends on other nodes), so `--flow-table-size` sizes
+/// them too; apart from [`FLOW_TABLES`] because they are only used by
+/// Kubernetes `externalTrafficPolicy: Cluster` VIPs.
+pub const SNAT_TABLES: [&str; 4] = [
+    "snat_flow_map",
+    "snat_flow_map6",
+    "snat_rev_map",
+    "snat_rev_map6",
+];
+
 /// Every map this build pins, as this build defines it (`bpf/maps.h`) with
 /// the operator's `sizes`; a test checks the table against freshly created
 /// maps.
@@ -136,6 +147,48 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
             size_of::<abi::NatKey6>(),
             size_of::<abi::NatValue6>(),
             sizes.flow_table,
+        ),
+        s(
+            "snat_config_map",
+            MapType::Array,
+            4,
+            size_of::<abi::SnatConfig>(),
+            1,
+        ),
+        s(
+            "snat_flow_map",
+            MapType::LruHash,
+            size_of::<abi::Flow4>(),
+            size_of::<abi::SnatFlow>(),
+            sizes.flow_table,
+        ),
+        s(
+            "snat_flow_map6",
+            MapType::LruHash,
+            size_of::<abi::Flow6>(),
+            size_of::<abi::SnatFlow>(),
+            sizes.flow_table,
+        ),
+        s(
+            "snat_rev_map",
+            MapType::LruHash,
+            size_of::<abi::SnatRevKey4>(),
+            size_of::<abi::SnatRev4>(),
+            sizes.flow_table,
+        ),
+        s(
+            "snat_rev_map6",
+            MapType::LruHash,
+            size_of::<abi::SnatRevKey6>(),
+            size_of::<abi::SnatRev6>(),
+            sizes.flow_table,
+        ),
+        s(
+            "snat_stats_map",
+            MapType::PerCpuArray,
+            4,
+            8,
+            abi::SNAT_COUNTER_SLOTS,
         ),
         s(
             "stats_map",
@@ -357,6 +410,20 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
         11,
         &["src_range_map", "src_range_map6", "vip_drop_stats_map"],
     ),
+    // Source translation for ETP Cluster (bpf/snat.h): its maps, service
+    // flag SNAT and backend flag SNAT (unset by and unknown to ABI 11), and
+    // drop_stats_map index RV_DROP_SNAT_EXHAUSTED (slot 15 of 16).
+    (
+        12,
+        &[
+            "snat_config_map",
+            "snat_flow_map",
+            "snat_flow_map6",
+            "snat_rev_map",
+            "snat_rev_map6",
+            "snat_stats_map",
+        ],
+    ),
 ];
 
 /// 64-bit words of each half of `flow_filter_map` for flow tables of
@@ -439,7 +506,10 @@ pub fn inspect(pin_dir: &Path, sizes: &TableSizes) -> PinnedState {
                 let got = (info.key_size(), info.value_size(), info.max_entries());
                 let want = (spec.key_size, spec.value_size, spec.max_entries);
                 let only_size = got.0 == want.0 && got.1 == want.1;
-                if got != want && only_size && FLOW_TABLES.contains(&spec.name) {
+                if got != want
+                    && only_size
+                    && (FLOW_TABLES.contains(&spec.name) || SNAT_TABLES.contains(&spec.name))
+                {
                     problems.push(format!(
                         "map {}: the pinned flow table holds {} flows, --flow-table-size asks for {} \
                          (start with --flow-table-size {} to keep the flows)",

@@ -19,6 +19,7 @@ pub mod maps;
 pub mod mmap;
 pub mod model;
 pub mod objects;
+pub mod snat;
 pub mod stages;
 pub mod vip_index;
 pub mod writer;

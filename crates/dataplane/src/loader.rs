@@ -92,6 +92,12 @@ pub const MAP_NAMES: &[&str] = &[
     "src_range_map",
     "src_range_map6",
     "vip_drop_stats_map",
+    "snat_config_map",
+    "snat_flow_map",
+    "snat_flow_map6",
+    "snat_rev_map",
+    "snat_rev_map6",
+    "snat_stats_map",
 ];
 
 /// Pin name prefixes of the persistent links (`--persist-datapath`).
@@ -234,7 +240,7 @@ impl Datapath {
             loader
                 .default_map_pin_directory(&opts.pin_dir)
                 .map_max_entries("maglev_table", opts.maglev_table_size);
-            for name in compat::FLOW_TABLES {
+            for name in compat::FLOW_TABLES.iter().chain(&compat::SNAT_TABLES) {
                 loader.map_max_entries(name, opts.flow_table_size);
             }
             loader.map_max_entries(

@@ -78,6 +78,18 @@ pub struct Maps {
     pub vip_index: Array<MapData, abi::VipSlot>,
     /// Which half of `vip_index` is in use, and whether it is complete.
     pub vip_index_ctl: Array<MapData, abi::VipIndexCtl>,
+    /// This node's source for translated flows (index 0; bpf/snat.h).
+    pub snat_config: Array<MapData, abi::SnatConfig>,
+    /// Translated IPv4 flows -> node port (LRU).
+    pub snat_flow: HashMap<MapData, abi::Flow4, abi::SnatFlow>,
+    /// Translated IPv6 flows -> node port (LRU).
+    pub snat_flow6: HashMap<MapData, abi::Flow6, abi::SnatFlow>,
+    /// IPv4 replies of translated flows -> client and VIP (LRU).
+    pub snat_rev: HashMap<MapData, abi::SnatRevKey4, abi::SnatRev4>,
+    /// IPv6 replies of translated flows (LRU).
+    pub snat_rev6: HashMap<MapData, abi::SnatRevKey6, abi::SnatRev6>,
+    /// Per-CPU source-translation counters (`abi::snat_counter`).
+    pub snat_stats: PerCpuArray<MapData, u64>,
 }
 
 /// The part of `struct rv_vip_range_key4` after `prefixlen`: aya's
@@ -286,6 +298,12 @@ impl Maps {
             vip_drop_stats: typed!(ebpf, "vip_drop_stats_map"),
             vip_index: typed!(ebpf, "vip_index_map"),
             vip_index_ctl: typed!(ebpf, "vip_index_ctl_map"),
+            snat_config: typed!(ebpf, "snat_config_map"),
+            snat_flow: typed!(ebpf, "snat_flow_map"),
+            snat_flow6: typed!(ebpf, "snat_flow_map6"),
+            snat_rev: typed!(ebpf, "snat_rev_map"),
+            snat_rev6: typed!(ebpf, "snat_rev_map6"),
+            snat_stats: typed!(ebpf, "snat_stats_map"),
         })
     }
 }

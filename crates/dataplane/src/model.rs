@@ -355,6 +355,15 @@ pub struct VipSpec {
     /// kube-proxy's terminating fallback would). Keys not among
     /// `backends` are refused.
     pub draining: BTreeSet<BackendKey>,
+    /// NAT only. Backends on other nodes (a Kubernetes ETP Cluster
+    /// Service's remote endpoints): they answer through their own node, so
+    /// the VIP's flows to them also get this node's address and a node port
+    /// as source (`Dataplane::set_snat_source`), and their replies come back
+    /// here (bpf/snat.h). They see the node's address, not the client's.
+    /// One flag per backend: a backend any VIP lists here is translated in
+    /// every VIP that has service flag SNAT. Keys not among `backends` are
+    /// refused.
+    pub snat: BTreeSet<BackendKey>,
 }
 
 impl VipSpec {
@@ -371,6 +380,7 @@ impl VipSpec {
             source_ranges: None,
             stateless_reverse: true,
             draining: BTreeSet::new(),
+            snat: BTreeSet::new(),
         }
     }
 

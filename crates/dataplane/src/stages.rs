@@ -36,6 +36,10 @@ pub const STAGES: &[(u32, &str)] = &[
     (3, "xdp_stage_frag6"),
     (4, "xdp_stage_route4"),
     (5, "xdp_stage_route6"),
+    (6, "xdp_stage_snat4"),
+    (7, "xdp_stage_snat6"),
+    (8, "xdp_stage_snat_reply4"),
+    (9, "xdp_stage_snat_reply6"),
 ];
 
 /// The program array's name in the object.

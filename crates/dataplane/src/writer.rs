@@ -94,6 +94,9 @@ pub struct BackendState {
     pub terminating: bool,
     /// The health probes consider it down.
     pub probe_down: bool,
+    /// A backend on another node: a VIP's flows to it get the node's
+    /// address as source (`VipSpec::snat`, health flag SNAT).
+    pub snat: bool,
     /// When `state` last changed in this process (None: not since start).
     pub last_change: Option<std::time::SystemTime>,
     /// VIPs that list it.
@@ -325,6 +328,8 @@ pub struct Dataplane {
     node_syn_rate_limit: Option<RateLimit>,
     /// Outer source addresses of L3 DSR, as last set.
     tunnel_source: (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>),
+    /// The source of translated flows, as last set (snat.rs).
+    snat_source: crate::snat::SnatSource,
     /// What the VIP index maps hold.
     index: IndexShadow,
     /// What nat_endpoint_map(6) hold (endpoints.rs).
@@ -377,6 +382,7 @@ impl Dataplane {
             next_generation: 1,
             retire_grace: Duration::ZERO,
             tunnel_source: (None, None),
+            snat_source: crate::snat::SnatSource::default(),
             node_syn_rate_limit: None,
             index: IndexShadow::zeroed(),
             endpoints: BTreeMap::new(),
@@ -1008,11 +1014,29 @@ impl Dataplane {
         Ok(())
     }
 
+    /// Refuses VIPs with translated backends of a family whose node
+    /// source address is not set: their flows could not be translated.
+    fn check_snat_source<'a>(&self, specs: impl Iterator<Item = &'a VipSpec>) -> Result<(), Error> {
+        for spec in specs {
+            let v6 = spec.key.addr.is_ipv6();
+            if !spec.snat.is_empty() && !self.snat_source.has_family(v6) {
+                return Err(Error::Invalid(format!(
+                    "VIP {}: snat: backends on other nodes need this node's IPv{} address as \
+                     their flows' source, and none is set",
+                    spec.name,
+                    if v6 { 6 } else { 4 }
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Makes the maps hold exactly `desired`. Either every VIP is programmed
     /// or, on a planning error (capacity, invalid spec), nothing is touched.
     pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
         let desired = validate(desired)?;
         self.check_tunnel_source(desired.values())?;
+        self.check_snat_source(desired.values())?;
         // New prefixes are inserted before removed VIPs lose theirs, so the
         // tries must hold both at once.
         check_range_capacity(self.vips.keys().chain(desired.keys()), "while applying")?;
@@ -1065,6 +1089,8 @@ impl Dataplane {
             }
         }
         let terminating_next = source_drained(&desired);
+        let snat_next: BTreeSet<BackendKey> =
+            desired.values().flat_map(|s| s.snat.iter().copied()).collect();
         let mac_changes: Vec<(BackendKey, [u8; 6])> = wanted
             .iter()
             .filter(|(k, mac)| self.backends.get(*k).is_some_and(|b| b.mac != **mac))
@@ -1194,6 +1220,7 @@ impl Dataplane {
                     drained: false,
                     terminating: terminating_next.contains(&key),
                     probe_down: false,
+                    snat: snat_next.contains(&key),
                     last_change: None,
                     vips: BTreeSet::new(),
                     retired_at: None,
@@ -1233,9 +1260,11 @@ impl Dataplane {
         let keys: Vec<BackendKey> = self.backends.keys().copied().collect();
         for key in keys {
             let t = terminating_next.contains(&key);
+            let snat = snat_next.contains(&key);
             let b = self.backends.get_mut(&key).expect("listed above");
-            if b.terminating != t {
+            if b.terminating != t || b.snat != snat {
                 b.terminating = t;
+                b.snat = snat;
                 self.sync_health(&key)?;
             }
         }
@@ -1411,9 +1440,11 @@ impl Dataplane {
             return self.apply(desired);
         }
         self.check_tunnel_source(desired.iter())?;
+        self.check_snat_source(desired.iter())?;
         let mut all = desired.to_vec();
         let mut saved = Vec::with_capacity(kept.len());
         let tunnel = self.tunnel_source;
+        let snat = self.snat_source.clone();
         for key in &kept {
             let v = self.vips.get_mut(key).expect("filtered above");
             let mut stand_in = v.spec.clone();
@@ -1436,6 +1467,15 @@ impl Dataplane {
                     self.tunnel_source.0.get_or_insert(unspecified);
                 }
             }
+            if !stand_in.snat.is_empty() {
+                // As for tunnels: only apply's check reads it; the map
+                // keeps what it holds.
+                if key.addr.is_ipv6() {
+                    self.snat_source.v6.get_or_insert(std::net::Ipv6Addr::UNSPECIFIED);
+                } else {
+                    self.snat_source.v4.get_or_insert(std::net::Ipv4Addr::UNSPECIFIED);
+                }
+            }
             saved.push((
                 *key,
                 std::mem::replace(&mut v.spec, stand_in.clone()),
@@ -1446,6 +1486,7 @@ impl Dataplane {
         }
         let result = self.apply(&all);
         self.tunnel_source = tunnel;
+        self.snat_source = snat;
         for (key, spec, adopted) in saved {
             if let Some(v) = self.vips.get_mut(&key) {
                 v.spec = spec;
@@ -1581,6 +1622,7 @@ impl Dataplane {
                     terminating: health.flags & abi::backend_flags::TERMINATING != 0,
                     probe_down: health.flags & abi::backend_flags::PROBE_DOWN != 0
                         || state == abi::backend_state::DOWN,
+                    snat: health.flags & abi::backend_flags::SNAT != 0,
                     last_change: None,
                     vips: BTreeSet::new(),
                     retired_at: None,
@@ -1843,6 +1885,7 @@ impl Dataplane {
         }
         let mut backends = Vec::new();
         let mut draining = BTreeSet::new();
+        let mut snat = BTreeSet::new();
         for id in &ids {
             let b = by_id.get_mut(id).expect("checked above");
             b.vips.insert(key);
@@ -1853,6 +1896,9 @@ impl Dataplane {
             });
             if b.terminating {
                 draining.insert(b.key);
+            }
+            if b.snat && svc.flags & abi::service_flags::SNAT != 0 {
+                snat.insert(b.key);
             }
         }
         backends.sort();
@@ -1883,6 +1929,7 @@ impl Dataplane {
                     // says it (nothing rewritten either way).
                     stateless_reverse: true,
                     draining,
+                    snat,
                 },
                 service_id,
                 slice,
@@ -1933,6 +1980,51 @@ impl Dataplane {
             .tunnel
             .set(0, cfg, 0)
             .map_err(|e| map_err("tunnel_config_map", e))
+    }
+
+    /// The source of translated flows in force.
+    pub fn snat_source(&self) -> &crate::snat::SnatSource {
+        &self.snat_source
+    }
+
+    /// Sets the source of translated flows (the node's addresses, the
+    /// port range, the idle times). Refused, with nothing changed, when a
+    /// programmed VIP has translated backends of a family it leaves without
+    /// an address, or the range is empty.
+    pub fn set_snat_source(&mut self, source: crate::snat::SnatSource) -> Result<(), Error> {
+        let hz = crate::jiffies::hz().unwrap_or(1000);
+        let cfg = source.to_config(hz).map_err(Error::Invalid)?;
+        if let Some(v) = self
+            .vips
+            .values()
+            .find(|v| !v.spec.snat.is_empty() && !source.has_family(v.spec.key.addr.is_ipv6()))
+        {
+            return Err(Error::Invalid(format!(
+                "SNAT source: VIP {} has backends on other nodes and needs an IPv{} address",
+                v.spec.name,
+                if v.spec.key.addr.is_ipv6() { 6 } else { 4 }
+            )));
+        }
+        self.maps
+            .snat_config
+            .set(0, cfg, 0)
+            .map_err(|e| map_err("snat_config_map", e))?;
+        self.snat_source = source;
+        Ok(())
+    }
+
+    /// The datapath's source-translation counters, summed over CPUs.
+    pub fn snat_counters(&self) -> Result<crate::snat::SnatCounters, Error> {
+        let mut out = [0u64; abi::snat_counter::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let per_cpu = self
+                .maps
+                .snat_stats
+                .get(&(i as u32), 0)
+                .map_err(|e| map_err("snat_stats_map", e))?;
+            *slot = per_cpu.iter().sum();
+        }
+        Ok(out)
     }
 
     /// Records an operator's drain (or its end). Returns whether the
@@ -1991,6 +2083,9 @@ impl Dataplane {
         }
         if b.terminating {
             flags |= abi::backend_flags::TERMINATING;
+        }
+        if b.snat {
+            flags |= abi::backend_flags::SNAT;
         }
         let id = b.id;
         let changed = b.state != state;
@@ -2728,6 +2823,23 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
                 spec.name
             )));
         }
+        if let Some(k) = spec
+            .snat
+            .iter()
+            .find(|k| !spec.backends.iter().any(|b| b.key == **k))
+        {
+            return Err(Error::Invalid(format!(
+                "VIP {}: snat: {k} is not one of its backends",
+                spec.name
+            )));
+        }
+        if !spec.snat.is_empty() && spec.mode != Mode::Nat {
+            return Err(Error::Invalid(format!(
+                "VIP {}: snat: source translation is for NAT VIPs (mode {})",
+                spec.name,
+                spec.mode.as_str()
+            )));
+        }
         let mut seen = BTreeSet::new();
         for b in &canon.backends {
             if b.key.addr.is_ipv6() != spec.key.addr.is_ipv6() {
@@ -2795,6 +2907,7 @@ fn same_options(a: &VipSpec, b: &VipSpec) -> bool {
         && a.syn_rate_limit == b.syn_rate_limit
         && a.nat_fib == b.nat_fib
         && a.source_ranges == b.source_ranges
+        && a.snat == b.snat
 }
 
 /// Whether service flags turn source ranges on.
@@ -2846,6 +2959,9 @@ fn service_flags(spec: &VipSpec, bank: u32) -> u8 {
     }
     if spec.nat_fib {
         flags |= abi::service_flags::NAT_FIB;
+    }
+    if !spec.snat.is_empty() {
+        flags |= abi::service_flags::SNAT;
     }
     if spec.source_ranges.is_some() {
         flags |= abi::service_flags::SOURCE_RANGES;

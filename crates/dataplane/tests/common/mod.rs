@@ -121,6 +121,7 @@ pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSp
         source_ranges: None,
         stateless_reverse: true,
         draining: Default::default(),
+        snat: Default::default(),
     }
 }
 

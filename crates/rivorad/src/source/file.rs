@@ -173,6 +173,7 @@ fn vip(v: &rivora_config::VipConfig) -> DesiredVip {
         source_ranges: None,
         stateless_reverse: true,
         draining: Default::default(),
+        snat: Default::default(),
     };
     DesiredVip {
         spec,
