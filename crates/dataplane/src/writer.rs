@@ -1549,6 +1549,7 @@ impl Dataplane {
     pub fn adopt(maps: Maps) -> Result<(Self, AdoptReport), Error> {
         let mut dp = Dataplane::new(maps);
         dp.read_vip_index()?;
+        dp.read_snat_source()?;
         let mut report = AdoptReport::default();
         dp.read_src_ranges(&mut report)?;
         let mut max_generation = 0u32;
@@ -1988,28 +1989,54 @@ impl Dataplane {
     }
 
     /// Sets the source of translated flows (the node's addresses, the
-    /// port range, the idle times). Refused, with nothing changed, when a
-    /// programmed VIP has translated backends of a family it leaves without
-    /// an address, or the range is empty.
+    /// port range, the idle times). Refused, with nothing changed, when the
+    /// range is empty. Set it before the apply whose VIPs need it: apply
+    /// refuses a VIP with translated backends of a family without an
+    /// address (the daemon sets both, and restores both if apply fails).
+    /// An idle time is converted to ticks with the kernel's HZ (1000 if it
+    /// cannot be learnt: the longest hold in real time).
     pub fn set_snat_source(&mut self, source: crate::snat::SnatSource) -> Result<(), Error> {
         let hz = crate::jiffies::hz().unwrap_or(1000);
         let cfg = source.to_config(hz).map_err(Error::Invalid)?;
-        if let Some(v) = self
-            .vips
-            .values()
-            .find(|v| !v.spec.snat.is_empty() && !source.has_family(v.spec.key.addr.is_ipv6()))
-        {
-            return Err(Error::Invalid(format!(
-                "SNAT source: VIP {} has backends on other nodes and needs an IPv{} address",
-                v.spec.name,
-                if v.spec.key.addr.is_ipv6() { 6 } else { 4 }
-            )));
-        }
         self.maps
             .snat_config
             .set(0, cfg, 0)
             .map_err(|e| map_err("snat_config_map", e))?;
         self.snat_source = source;
+        Ok(())
+    }
+
+    /// Sets the node ports of translated flows (`--snat-ports`) without
+    /// writing the map: they take effect with the next
+    /// [`Self::set_snat_source`], so a restarted daemon's adopted
+    /// configuration keeps translating until its source has its addresses.
+    pub fn set_snat_ports(&mut self, ports: std::ops::RangeInclusive<u16>) -> Result<(), Error> {
+        if ports.is_empty() || *ports.start() == 0 {
+            return Err(Error::Invalid(format!(
+                "SNAT ports {}-{}: need a non-empty range of ports 1-65535",
+                ports.start(),
+                ports.end()
+            )));
+        }
+        self.snat_source.ports = ports;
+        Ok(())
+    }
+
+    /// Reads the adopted source of translated flows (addresses and ports;
+    /// idle times stay the defaults until the next set).
+    fn read_snat_source(&mut self) -> Result<(), Error> {
+        let c = self
+            .maps
+            .snat_config
+            .get(&0, 0)
+            .map_err(|e| map_err("snat_config_map", e))?;
+        let s = &mut self.snat_source;
+        s.v4 = (c.flags & abi::snat_config_flags::ADDR4 != 0).then(|| abi::addr4_from_be(c.addr4));
+        s.v6 = (c.flags & abi::snat_config_flags::ADDR6 != 0)
+            .then(|| std::net::Ipv6Addr::from(c.addr6));
+        if c.port_min != 0 && c.port_min <= c.port_max {
+            s.ports = c.port_min..=c.port_max;
+        }
         Ok(())
     }
 

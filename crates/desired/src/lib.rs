@@ -28,7 +28,7 @@ use rivora_health::ProbeSpec;
 
 pub use announce::{AnnouncePolicy, Community};
 pub use backend::BackendMeta;
-pub use node::{L2Settings, NodeSettings, TunnelSource};
+pub use node::{L2Settings, NodeSettings, SnatAddresses, TunnelSource};
 pub use origin::{Origin, ServiceRef};
 pub use validate::Inconsistency;
 
@@ -130,6 +130,15 @@ impl DesiredState {
         self.vips.iter().any(|v| {
             v.spec.key.addr.is_ipv4() && matches!(v.spec.mode, Mode::DsrIpip | Mode::DsrGre)
         })
+    }
+
+    /// Whether any IPv4 VIP has source-translated backends, whose
+    /// kernel-fallback packets (sent before the FIB can route them) carry
+    /// the node's address as source and need `accept_local` too.
+    pub fn has_ipv4_snat_vip(&self) -> bool {
+        self.vips
+            .iter()
+            .any(|v| v.spec.key.addr.is_ipv4() && !v.spec.snat.is_empty())
     }
 
     /// The health check of every checked backend, once per backend: a

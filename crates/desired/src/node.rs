@@ -14,6 +14,11 @@ pub struct NodeSettings {
     pub syn_rate_limit: Option<RateLimit>,
     /// Outer source addresses of L3 DSR tunnels.
     pub tunnel_source: TunnelSource,
+    /// The source address of flows sent to backends on other nodes
+    /// (`VipSpec::snat`: a Kubernetes ETP Cluster Service's remote
+    /// endpoints): the node's own, which those backends answer to. A
+    /// family left None cannot have such backends.
+    pub snat: SnatAddresses,
     /// The BGP speaker's configuration. None: no speaker runs.
     pub bgp: Option<SpeakerConfig>,
     /// ARP/NDP answers for the VIPs. None: nothing answers at layer 2.
@@ -28,6 +33,16 @@ pub struct TunnelSource {
     /// For IPv4 tunnels.
     pub v4: Option<Ipv4Addr>,
     /// For IPv6 tunnels.
+    pub v6: Option<Ipv6Addr>,
+}
+
+/// This node's address per family as the source of translated flows
+/// (the Kubernetes Node's InternalIP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SnatAddresses {
+    /// For IPv4 VIPs.
+    pub v4: Option<Ipv4Addr>,
+    /// For IPv6 VIPs.
     pub v6: Option<Ipv6Addr>,
 }
 

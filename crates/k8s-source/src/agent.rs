@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use rivora_desired::{ApplyMode, DesiredState};
+use rivora_desired::{ApplyMode, DesiredState, SnatAddresses};
 use rivora_k8s_api::class::ClassConfig;
 use rivora_k8s_api::rivora_node::FIELD_MANAGER;
 use rivora_k8s_api::{DatapathSummary, RivoraNode, RivoraNodeStatus};
@@ -353,7 +353,7 @@ impl Agent {
         }
         self.last_good.record(&results);
         self.log_failures(&results);
-        let desired = desired_state(&results, &self.last_good);
+        let desired = desired_state(&results, &self.last_good, self.snat_addresses());
         self.results = results;
         let mode = if self.gate.is_open() {
             ApplyMode::Prune
@@ -393,6 +393,40 @@ impl Agent {
         NodeIdentity {
             name: self.config.node_name.clone(),
             addresses,
+        }
+    }
+
+    /// This node's source for flows to other nodes' endpoints: its Node's first InternalIP of
+    /// each family (the address other nodes route to), else the first extra (uplink) address
+    /// of the family.
+    fn snat_addresses(&self) -> SnatAddresses {
+        let internal: Vec<IpAddr> = self
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .filter_map(|n| n.status.as_ref())
+            .filter_map(|s| s.addresses.as_ref())
+            .flatten()
+            .filter(|a| a.type_ == "InternalIP")
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
+        let pick = |v6: bool| {
+            internal
+                .iter()
+                .chain(&self.config.extra_node_addresses)
+                .find(|a| a.is_ipv6() == v6)
+                .copied()
+        };
+        SnatAddresses {
+            v4: pick(false).and_then(|a| match a {
+                IpAddr::V4(a) => Some(a),
+                IpAddr::V6(_) => None,
+            }),
+            v6: pick(true).and_then(|a| match a {
+                IpAddr::V6(a) => Some(a),
+                IpAddr::V4(_) => None,
+            }),
         }
     }
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rivora_dataplane::{SourceRange, VipKey, VipSpec};
 use rivora_desired::{
     AnnouncePolicy, BackendMeta, Community, DesiredState, DesiredVip, NodeSettings, Origin,
-    ServiceRef,
+    ServiceRef, SnatAddresses,
 };
 
 use crate::translate::{K8sVip, Outcome, ServiceKey, ServiceVips};
@@ -32,7 +32,6 @@ pub fn desired_vip(v: &K8sVip) -> DesiredVip {
         backends: v
             .backends
             .iter()
-            .filter(|b| !b.snat)
             .map(|b| BackendMeta {
                 check: b.check.clone(),
                 terminating: b.draining(),
@@ -58,19 +57,18 @@ pub fn desired_vip(v: &K8sVip) -> DesiredVip {
 ///   VIP's own flows.
 /// - `draining`: serving-but-terminating endpoints while ready ones exist: established flows
 ///   finish on them, new flows go to the ready ones (kube-proxy's terminating semantics).
-/// - Not yet: endpoints on other nodes of an ETP Cluster Service (`snat`). Their replies leave
-///   through their own node, straight to the client, so without the source translation the
-///   datapath does not have yet they would break every flow sent to them; each node serves
-///   such a Service from its local endpoints only (docs/kubernetes.md, "Not done yet").
+/// - `snat`: endpoints on other nodes of an ETP Cluster Service. Their replies would leave
+///   through their own node, straight to the client; with this node's address as the flows'
+///   source (bpf/snat.h) they come back here. They see the node's address, local endpoints
+///   the client's, as kube-proxy does it.
 pub fn dataplane_spec(v: &K8sVip) -> VipSpec {
     let mut spec = v.spec.clone();
-    let remote: BTreeSet<_> = v
+    spec.snat = v
         .backends
         .iter()
         .filter(|b| b.snat)
         .map(|b| b.key)
         .collect();
-    spec.backends.retain(|b| !remote.contains(&b.key));
     spec.source_ranges = v.source_ranges.as_ref().map(|nets| {
         nets.iter()
             .map(|n| SourceRange::new(n.addr(), n.prefix_len()))
@@ -80,7 +78,7 @@ pub fn dataplane_spec(v: &K8sVip) -> VipSpec {
     spec.draining = v
         .backends
         .iter()
-        .filter(|b| b.draining() && !b.snat)
+        .filter(|b| b.draining())
         .map(|b| b.key)
         .collect();
     spec
@@ -130,11 +128,13 @@ impl LastGood {
 /// The desired state of `results` (after [`LastGood::record`]): every VIP of every translated
 /// Service, plus the last good VIPs of failing Services whose keys no translated Service holds.
 /// Sorted by name, so equal inputs give equal states (the agent offers a state only when it
-/// differs from the last one). Kubernetes VIPs have no node-wide settings yet (part 4 brings
-/// the announcers' from the cluster).
+/// differs from the last one). The one node-wide setting so far is `snat`, this node's
+/// addresses as the source of flows to other nodes' endpoints (part 4 brings the announcers'
+/// settings from the cluster).
 pub fn desired_state(
     results: &BTreeMap<ServiceKey, Outcome>,
     last_good: &LastGood,
+    snat: SnatAddresses,
 ) -> DesiredState {
     let mut vips: Vec<DesiredVip> = Vec::new();
     let mut taken: BTreeSet<VipKey> = BTreeSet::new();
@@ -158,7 +158,10 @@ pub fn desired_state(
     vips.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
     DesiredState {
         vips,
-        node: NodeSettings::default(),
+        node: NodeSettings {
+            snat,
+            ..NodeSettings::default()
+        },
     }
 }
 
@@ -299,6 +302,30 @@ mod tests {
     }
 
     #[test]
+    fn remote_endpoints_are_kept_and_marked_for_source_translation() {
+        let mut v = k8s_vip("web", "192.0.2.1", 80);
+        let remote = BackendKey {
+            addr: "10.9.1.1".parse().unwrap(),
+            port: 8080,
+        };
+        v.spec.backends.push(BackendSpec::new(remote.addr, remote.port));
+        let mut b = v.backends[0].clone();
+        (b.key, b.local, b.snat, b.role) = (remote, false, true, Role::Active);
+        v.backends.push(b);
+        let d = desired_vip(&v);
+        assert_eq!(d.spec.backends.len(), 2, "the remote endpoint is programmed");
+        assert_eq!(d.spec.snat, BTreeSet::from([remote]), "and only it is translated");
+        assert_eq!(d.backends.len(), 2, "rivoractl shows both");
+        let node = SnatAddresses {
+            v4: Some("10.220.0.11".parse().unwrap()),
+            v6: None,
+        };
+        let results = BTreeMap::from([(key("web"), translated(vec![v]))]);
+        let state = desired_state(&results, &LastGood::default(), node);
+        assert_eq!(state.node.snat, node, "the node's source goes with the VIPs");
+    }
+
+    #[test]
     fn a_failing_service_keeps_its_last_good_vips_unless_another_holds_the_key() {
         let mut last = LastGood::default();
         let first = BTreeMap::from([
@@ -310,7 +337,7 @@ mod tests {
             s.vips.iter().map(|v| v.spec.name.clone()).collect()
         };
         assert_eq!(
-            names(&desired_state(&first, &last)),
+            names(&desired_state(&first, &last, SnatAddresses::default())),
             ["k8s/ns/a/80/tcp/192.0.2.1", "k8s/ns/b/80/tcp/192.0.2.2"]
         );
         // b fails: its VIP stays. c now translates to a's old key while a fails: c gets it.
@@ -322,7 +349,7 @@ mod tests {
         ]);
         last.record(&second);
         assert_eq!(
-            names(&desired_state(&second, &last)),
+            names(&desired_state(&second, &last, SnatAddresses::default())),
             ["k8s/ns/b/80/tcp/192.0.2.2", "k8s/ns/c/80/tcp/192.0.2.1"]
         );
         // b is deleted: its last good VIPs are forgotten.
@@ -330,13 +357,13 @@ mod tests {
         last.record(&third);
         assert!(last.get(&key("b")).is_none());
         assert_eq!(
-            names(&desired_state(&third, &last)),
+            names(&desired_state(&third, &last, SnatAddresses::default())),
             ["k8s/ns/a/80/tcp/192.0.2.1"]
         );
         // A Service that never translated contributes nothing.
         let mut fresh = LastGood::default();
         let only_failed = BTreeMap::from([(key("z"), failed())]);
         fresh.record(&only_failed);
-        assert!(desired_state(&only_failed, &fresh).vips.is_empty());
+        assert!(desired_state(&only_failed, &fresh, SnatAddresses::default()).vips.is_empty());
     }
 }

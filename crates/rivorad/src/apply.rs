@@ -46,7 +46,8 @@ pub fn program(
     match kernel::prepare_tunnel_fallback(interface, desired) {
         Ok(kernel::Prepared::AcceptLocalSet) => info!(
             interface,
-            "set accept_local=1: IPv4 L3 DSR packets handed to the kernel carry a local source address"
+            "set accept_local=1: IPv4 L3 DSR and source-translated packets handed to the kernel carry a \
+             local source address"
         ),
         Ok(kernel::Prepared::Unchanged) => {}
         Err(e) => warn!("{e}"),
@@ -54,6 +55,18 @@ pub fn program(
     let tunnel = desired.node.tunnel_source;
     let before = dataplane.tunnel_source();
     dataplane.set_tunnel_source(tunnel.v4, tunnel.v6)?;
+    let snat_before = dataplane.snat_source().clone();
+    let snat = rivora_dataplane::snat::SnatSource {
+        v4: desired.node.snat.v4,
+        v6: desired.node.snat.v6,
+        ..snat_before.clone()
+    };
+    if snat != snat_before
+        && let Err(e) = dataplane.set_snat_source(snat)
+    {
+        let _ = dataplane.set_tunnel_source(before.0, before.1);
+        return Err(e.into());
+    }
     let applied = match mode {
         ApplyMode::Prune => dataplane.apply(&desired.specs()),
         ApplyMode::KeepUnclaimed => {
@@ -70,6 +83,7 @@ pub fn program(
         Err(e) => {
             // Nothing of a rejected state may stay in force.
             let _ = dataplane.set_tunnel_source(before.0, before.1);
+            let _ = dataplane.set_snat_source(snat_before);
             return Err(e.into());
         }
     };

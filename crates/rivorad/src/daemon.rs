@@ -212,6 +212,7 @@ fn load_and_adopt(args: &Args, interface: &str) -> anyhow::Result<Loaded> {
         }
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
+    dataplane.set_snat_ports(args.snat_ports.clone())?;
     // The guard's window is counted in jiffies, so the kernel's tick rate
     // is needed now (it may have to be measured: 200 ms, once).
     match dataplane.set_flow_guard(args.new_flow_guard_rate) {

@@ -10,6 +10,10 @@
 //! receiving interface, and strict reverse-path filtering drops it even
 //! then. Without this, the first packets of an IPv4 L3 DSR VIP never reach
 //! a backend whose neighbour entry is missing, and nothing ever creates it.
+//!
+//! Source-translated flows (bpf/snat.h: an ETP Cluster Service's endpoints
+//! on other nodes) have the same fallback with the same source: the node's
+//! own address.
 
 use std::path::PathBuf;
 
@@ -23,9 +27,10 @@ fn read_u32(path: &PathBuf) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// Whether `desired` has an IPv4 VIP in an L3 DSR mode.
+/// Whether `desired` has an IPv4 VIP whose kernel-fallback packets carry
+/// a local source: an L3 DSR VIP, or one with source-translated backends.
 pub fn needs_ipv4_tunnel_fallback(desired: &DesiredState) -> bool {
-    desired.has_ipv4_l3_dsr_vip()
+    desired.has_ipv4_l3_dsr_vip() || desired.has_ipv4_snat_vip()
 }
 
 /// What preparing the interface did, for the log.
@@ -37,7 +42,8 @@ pub enum Prepared {
     AcceptLocalSet,
 }
 
-/// Sets `accept_local` on `interface` when `desired` has an IPv4 L3 DSR VIP,
+/// Sets `accept_local` on `interface` when `desired` has an IPv4 L3 DSR VIP
+/// or source-translated IPv4 flows,
 /// and reports (as an error string for a warning) a strict `rp_filter`, which
 /// rivorad does not change: loosening it is the operator's decision.
 /// Never switches anything off: another VIP set or another tool may need it.
@@ -53,8 +59,9 @@ pub fn prepare_tunnel_fallback(
     if read_u32(&accept_local) != Some(1) {
         std::fs::write(&accept_local, "1").map_err(|e| {
             format!(
-                "cannot set {} to 1 ({e}): the kernel-fallback packets of IPv4 L3 DSR VIPs \
-                 (sent before the next hop's neighbour entry exists) will be dropped as martians",
+                "cannot set {} to 1 ({e}): the kernel-fallback packets of IPv4 L3 DSR VIPs and \
+                 source-translated flows (sent before the next hop's neighbour entry exists) \
+                 will be dropped as martians",
                 accept_local.display()
             )
         })?;
@@ -72,7 +79,7 @@ pub fn prepare_tunnel_fallback(
     if rp == 1 {
         return Err(format!(
             "strict reverse-path filtering (rp_filter=1) on {interface} drops the kernel-fallback \
-             packets of IPv4 L3 DSR VIPs; set net.ipv4.conf.{interface}.rp_filter and \
+             packets of IPv4 L3 DSR VIPs and source-translated flows; set net.ipv4.conf.{interface}.rp_filter and \
              net.ipv4.conf.all.rp_filter to 2 (loose) or 0"
         ));
     }

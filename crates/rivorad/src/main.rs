@@ -137,6 +137,14 @@ pub struct Args {
     #[arg(long, value_name = "ENTRIES_PER_S", default_value_t = rivora_dataplane::guard::DEFAULT_RATE)]
     pub new_flow_guard_rate: u64,
 
+    /// Node ports (FIRST-LAST) that flows to backends on other nodes (Kubernetes
+    /// externalTrafficPolicy Cluster) leave from, with the node's address as source. A port
+    /// is unique per backend endpoint and protocol, so the range bounds concurrent flows to
+    /// one endpoint. Keep it outside net.ipv4.ip_local_port_range (32768-60999 by default).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "61000-65535",
+          value_parser = rivora_dataplane::snat::parse_ports)]
+    pub snat_ports: std::ops::RangeInclusive<u16>,
+
     /// Seconds a backend that the config no longer lists keeps draining (its established
     /// flows continue, it takes no new ones) before its ID is released. 0 releases at once.
     #[arg(long, value_name = "SECS", default_value_t = 30)]

@@ -129,6 +129,8 @@ pub fn from_config(config: &Config) -> DesiredState {
         node: NodeSettings {
             syn_rate_limit: config.settings.syn_rate_limit.map(rate_limit),
             tunnel_source: tunnel_source(config),
+            // Static VIPs have no backends on other nodes.
+            snat: Default::default(),
             bgp: config.bgp.as_ref().map(speaker_config),
             l2: config.l2_announce.as_ref().map(|l| L2Settings {
                 interface: l.interface.clone(),

@@ -1,0 +1,344 @@
+//! Source translation of flows to backends on other nodes (bpf/snat.h)
+//! through the real programs: a flow to a backend flagged `snat` leaves
+//! with the node's address and a node port as source, routed by the FIB;
+//! the backend's reply to that port goes back to the client as the VIP;
+//! ports are per backend endpoint, run out with a count, and come back
+//! from idle mappings. Every frame the programs emit is read by the
+//! independent parser, which checks every checksum.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rivora_abi as abi;
+use rivora_dataplane::snat::SnatSource;
+use rivora_dataplane::{BackendKey, proto};
+
+const XDP_REDIRECT: u32 = 4;
+const BACKEND_HOP_MAC: [u8; 6] = [0x02, 0x99, 0, 0, 0, 0x02];
+const CLIENT_HOP_MAC: [u8; 6] = [0x02, 0x99, 0, 0, 0, 0x03];
+const NODE4: &str = "10.200.9.1";
+const NODE6: &str = "fd00:200:9::1";
+
+/// A namespace whose FIB routes the backends (10.200.1.0/24,
+/// fd00:200:1::/64) and the clients (10.200.0.0/24, fd00:200::/64) via two
+/// next hops with permanent neighbour entries on `up0`, whose addresses
+/// (NODE4, NODE6) are the node's. Returns it with the ifindex of up1 (the
+/// interface the test frames claim to arrive on).
+fn snat_ns(name: &str) -> (rivora_lab::Netns, u32) {
+    let ns = rivora_lab::Netns::new(name).unwrap();
+    ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
+    ns.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
+    for cmd in [
+        "ip link add up0 type veth peer name up1",
+        "ip link set up0 up",
+        "ip link set up1 up",
+        "ip addr add 10.200.9.1/24 dev up0",
+        "ip addr add fd00:200:9::1/64 dev up0 nodad",
+        "ip route add 10.200.1.0/24 via 10.200.9.2 dev up0",
+        "ip -6 route add fd00:200:1::/64 via fd00:200:9::2 dev up0",
+        "ip route add 10.200.0.0/24 via 10.200.9.3 dev up0",
+        "ip -6 route add fd00:200::/64 via fd00:200:9::3 dev up0",
+        "ip neigh add 10.200.9.2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
+        "ip -6 neigh add fd00:200:9::2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
+        "ip neigh add 10.200.9.3 lladdr 02:99:00:00:00:03 dev up0 nud permanent",
+        "ip -6 neigh add fd00:200:9::3 lladdr 02:99:00:00:00:03 dev up0 nud permanent",
+    ] {
+        ns.run(&cmd.split(' ').collect::<Vec<_>>()).unwrap();
+    }
+    let out = ns.run(&["ip", "-o", "link", "show", "up1"]).unwrap();
+    let up1 = out.split(':').next().unwrap().trim().parse().unwrap();
+    (ns, up1)
+}
+
+fn key(s: &str) -> BackendKey {
+    s.parse::<std::net::SocketAddr>()
+        .map(|a| BackendKey { addr: a.ip(), port: a.port() })
+        .unwrap()
+}
+
+/// VIPs (each a NAT VIP whose backends are all on other nodes unless
+/// named "local"):
+/// - t4 10.200.100.1:80/TCP -> 10.200.1.12:8080 (remote)
+/// - m4 10.200.100.1:81/TCP -> 10.200.1.11:8080 (local), 10.200.1.12:8081 (remote)
+/// - u4 10.200.100.1:53/UDP -> 10.200.1.13:5353, 10.200.1.14:5353 (remote, weight
+///   shares picked per test)
+/// - t6 [fd00:200:100::1]:80/TCP -> [fd00:200:1::12]:8080 (remote)
+///
+/// with the node's source NODE4/NODE6 and node ports `ports`.
+fn snat_rig(name: &str, ports: std::ops::RangeInclusive<u16>, udp_idle: Duration) -> Rig {
+    let mut r = rig(name);
+    r.dataplane
+        .set_snat_source(SnatSource {
+            v4: Some(NODE4.parse().unwrap()),
+            v6: Some(NODE6.parse().unwrap()),
+            ports,
+            udp_idle,
+            ..SnatSource::default()
+        })
+        .unwrap();
+    let mut t4 = vip(
+        "t4",
+        "10.200.100.1",
+        80,
+        proto::TCP,
+        vec![backend("10.200.1.12", 8080, 1)],
+    );
+    t4.snat = BTreeSet::from([key("10.200.1.12:8080")]);
+    let mut m4 = vip(
+        "m4",
+        "10.200.100.1",
+        81,
+        proto::TCP,
+        vec![
+            backend("10.200.1.11", 8080, 1),
+            backend("10.200.1.12", 8081, 1),
+        ],
+    );
+    m4.snat = BTreeSet::from([key("10.200.1.12:8081")]);
+    // Per-flow reverse entries for the local backend (as Kubernetes VIPs
+    // have), so the test can count what tc_nat was given.
+    m4.stateless_reverse = false;
+    let mut u4 = vip(
+        "u4",
+        "10.200.100.1",
+        53,
+        proto::UDP,
+        vec![backend("10.200.1.13", 5353, 1)],
+    );
+    u4.snat = BTreeSet::from([key("10.200.1.13:5353")]);
+    let mut t6 = vip(
+        "t6",
+        "fd00:200:100::1",
+        80,
+        proto::TCP,
+        vec![backend("fd00:200:1::12", 8080, 1)],
+    );
+    t6.snat = BTreeSet::from([key("[fd00:200:1::12]:8080")]);
+    r.dataplane.apply(&[t4, m4, u4, t6]).unwrap();
+    r
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// One TCP segment (`flags`) or UDP datagram from `src:sport` to
+/// `dst:dport`, as an Ethernet frame.
+fn frame(src: &str, sport: u16, dst: &str, dport: u16, l4: u8, flags: u8) -> Vec<u8> {
+    let (s, d) = (ip(src), ip(dst));
+    let seg = if l4 == raw::TCP {
+        raw::tcp(s, d, sport, dport, flags, b"rivora snat test")
+    } else {
+        raw::udp(s, d, sport, dport, b"rivora snat test")
+    };
+    raw::frame(s, d, l4, &[], &seg)
+}
+
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+const SYN_ACK: u8 = 0x12;
+const FIN_ACK: u8 = 0x11;
+
+/// The SNAT counters by name.
+fn counters(r: &Rig) -> std::collections::BTreeMap<&'static str, u64> {
+    abi::snat_counter::NAMES
+        .into_iter()
+        .zip(r.dataplane.snat_counters().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_remote_flow_leaves_from_the_node_and_its_reply_returns_as_the_vip() {
+    let (ns, up1) = snat_ns("snatfwd");
+    let mut r = snat_rig("snatfwd", 61000..=61999, Duration::from_secs(120));
+    let cases = [
+        ("10.200.0.2", "10.200.100.1", "10.200.1.12", NODE4),
+        ("fd00:200::2", "fd00:200:100::1", "fd00:200:1::12", NODE6),
+    ];
+    for (client, vip, backend, node) in cases {
+        let (syn, ack, reply, fin) = ns
+            .within(|| {
+                pin_to_cpu0();
+                let syn = r
+                    .datapath
+                    .run_xdp_on(&frame(client, 40000, vip, 80, raw::TCP, SYN), up1)
+                    .unwrap();
+                let ack = r
+                    .datapath
+                    .run_xdp_on(&frame(client, 40000, vip, 80, raw::TCP, ACK), up1)
+                    .unwrap();
+                let nport = parse_checked(&syn.1).sport;
+                let reply = r
+                    .datapath
+                    .run_xdp_on(&frame(backend, 8080, node, nport, raw::TCP, SYN_ACK), up1)
+                    .unwrap();
+                let fin = r
+                    .datapath
+                    .run_xdp_on(&frame(client, 40000, vip, 80, raw::TCP, FIN_ACK), up1)
+                    .unwrap();
+                (syn, ack, reply, fin)
+            })
+            .unwrap();
+        assert_eq!(syn.0, XDP_REDIRECT, "{vip}: the SYN is routed here");
+        let s = parse_checked(&syn.1);
+        assert_eq!(
+            (s.src, s.dst, s.dport),
+            (ip(node), ip(backend), 8080),
+            "{vip}: from the node, to the backend"
+        );
+        assert!((61000..=61999).contains(&s.sport), "{vip}: node port {}", s.sport);
+        assert_eq!(&syn.1[0..6], &BACKEND_HOP_MAC, "{vip}: to the backend's next hop");
+        assert_eq!(ack.0, XDP_REDIRECT);
+        let a = parse_checked(&ack.1);
+        assert_eq!((a.src, a.sport), (s.src, s.sport), "{vip}: the flow keeps its port");
+        assert_eq!(reply.0, XDP_REDIRECT, "{vip}: the reply is routed back here");
+        let p = parse_checked(&reply.1);
+        assert_eq!(
+            (p.src, p.sport, p.dst, p.dport),
+            (ip(vip), 80, ip(client), 40000),
+            "{vip}: the client sees the VIP"
+        );
+        assert_eq!(&reply.1[0..6], &CLIENT_HOP_MAC, "{vip}: to the client's next hop");
+        assert_eq!(fin.0, XDP_REDIRECT);
+        assert_eq!(parse_checked(&fin.1).sport, s.sport, "{vip}: FIN on the same port");
+    }
+    let c = counters(&r);
+    assert_eq!(c["allocated"], 2, "one mapping per family: {c:?}");
+    assert_eq!(c["forwarded"], 6, "{c:?}");
+    assert_eq!(c["replied"], 2, "{c:?}");
+    assert_eq!(c["to_kernel"], 0, "{c:?}");
+    // The FIN marked the mapping closing.
+    let rev: Vec<_> = r
+        .dataplane
+        .maps()
+        .snat_rev
+        .iter()
+        .map(|e| e.unwrap().1)
+        .collect();
+    assert_eq!(rev.len(), 1, "{rev:?}");
+    assert_eq!(rev[0].flags, abi::snat_rev_flags::CLOSING);
+}
+
+#[test]
+fn local_backends_keep_the_client_and_unknown_replies_go_to_the_kernel() {
+    let (ns, up1) = snat_ns("snatmix");
+    let mut r = snat_rig("snatmix", 61000..=61999, Duration::from_secs(120));
+    let (by_backend, stray, outside) = ns
+        .within(|| {
+            pin_to_cpu0();
+            let mut by_backend = std::collections::BTreeMap::new();
+            for sport in 40000..40064 {
+                let (v, out) = r
+                    .datapath
+                    .run_xdp_on(&frame("10.200.0.2", sport, "10.200.100.1", 81, raw::TCP, SYN), up1)
+                    .unwrap();
+                let p = parse_checked(&out);
+                by_backend
+                    .entry((p.dst, p.dport))
+                    .or_insert_with(Vec::new)
+                    .push((v, p));
+            }
+            // A packet to the node in the range without a mapping, and one
+            // outside the range.
+            let stray = r
+                .datapath
+                .run_xdp_on(&frame("10.200.1.12", 8080, NODE4, 61500, raw::TCP, ACK), up1)
+                .unwrap();
+            let outside = r
+                .datapath
+                .run_xdp_on(&frame("10.200.1.12", 8080, NODE4, 22, raw::TCP, ACK), up1)
+                .unwrap();
+            (by_backend, stray, outside)
+        })
+        .unwrap();
+    assert_eq!(by_backend.len(), 2, "both backends were picked: {by_backend:?}");
+    for (v, p) in &by_backend[&(ip("10.200.1.11"), 8080)] {
+        assert_eq!(*v, XDP_PASS, "the local backend: NAT as ever, to the kernel");
+        assert_eq!(p.src, ip("10.200.0.2"), "the local backend sees the client");
+    }
+    for (v, p) in &by_backend[&(ip("10.200.1.12"), 8081)] {
+        assert_eq!(*v, XDP_REDIRECT);
+        assert_eq!(p.src, ip(NODE4), "the remote backend sees the node");
+    }
+    let remote = by_backend[&(ip("10.200.1.12"), 8081)].len() as u64;
+    let c = counters(&r);
+    assert_eq!(c["allocated"], remote, "{c:?}");
+    assert_eq!(stray.0, XDP_PASS, "no mapping: the kernel's");
+    assert_eq!(
+        parse_checked(&stray.1).dst,
+        ip(NODE4),
+        "handed over untouched"
+    );
+    assert_eq!(outside.0, XDP_PASS);
+    assert_eq!(c["reply_unmatched"], 1, "only the one in the range: {c:?}");
+    // tc_nat got a reverse entry for each local flow and none for the
+    // remote ones: their replies never pass it.
+    let reverse = r.dataplane.maps().nat_reverse.keys().count() as u64;
+    assert_eq!(reverse, 64 - remote, "{remote} remote flows of 64");
+}
+
+#[test]
+fn ports_are_per_backend_endpoint_run_out_with_a_count_and_return_when_idle() {
+    let (ns, up1) = snat_ns("snatport");
+    // Four node ports; UDP mappings idle after a tick.
+    let mut r = snat_rig("snatport", 62000..=62003, Duration::ZERO);
+    let send = |r: &mut Rig, src: &str, sport: u16, dst: &str, dport: u16, l4: u8| {
+        ns.within(|| {
+            pin_to_cpu0();
+            r.datapath
+                .run_xdp_on(&frame(src, sport, dst, dport, l4, SYN), up1)
+                .unwrap()
+        })
+        .unwrap()
+    };
+    // Four TCP clients of t4 take the four ports of 10.200.1.12:8080.
+    let mut ports = BTreeSet::new();
+    for c in 2..6 {
+        let (v, out) = send(&mut r, &format!("10.200.0.{c}"), 40000, "10.200.100.1", 80, raw::TCP);
+        assert_eq!(v, XDP_REDIRECT, "client {c}");
+        ports.insert(parse_checked(&out).sport);
+    }
+    assert_eq!(ports, BTreeSet::from([62000, 62001, 62002, 62003]));
+    // A fifth finds them all held by live flows: dropped, counted.
+    let (v, _) = send(&mut r, "10.200.0.6", 40000, "10.200.100.1", 80, raw::TCP);
+    assert_eq!(v, XDP_DROP, "no port left for the fifth flow");
+    let drops = r.dataplane.drop_counters().unwrap();
+    assert_eq!(drops[abi::drop_reason::SNAT_EXHAUSTED as usize], 1);
+    // Another backend endpoint has its own ports (m4's remote backend
+    // 10.200.1.12:8081): the same client and port get one.
+    let mut got = None;
+    for sport in 40000..40064 {
+        let (v, out) = send(&mut r, "10.200.0.6", sport, "10.200.100.1", 81, raw::TCP);
+        let p = parse_checked(&out);
+        if p.dport == 8081 {
+            got = Some((v, p.sport));
+            break;
+        }
+    }
+    let (v, port) = got.expect("m4 picked its remote backend for some port");
+    assert_eq!(v, XDP_REDIRECT);
+    assert!((62000..=62003).contains(&port));
+    // UDP: four flows hold the four ports of 10.200.1.13:5353 ...
+    for c in 2..6 {
+        let (v, _) = send(&mut r, &format!("10.200.0.{c}"), 5000, "10.200.100.1", 53, raw::UDP);
+        assert_eq!(v, XDP_REDIRECT, "UDP client {c}");
+    }
+    // ... and once they have been idle for a tick (udp_idle 0 s is one
+    // tick, at most 1.28 s at HZ=100), a fifth takes one over.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last;
+    loop {
+        last = send(&mut r, "10.200.0.6", 5000, "10.200.100.1", 53, raw::UDP).0;
+        if last == XDP_REDIRECT || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(last, XDP_REDIRECT, "an idle UDP mapping gave its port up within 10 s");
+    let c = counters(&r);
+    assert!(c["reused_idle"] >= 1, "{c:?}");
+}
