@@ -1416,7 +1416,10 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_SNAT_REUSED_IDLE", snat_counter::REUSED_IDLE as i64),
         ("RV_SNAT_FORWARDED", snat_counter::FORWARDED as i64),
         ("RV_SNAT_REPLIED", snat_counter::REPLIED as i64),
-        ("RV_SNAT_REPLY_UNMATCHED", snat_counter::REPLY_UNMATCHED as i64),
+        (
+            "RV_SNAT_REPLY_UNMATCHED",
+            snat_counter::REPLY_UNMATCHED as i64,
+        ),
         ("RV_SNAT_TO_KERNEL", snat_counter::TO_KERNEL as i64),
         ("RV_SNAT_COUNTER_COUNT", snat_counter::COUNT as i64),
         ("RV_DROP_REASON_COUNT", drop_reason::COUNT as i64),

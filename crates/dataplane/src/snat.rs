@@ -52,7 +52,11 @@ impl Default for SnatSource {
 impl SnatSource {
     /// Whether VIPs of this family may have translated backends.
     pub fn has_family(&self, v6: bool) -> bool {
-        if v6 { self.v6.is_some() } else { self.v4.is_some() }
+        if v6 {
+            self.v6.is_some()
+        } else {
+            self.v4.is_some()
+        }
     }
 
     /// The map entry, with idle times in datapath ticks at `hz`.

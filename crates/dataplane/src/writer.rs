@@ -1089,8 +1089,10 @@ impl Dataplane {
             }
         }
         let terminating_next = source_drained(&desired);
-        let snat_next: BTreeSet<BackendKey> =
-            desired.values().flat_map(|s| s.snat.iter().copied()).collect();
+        let snat_next: BTreeSet<BackendKey> = desired
+            .values()
+            .flat_map(|s| s.snat.iter().copied())
+            .collect();
         let mac_changes: Vec<(BackendKey, [u8; 6])> = wanted
             .iter()
             .filter(|(k, mac)| self.backends.get(*k).is_some_and(|b| b.mac != **mac))
@@ -1471,9 +1473,13 @@ impl Dataplane {
                 // As for tunnels: only apply's check reads it; the map
                 // keeps what it holds.
                 if key.addr.is_ipv6() {
-                    self.snat_source.v6.get_or_insert(std::net::Ipv6Addr::UNSPECIFIED);
+                    self.snat_source
+                        .v6
+                        .get_or_insert(std::net::Ipv6Addr::UNSPECIFIED);
                 } else {
-                    self.snat_source.v4.get_or_insert(std::net::Ipv4Addr::UNSPECIFIED);
+                    self.snat_source
+                        .v4
+                        .get_or_insert(std::net::Ipv4Addr::UNSPECIFIED);
                 }
             }
             saved.push((

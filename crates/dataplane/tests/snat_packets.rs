@@ -56,7 +56,10 @@ fn snat_ns(name: &str) -> (rivora_lab::Netns, u32) {
 
 fn key(s: &str) -> BackendKey {
     s.parse::<std::net::SocketAddr>()
-        .map(|a| BackendKey { addr: a.ip(), port: a.port() })
+        .map(|a| BackendKey {
+            addr: a.ip(),
+            port: a.port(),
+        })
         .unwrap()
 }
 
@@ -190,21 +193,44 @@ fn a_remote_flow_leaves_from_the_node_and_its_reply_returns_as_the_vip() {
             (ip(node), ip(backend), 8080),
             "{vip}: from the node, to the backend"
         );
-        assert!((61000..=61999).contains(&s.sport), "{vip}: node port {}", s.sport);
-        assert_eq!(&syn.1[0..6], &BACKEND_HOP_MAC, "{vip}: to the backend's next hop");
+        assert!(
+            (61000..=61999).contains(&s.sport),
+            "{vip}: node port {}",
+            s.sport
+        );
+        assert_eq!(
+            &syn.1[0..6],
+            &BACKEND_HOP_MAC,
+            "{vip}: to the backend's next hop"
+        );
         assert_eq!(ack.0, XDP_REDIRECT);
         let a = parse_checked(&ack.1);
-        assert_eq!((a.src, a.sport), (s.src, s.sport), "{vip}: the flow keeps its port");
-        assert_eq!(reply.0, XDP_REDIRECT, "{vip}: the reply is routed back here");
+        assert_eq!(
+            (a.src, a.sport),
+            (s.src, s.sport),
+            "{vip}: the flow keeps its port"
+        );
+        assert_eq!(
+            reply.0, XDP_REDIRECT,
+            "{vip}: the reply is routed back here"
+        );
         let p = parse_checked(&reply.1);
         assert_eq!(
             (p.src, p.sport, p.dst, p.dport),
             (ip(vip), 80, ip(client), 40000),
             "{vip}: the client sees the VIP"
         );
-        assert_eq!(&reply.1[0..6], &CLIENT_HOP_MAC, "{vip}: to the client's next hop");
+        assert_eq!(
+            &reply.1[0..6],
+            &CLIENT_HOP_MAC,
+            "{vip}: to the client's next hop"
+        );
         assert_eq!(fin.0, XDP_REDIRECT);
-        assert_eq!(parse_checked(&fin.1).sport, s.sport, "{vip}: FIN on the same port");
+        assert_eq!(
+            parse_checked(&fin.1).sport,
+            s.sport,
+            "{vip}: FIN on the same port"
+        );
     }
     let c = counters(&r);
     assert_eq!(c["allocated"], 2, "one mapping per family: {c:?}");
@@ -234,7 +260,10 @@ fn local_backends_keep_the_client_and_unknown_replies_go_to_the_kernel() {
             for sport in 40000..40064 {
                 let (v, out) = r
                     .datapath
-                    .run_xdp_on(&frame("10.200.0.2", sport, "10.200.100.1", 81, raw::TCP, SYN), up1)
+                    .run_xdp_on(
+                        &frame("10.200.0.2", sport, "10.200.100.1", 81, raw::TCP, SYN),
+                        up1,
+                    )
                     .unwrap();
                 let p = parse_checked(&out);
                 by_backend
@@ -246,7 +275,10 @@ fn local_backends_keep_the_client_and_unknown_replies_go_to_the_kernel() {
             // outside the range.
             let stray = r
                 .datapath
-                .run_xdp_on(&frame("10.200.1.12", 8080, NODE4, 61500, raw::TCP, ACK), up1)
+                .run_xdp_on(
+                    &frame("10.200.1.12", 8080, NODE4, 61500, raw::TCP, ACK),
+                    up1,
+                )
                 .unwrap();
             let outside = r
                 .datapath
@@ -255,9 +287,16 @@ fn local_backends_keep_the_client_and_unknown_replies_go_to_the_kernel() {
             (by_backend, stray, outside)
         })
         .unwrap();
-    assert_eq!(by_backend.len(), 2, "both backends were picked: {by_backend:?}");
+    assert_eq!(
+        by_backend.len(),
+        2,
+        "both backends were picked: {by_backend:?}"
+    );
     for (v, p) in &by_backend[&(ip("10.200.1.11"), 8080)] {
-        assert_eq!(*v, XDP_PASS, "the local backend: NAT as ever, to the kernel");
+        assert_eq!(
+            *v, XDP_PASS,
+            "the local backend: NAT as ever, to the kernel"
+        );
         assert_eq!(p.src, ip("10.200.0.2"), "the local backend sees the client");
     }
     for (v, p) in &by_backend[&(ip("10.200.1.12"), 8081)] {
@@ -298,7 +337,14 @@ fn ports_are_per_backend_endpoint_run_out_with_a_count_and_return_when_idle() {
     // Four TCP clients of t4 take the four ports of 10.200.1.12:8080.
     let mut ports = BTreeSet::new();
     for c in 2..6 {
-        let (v, out) = send(&mut r, &format!("10.200.0.{c}"), 40000, "10.200.100.1", 80, raw::TCP);
+        let (v, out) = send(
+            &mut r,
+            &format!("10.200.0.{c}"),
+            40000,
+            "10.200.100.1",
+            80,
+            raw::TCP,
+        );
         assert_eq!(v, XDP_REDIRECT, "client {c}");
         ports.insert(parse_checked(&out).sport);
     }
@@ -324,7 +370,14 @@ fn ports_are_per_backend_endpoint_run_out_with_a_count_and_return_when_idle() {
     assert!((62000..=62003).contains(&port));
     // UDP: four flows hold the four ports of 10.200.1.13:5353 ...
     for c in 2..6 {
-        let (v, _) = send(&mut r, &format!("10.200.0.{c}"), 5000, "10.200.100.1", 53, raw::UDP);
+        let (v, _) = send(
+            &mut r,
+            &format!("10.200.0.{c}"),
+            5000,
+            "10.200.100.1",
+            53,
+            raw::UDP,
+        );
         assert_eq!(v, XDP_REDIRECT, "UDP client {c}");
     }
     // ... and once they have been idle for a tick (udp_idle 0 s is one
@@ -338,7 +391,10 @@ fn ports_are_per_backend_endpoint_run_out_with_a_count_and_return_when_idle() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(last, XDP_REDIRECT, "an idle UDP mapping gave its port up within 10 s");
+    assert_eq!(
+        last, XDP_REDIRECT,
+        "an idle UDP mapping gave its port up within 10 s"
+    );
     let c = counters(&r);
     assert!(c["reused_idle"] >= 1, "{c:?}");
 }

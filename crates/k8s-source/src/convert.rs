@@ -308,13 +308,23 @@ mod tests {
             addr: "10.9.1.1".parse().unwrap(),
             port: 8080,
         };
-        v.spec.backends.push(BackendSpec::new(remote.addr, remote.port));
+        v.spec
+            .backends
+            .push(BackendSpec::new(remote.addr, remote.port));
         let mut b = v.backends[0].clone();
         (b.key, b.local, b.snat, b.role) = (remote, false, true, Role::Active);
         v.backends.push(b);
         let d = desired_vip(&v);
-        assert_eq!(d.spec.backends.len(), 2, "the remote endpoint is programmed");
-        assert_eq!(d.spec.snat, BTreeSet::from([remote]), "and only it is translated");
+        assert_eq!(
+            d.spec.backends.len(),
+            2,
+            "the remote endpoint is programmed"
+        );
+        assert_eq!(
+            d.spec.snat,
+            BTreeSet::from([remote]),
+            "and only it is translated"
+        );
         assert_eq!(d.backends.len(), 2, "rivoractl shows both");
         let node = SnatAddresses {
             v4: Some("10.220.0.11".parse().unwrap()),
@@ -322,7 +332,10 @@ mod tests {
         };
         let results = BTreeMap::from([(key("web"), translated(vec![v]))]);
         let state = desired_state(&results, &LastGood::default(), node);
-        assert_eq!(state.node.snat, node, "the node's source goes with the VIPs");
+        assert_eq!(
+            state.node.snat, node,
+            "the node's source goes with the VIPs"
+        );
     }
 
     #[test]
@@ -364,6 +377,10 @@ mod tests {
         let mut fresh = LastGood::default();
         let only_failed = BTreeMap::from([(key("z"), failed())]);
         fresh.record(&only_failed);
-        assert!(desired_state(&only_failed, &fresh, SnatAddresses::default()).vips.is_empty());
+        assert!(
+            desired_state(&only_failed, &fresh, SnatAddresses::default())
+                .vips
+                .is_empty()
+        );
     }
 }

@@ -544,6 +544,7 @@ mod tests {
             wrong_peer: 0,
             per_backend: [("b1".to_string(), 1), ("b3".to_string(), 3)].into(),
             source_rewritten: 0,
+            seen_by_backend: Default::default(),
             retried: 0,
             elapsed: Duration::ZERO,
         };

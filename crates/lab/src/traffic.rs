@@ -218,6 +218,10 @@ pub struct RoundReport {
     /// Successful flows where the backend saw a client address different
     /// from the client socket's local address (SNAT or proxying in between).
     pub source_rewritten: usize,
+    /// The client addresses each backend saw (what source translation, or
+    /// its absence, looks like from the backend: the client's own, or a
+    /// node's).
+    pub seen_by_backend: BTreeMap<String, std::collections::BTreeSet<std::net::IpAddr>>,
     /// UDP exchanges that needed their one retry.
     pub retried: usize,
     /// Wall time of the round.
@@ -236,6 +240,7 @@ impl RoundReport {
             wrong_peer: 0,
             per_backend: BTreeMap::new(),
             source_rewritten: 0,
+            seen_by_backend: BTreeMap::new(),
             retried: 0,
             elapsed: Duration::ZERO,
         }
@@ -247,9 +252,14 @@ impl RoundReport {
             Outcome::Ok {
                 backend,
                 source_rewritten,
+                seen,
                 retried,
             } => {
                 self.ok += 1;
+                self.seen_by_backend
+                    .entry(backend.clone())
+                    .or_default()
+                    .insert(seen);
                 *self.per_backend.entry(backend).or_default() += 1;
                 self.source_rewritten += usize::from(source_rewritten);
                 self.retried += usize::from(retried);
@@ -283,6 +293,9 @@ impl RoundReport {
         }
         for (k, v) in other.per_backend {
             *self.per_backend.entry(k).or_default() += v;
+        }
+        for (k, v) in other.seen_by_backend {
+            self.seen_by_backend.entry(k).or_default().extend(v);
         }
     }
 
@@ -354,6 +367,8 @@ enum Outcome {
     Ok {
         backend: String,
         source_rewritten: bool,
+        /// The client address the backend saw.
+        seen: std::net::IpAddr,
         retried: bool,
     },
     WrongPeer(String),
@@ -599,6 +614,7 @@ fn tcp_once_with(
     Outcome::Ok {
         backend: backend.to_string(),
         source_rewritten: seen != local,
+        seen: seen.ip(),
         retried: false,
     }
 }
@@ -710,6 +726,7 @@ fn udp_once(target: SocketAddr, tag: &str, i: usize, port: u16, timeout: Duratio
                         backend: backend.to_string(),
                         source_rewritten: seen.port() != local_port
                             || !seen_matches_family(seen, target),
+                        seen: seen.ip(),
                         retried: attempt > 0,
                     };
                 }
@@ -758,6 +775,7 @@ mod tests {
             a.record(Outcome::Ok {
                 backend: b.into(),
                 source_rewritten: false,
+                seen: "10.200.0.2".parse().unwrap(),
                 retried: b == "b2",
             });
         }

@@ -99,7 +99,9 @@ impl Accounted {
         for d in &stats.drops {
             match d.reason.as_str() {
                 "no_healthy_backend" | "no_service" | "no_backend" | "rewrite_failed"
-                | "rate_limited" | "encap_failed" | "source_range" | "snat_exhausted" => a.dropped += d.packets,
+                | "rate_limited" | "encap_failed" | "source_range" | "snat_exhausted" => {
+                    a.dropped += d.packets
+                }
                 "passed_unmatched_fragment"
                 | "passed_unmatched_icmp_error"
                 | "passed_stage_missing" => a.passed += d.packets,

@@ -428,6 +428,25 @@ impl K8sTest {
     /// The IPv4 EndpointSlice `<service>-1` of `service`: `endpoints` with `ports`, as the
     /// controller-manager writes it (replacing the last one).
     pub async fn slice(&self, service: &str, endpoints: &[Ep<'_>], ports: serde_json::Value) {
+        self.slice_named(&format!("{service}-1"), "IPv4", service, endpoints, ports)
+            .await
+    }
+
+    /// The IPv6 EndpointSlice `<service>-v6` of `service` (a dual-stack Service has one slice
+    /// per family), as [`K8sTest::slice`] writes the IPv4 one.
+    pub async fn slice6(&self, service: &str, endpoints: &[Ep<'_>], ports: serde_json::Value) {
+        self.slice_named(&format!("{service}-v6"), "IPv6", service, endpoints, ports)
+            .await
+    }
+
+    async fn slice_named(
+        &self,
+        name: &str,
+        address_type: &str,
+        service: &str,
+        endpoints: &[Ep<'_>],
+        ports: serde_json::Value,
+    ) {
         let eps: Vec<serde_json::Value> = endpoints
             .iter()
             .map(|e| {
@@ -442,18 +461,17 @@ impl K8sTest {
                 })
             })
             .collect();
-        let name = format!("{service}-1");
         let s: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}},
-            "addressType": "IPv4", "endpoints": eps, "ports": ports,
+            "addressType": address_type, "endpoints": eps, "ports": ports,
         }))
         .unwrap();
         Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(
             self.admin.clone(),
             &self.ns,
         )
-        .patch(&name, &PatchParams::apply(FM).force(), &Patch::Apply(&s))
+        .patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&s))
         .await
         .unwrap();
     }
@@ -486,8 +504,15 @@ pub fn identity_servers(node: &rivora_lab::cluster::Node) -> Vec<rivora_lab::Ide
     node.pods
         .iter()
         .map(|p| {
-            rivora_lab::IdentityServer::start(&p.ns, &p.name, &[SocketAddr::new(p.v4.into(), 8080)])
-                .unwrap()
+            rivora_lab::IdentityServer::start(
+                &p.ns,
+                &p.name,
+                &[
+                    SocketAddr::new(p.v4.into(), 8080),
+                    SocketAddr::new(p.v6.into(), 8080),
+                ],
+            )
+            .unwrap()
         })
         .collect()
 }
@@ -498,7 +523,8 @@ pub fn pod_addrs(node: &rivora_lab::cluster::Node) -> Vec<IpAddr> {
 }
 
 /// LoadBalancer Service `name` in `ns` of `class` with `ports` and the `extra` spec fields, and
-/// the status rivora-controller would give it (`vip`); returns it as created.
+/// the status rivora-controller would give it (`vip`, or `"A,B"` for a dual-stack Service's
+/// two addresses); returns it as created.
 pub async fn put_lb_service(
     admin: &Client,
     ns: &str,
@@ -529,7 +555,10 @@ pub async fn put_lb_service(
         &PatchParams::apply("rivora-controller").force(),
         &Patch::Apply(json!({
             "apiVersion": "v1", "kind": "Service",
-            "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}},
+            "status": {"loadBalancer": {"ingress": vip
+                .split(',')
+                .map(|ip| json!({"ip": ip, "ipMode": "VIP"}))
+                .collect::<Vec<_>>()}},
         })),
     )
     .await
