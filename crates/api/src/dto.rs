@@ -421,6 +421,28 @@ pub struct Stats {
     /// lookup (None from an older rivorad).
     #[serde(default)]
     pub flow_filter: Option<FlowFilter>,
+    /// Source translation of flows to backends on other nodes (None from an
+    /// older rivorad).
+    #[serde(default)]
+    pub snat: Option<SnatStats>,
+}
+
+/// Source translation (bpf/snat.h): flows to backends on other nodes (a
+/// Kubernetes ETP Cluster Service's remote endpoints) leave with the node's
+/// address and a node port as source. Shown so an operator can see that it
+/// happens, from where, and whether node ports run out
+/// (`snat_exhausted` in `drops`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct SnatStats {
+    /// The IPv4 source, if set.
+    pub source_v4: Option<String>,
+    /// The IPv6 source, if set.
+    pub source_v6: Option<String>,
+    /// Node ports, `FIRST-LAST`.
+    pub ports: String,
+    /// The datapath's counters by name (`allocated`, `reused_idle`,
+    /// `forwarded`, `replied`, `reply_unmatched`, `to_kernel`).
+    pub counters: std::collections::BTreeMap<String, u64>,
 }
 
 /// The flow filter (`flow_filter_map`): one bit per 5-tuple hash, set for

@@ -46,6 +46,7 @@
 //! | `rivora_flow_filter_bits_set` | gauge | |
 //! | `rivora_flow_filter_exact` | gauge (0/1) | |
 //! | `rivora_flow_filter_rebuilds_total` | counter | |
+//! | `rivora_snat_events_total` | counter | `event` (`allocated`, `reused_idle`, `forwarded`, `replied`, `reply_unmatched`, `to_kernel`) |
 //! | `rivora_config_generation` | gauge | |
 //! | `rivora_config_last_reload_success` | gauge (0/1) | |
 //! | `rivora_config_last_reload_timestamp_seconds` | gauge | |
@@ -140,6 +141,8 @@ pub struct MetricsSnapshot {
     pub flow_guard_rate: u64,
     /// The flow filter (bits, bits set, exact, rebuilds); None: not read.
     pub flow_filter: Option<(u64, u64, bool, u64)>,
+    /// Source translation's counters by event name (empty: not read).
+    pub snat: Vec<(String, u64)>,
     /// The Kubernetes source's state (`rivorad --kubernetes` only): its
     /// gate, watches and failing Services, the `rivora_k8s_` families.
     pub kubernetes: Option<crate::KubernetesStatus>,
@@ -585,6 +588,14 @@ impl Collector for SnapshotCollector {
                 [(NO_LABELS, rebuilds)],
             )?;
         }
+
+        counters(
+            &mut enc,
+            "rivora_snat_events",
+            "Source translation of flows to backends on other nodes (ETP Cluster): node ports allocated (reused_idle: taken over from idle mappings), packets forwarded with the node as source, replies translated back, replies to the node port range without a mapping (reply_unmatched), translated packets handed to the kernel to route (to_kernel)",
+            None,
+            s.snat.iter().map(|(e, v)| ([("event", e.as_str())], *v)),
+        )?;
 
         // --- daemon ---
         gauges(

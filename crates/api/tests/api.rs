@@ -260,6 +260,12 @@ fn sample_stats() -> Stats {
             exact: true,
             rebuilds: 1,
         }),
+        snat: Some(rivora_api::SnatStats {
+            source_v4: Some("10.220.0.11".into()),
+            source_v6: None,
+            ports: "61000-65535".into(),
+            counters: [("allocated".to_string(), 3)].into(),
+        }),
     }
 }
 

@@ -34,6 +34,7 @@ fn sample_snapshot() -> MetricsSnapshot {
     MetricsSnapshot {
         flow_guard_rate: 100_000,
         flow_filter: Some((4_194_304, 70_123, true, 3)),
+        snat: vec![("allocated".into(), 12), ("replied".into(), 345)],
         vips: vec![
             VipMetrics {
                 name: "web".into(),
@@ -346,6 +347,14 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
             Kind::Counter,
             none.clone(),
             rebuilds as f64,
+        );
+    }
+    for (event, v) in &s.snat {
+        put(
+            "rivora_snat_events_total",
+            Kind::Counter,
+            labels(&[("event", event)]),
+            *v as f64,
         );
     }
     put(

@@ -208,6 +208,7 @@ pub(crate) mod tests {
             backends: vec![],
             flow_guard: None,
             flow_filter: None,
+            snat: None,
         }
     }
 

@@ -633,7 +633,46 @@ pub fn stats(r: &StatsReport) -> String {
     out.push_str(&flow_tables(&s.tables));
     out.push_str(&flow_guard(s));
     out.push_str(&flow_filter(s));
+    out.push_str(&snat(s));
     out
+}
+
+/// Source translation's line, once it has done anything (a node without
+/// ETP Cluster Services never shows it).
+fn snat(s: &rivora_api::Stats) -> String {
+    let Some(n) = &s.snat else {
+        return String::new();
+    };
+    let c = |k: &str| n.counters.get(k).copied().unwrap_or(0);
+    let exhausted = s
+        .drops
+        .iter()
+        .find(|d| d.reason == "snat_exhausted")
+        .map(|d| d.packets)
+        .unwrap_or(0);
+    if n.counters.values().all(|v| *v == 0) && exhausted == 0 {
+        return String::new();
+    }
+    let from: Vec<&str> = [n.source_v4.as_deref(), n.source_v6.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    format!(
+        "Source translation (backends on other nodes): from {} ports {}; {} flows mapped ({} by taking over idle ports, {} refused: no port), {} packets out, {} replies back, {} unmatched, {} via the kernel\n",
+        if from.is_empty() {
+            "no address".to_string()
+        } else {
+            from.join(" and ")
+        },
+        n.ports,
+        c("allocated"),
+        c("reused_idle"),
+        exhausted,
+        c("forwarded"),
+        c("replied"),
+        c("reply_unmatched"),
+        c("to_kernel"),
+    )
 }
 
 /// The flow filter's line: how full it is, whether it is trusted yet.
@@ -1866,6 +1905,7 @@ mod tests {
             backends: vec![],
             flow_guard: None,
             flow_filter: None,
+            snat: None,
         };
         let out = stats(&totals_only(s));
         println!("{out}");
@@ -1910,8 +1950,46 @@ mod tests {
             backends: vec![],
             flow_guard: None,
             flow_filter: None,
+            snat: None,
         }));
         assert_eq!(none, "No VIP counters.\n\nDrops by reason: none\n");
+    }
+
+    #[test]
+    fn stats_show_source_translation_once_it_did_something() {
+        let mut s = Stats {
+            vips: vec![],
+            drops: vec![rivora_api::DropCount {
+                reason: "snat_exhausted".into(),
+                packets: 2,
+            }],
+            at_unix_ms: 0,
+            tables: vec![],
+            backends: vec![],
+            flow_guard: None,
+            flow_filter: None,
+            snat: Some(rivora_api::SnatStats {
+                source_v4: Some("10.220.0.11".into()),
+                source_v6: Some("fd00:220::11".into()),
+                ports: "61000-65535".into(),
+                counters: [("allocated", 7), ("forwarded", 70), ("replied", 65)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            }),
+        };
+        let out = stats(&totals_only(s.clone()));
+        assert!(
+            out.contains(
+                "Source translation (backends on other nodes): from 10.220.0.11 and fd00:220::11 \
+                 ports 61000-65535; 7 flows mapped (0 by taking over idle ports, 2 refused: no \
+                 port), 70 packets out, 65 replies back, 0 unmatched, 0 via the kernel"
+            ),
+            "{out}"
+        );
+        s.drops.clear();
+        s.snat.as_mut().unwrap().counters.clear();
+        assert!(!stats(&totals_only(s)).contains("Source translation"));
     }
 
     #[test]

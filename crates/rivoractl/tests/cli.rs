@@ -262,6 +262,7 @@ impl ApiSource for Fake {
                 exact: true,
                 rebuilds: 2,
             }),
+            snat: None,
         })
     }
     fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {

@@ -89,6 +89,16 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
     Ok(MetricsSnapshot {
         flow_guard_rate,
         flow_filter: Some((f.bits, f.ones, f.exact, f.rebuilds)),
+        snat: dp
+            .snat_counters()
+            .map(|c| {
+                rivora_abi::snat_counter::NAMES
+                    .iter()
+                    .zip(c)
+                    .map(|(n, v)| (n.to_string(), v))
+                    .collect()
+            })
+            .unwrap_or_default(),
         kubernetes: s.source_status.as_ref().map(|read| read(dp)),
         vips,
         drops,

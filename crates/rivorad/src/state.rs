@@ -347,6 +347,21 @@ impl ApiSource for StateSource {
             exact: f.exact,
             rebuilds: f.rebuilds,
         });
+        let src = s.dataplane.snat_source();
+        let snat = s
+            .dataplane
+            .snat_counters()
+            .ok()
+            .map(|c| rivora_api::SnatStats {
+                source_v4: src.v4.map(|a| a.to_string()),
+                source_v6: src.v6.map(|a| a.to_string()),
+                ports: format!("{}-{}", src.ports.start(), src.ports.end()),
+                counters: rivora_abi::snat_counter::NAMES
+                    .iter()
+                    .zip(c)
+                    .map(|(n, v)| (n.to_string(), v))
+                    .collect(),
+            });
         Ok(Stats {
             vips,
             drops,
@@ -355,6 +370,7 @@ impl ApiSource for StateSource {
             backends,
             flow_guard,
             flow_filter,
+            snat,
         })
     }
 

@@ -195,6 +195,41 @@ async fn etp_cluster_spreads_over_both_nodes_and_translates_the_source_for_remot
         }
     }
 
+    // What each node's datapath says it translated: as many mappings as flows it sent to the
+    // other node's pod (a third of 4 x 600, give or take the spread), every one answered, no
+    // port refused, nothing handed to the kernel.
+    for (i, a) in agents.iter().enumerate() {
+        let s = a.api().stats().await.unwrap();
+        let snat = s.snat.expect("stats carry the source translation");
+        let want_from = lab.node(i + 1).unwrap();
+        assert_eq!(
+            (snat.source_v4.as_deref(), snat.source_v6.as_deref()),
+            (
+                Some(want_from.v4.to_string().as_str()),
+                Some(want_from.v6.to_string().as_str())
+            ),
+            "{}: the Node's InternalIPs are the source",
+            a.name
+        );
+        let c = |k: &str| snat.counters.get(k).copied().unwrap_or(0);
+        let remote_pods = lab.nodes[1 - i].pods.len() as f64 / 3.0;
+        let expected = 4.0 * FLOWS as f64 * remote_pods;
+        assert!(
+            (c("allocated") as f64 - expected).abs() <= 0.05 * 4.0 * FLOWS as f64,
+            "{}: {} mappings, about {expected} expected: {snat:?}",
+            a.name,
+            c("allocated")
+        );
+        assert!(
+            c("replied") > 0 && c("forwarded") > c("allocated"),
+            "{snat:?}"
+        );
+        assert_eq!(c("to_kernel"), 0, "{}: {snat:?}", a.name);
+        let exhausted = s.drops.iter().find(|d| d.reason == "snat_exhausted");
+        assert_eq!(exhausted.map(|d| d.packets), Some(0), "{}", a.name);
+        eprintln!("{}: source translation {:?}", a.name, snat.counters);
+    }
+
     for a in &agents {
         assert!(!a.log().contains("ERROR"), "{}: {}", a.name, a.log());
     }
