@@ -277,6 +277,11 @@ pub struct VipBackend {
     /// terminating while ready endpoints exist).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminating: bool,
+    /// On another node: this VIP's flows to it leave with this node's
+    /// address as source (Kubernetes ETP Cluster), so it sees the node, not
+    /// the client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub snat: bool,
 }
 
 /// A backend with all VIPs it serves (`GET /v1/backends`).

@@ -121,6 +121,7 @@ fn sample_vips() -> Vec<VipInfo> {
                 target: None,
                 node: None,
                 terminating: false,
+                snat: false,
             }],
         },
         VipInfo {

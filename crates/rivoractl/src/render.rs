@@ -193,7 +193,8 @@ fn kubernetes_rows(k: &rivora_api::KubernetesStatus, kv: &mut impl FnMut(&str, S
 }
 
 /// What a Kubernetes backend is: `Pod NS/NAME @ NODE`, `(terminating)` when
-/// it is.
+/// it is, `(source: this node)` when its flows are source-translated (it
+/// runs on another node and sees this node's address, not the client's).
 fn backend_target(b: &rivora_api::VipBackend) -> String {
     let mut out = match (&b.target, &b.node) {
         (Some(t), Some(n)) => format!("{t} @ {n}"),
@@ -203,6 +204,9 @@ fn backend_target(b: &rivora_api::VipBackend) -> String {
     };
     if b.terminating {
         out.push_str(" (terminating)");
+    }
+    if b.snat {
+        out.push_str(" (source: this node)");
     }
     out
 }
@@ -265,7 +269,7 @@ pub fn vips(vips: &[VipInfo]) -> String {
     let show_target = vips
         .iter()
         .flat_map(|v| &v.backends)
-        .any(|b| b.target.is_some() || b.node.is_some() || b.terminating);
+        .any(|b| b.target.is_some() || b.node.is_some() || b.terminating || b.snat);
     let mut header = vec!["VIP", "BACKEND", "WEIGHT", "BACKEND ID", "STATE"];
     if show_target {
         header.push("TARGET");
@@ -1312,6 +1316,7 @@ mod tests {
                         target: None,
                         node: None,
                         terminating: false,
+                        snat: false,
                     },
                     VipBackend {
                         address: "192.168.1.11".into(),
@@ -1322,6 +1327,7 @@ mod tests {
                         target: None,
                         node: None,
                         terminating: false,
+                        snat: false,
                     },
                 ],
             },
@@ -1349,6 +1355,7 @@ mod tests {
                     target: None,
                     node: None,
                     terminating: false,
+                    snat: false,
                 }],
             },
             VipInfo {
@@ -1558,13 +1565,14 @@ mod tests {
         list[0].backends[0].target = Some("Pod shop/web-1".into());
         list[0].backends[0].node = Some("n1".into());
         list[0].backends[1].terminating = true;
+        list[0].backends[1].snat = true;
         let out = vips(&list);
         println!("{out}");
         let web = rows(&out, "web");
         assert_eq!(web[0][9], "service shop/web port http");
         assert_eq!(rows(&out, "dns6")[0][9], "-");
         assert_eq!(web[1][5], "Pod shop/web-1 @ n1");
-        assert_eq!(web[2][5], "- (terminating)");
+        assert_eq!(web[2][5], "- (terminating) (source: this node)");
     }
 
     #[test]

@@ -180,6 +180,7 @@ impl ApiSource for Fake {
                 target: None,
                 node: None,
                 terminating: false,
+                snat: false,
             }],
         }]
     }

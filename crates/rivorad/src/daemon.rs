@@ -213,6 +213,9 @@ fn load_and_adopt(args: &Args, interface: &str) -> anyhow::Result<Loaded> {
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
     dataplane.set_snat_ports(args.snat_ports.clone())?;
+    if let Some(w) = crate::kernel::snat_ports_overlap(&args.snat_ports) {
+        warn!("{w}");
+    }
     // The guard's window is counted in jiffies, so the kernel's tick rate
     // is needed now (it may have to be measured: 200 ms, once).
     match dataplane.set_flow_guard(args.new_flow_guard_rate) {

@@ -86,8 +86,45 @@ pub fn prepare_tunnel_fallback(
     Ok(prepared)
 }
 
+/// Why a `--snat-ports` range that overlaps the kernel's ephemeral ports
+/// (`net.ipv4.ip_local_port_range`) is a problem, or None when it does not.
+/// The node's own connections to a pod on another node may then take a
+/// port a translated flow to that pod holds, and xdp_ingress would hand
+/// their replies to the translated flow's client.
+pub fn snat_ports_overlap(ports: &std::ops::RangeInclusive<u16>) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    overlap_message(ports, &text)
+}
+
+fn overlap_message(ports: &std::ops::RangeInclusive<u16>, range_text: &str) -> Option<String> {
+    let mut it = range_text.split_whitespace().map(|w| w.parse::<u16>());
+    let (Some(Ok(lo)), Some(Ok(hi))) = (it.next(), it.next()) else {
+        return None;
+    };
+    (*ports.start() <= hi && lo <= *ports.end()).then(|| {
+        format!(
+            "--snat-ports {}-{} overlaps net.ipv4.ip_local_port_range {lo}-{hi}: this node's own \
+             connections to pods on other nodes may take a port a translated flow holds; move \
+             the range, or reserve it with net.ipv4.ip_local_reserved_ports",
+            ports.start(),
+            ports.end()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn snat_ports_overlapping_the_ephemeral_range_are_named() {
+        assert_eq!(overlap_message(&(61000..=65535), "32768\t60999\n"), None);
+        let m = overlap_message(&(60000..=61000), "32768\t60999\n").unwrap();
+        assert!(
+            m.contains("60000-61000 overlaps") && m.contains("32768-60999"),
+            "{m}"
+        );
+        assert_eq!(overlap_message(&(1..=2), "garbage"), None);
+    }
+
     use super::*;
 
     fn config(text: &str) -> DesiredState {

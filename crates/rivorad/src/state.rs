@@ -220,6 +220,7 @@ impl ApiSource for StateSource {
                                 target: meta.and_then(|m| m.target.clone()),
                                 node: meta.and_then(|m| m.node.clone()),
                                 terminating: meta.is_some_and(|m| m.terminating),
+                                snat: v.spec.snat.contains(&b.key),
                                 address: b.key.addr.to_string(),
                                 port: b.key.port,
                                 weight: b.weight,

@@ -165,6 +165,23 @@ async fn etp_cluster_spreads_over_both_nodes_and_translates_the_source_for_remot
         }
     }
 
+    // rivoractl's view: the other node's pods are marked source-translated, this node's not.
+    for (i, agent) in agents.iter().enumerate() {
+        for v in agent.vips().await.unwrap() {
+            for b in &v.backends {
+                let here = lab.nodes[i]
+                    .pods
+                    .iter()
+                    .any(|p| b.address == p.v4.to_string() || b.address == p.v6.to_string());
+                assert_eq!(
+                    b.snat, !here,
+                    "{}: {} {}:{} snat flag (node {:?})",
+                    agent.name, v.name, b.address, b.port, b.node
+                );
+            }
+        }
+    }
+
     let mut first_port = 20000u16;
     for (vip, client) in [(VIP4, IpAddr::V4(CLIENT_V4)), (VIP6, IpAddr::V6(CLIENT_V6))] {
         let target = SocketAddr::new(vip.parse().unwrap(), 80);
