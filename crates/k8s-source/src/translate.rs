@@ -1532,10 +1532,26 @@ mod tests {
                 "healthCheck": {"type": "tcp", "interval": "soon"},
             }),
         );
-        let out = run_with(vec![svc], vec![s], vec![bad]);
+        let out = run_with(vec![svc.clone()], vec![s], vec![bad]);
         let err = error_of(&out, "shop", "web").to_string();
         assert!(
             err.starts_with("ServicePolicy shop/bad: healthCheck.interval:"),
+            "{err}"
+        );
+        // Refused with no backend to probe too (the same check rivora-controller reports as
+        // Invalid), and naming the field the prober refuses.
+        let bad_path = policy(
+            "bad-path",
+            "2026-01-01T00:00:00Z",
+            json!({
+                "targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+                "healthCheck": {"type": "http", "path": "/has space"},
+            }),
+        );
+        let out = run_with(vec![svc], vec![], vec![bad_path]);
+        let err = error_of(&out, "shop", "web").to_string();
+        assert!(
+            err.starts_with("ServicePolicy shop/bad-path: healthCheck.path: "),
             "{err}"
         );
     }
