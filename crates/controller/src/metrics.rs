@@ -7,7 +7,7 @@
 //! | `rivora_controller_services` | gauge | `state` (`assigned`, `failed`) |
 //! | `rivora_controller_service_failures` | gauge | `reason` (Services failing for it now) |
 //! | `rivora_controller_passes_total` | counter | |
-//! | `rivora_controller_status_writes_total` | counter | `kind` (`service`, `pool`) |
+//! | `rivora_controller_status_writes_total` | counter | `kind` (`service`, `pool`, `servicepolicy`) |
 //!
 //! Why gauges of the current state for pools and failures: they are recomputed from the whole
 //! snapshot on every pass, so a gauge is exactly what the last pass saw (a counter of failures
@@ -45,6 +45,17 @@ struct ReasonLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
+}
+
+/// Status writes of one pass, by kind of object.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatusWrites {
+    /// Service status writes.
+    pub service: usize,
+    /// AddressPool status writes.
+    pub pool: usize,
+    /// ServicePolicy status writes.
+    pub policy: usize,
 }
 
 /// The registry and every metric in it.
@@ -112,19 +123,18 @@ impl Metrics {
         self.leader.set(i64::from(leads));
     }
 
-    /// Records one pass: what the allocator computed and how many writes it took.
-    pub fn record_pass(&self, outcome: &Outcome, service_writes: usize, pool_writes: usize) {
+    /// Records one pass: what the allocator computed and how many status writes it took.
+    pub fn record_pass(&self, outcome: &Outcome, writes: StatusWrites) {
         self.passes.inc();
-        self.writes
-            .get_or_create(&KindLabels {
-                kind: "service".into(),
-            })
-            .inc_by(service_writes as u64);
-        self.writes
-            .get_or_create(&KindLabels {
-                kind: "pool".into(),
-            })
-            .inc_by(pool_writes as u64);
+        for (kind, n) in [
+            ("service", writes.service),
+            ("pool", writes.pool),
+            ("servicepolicy", writes.policy),
+        ] {
+            self.writes
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc_by(n as u64);
+        }
         self.pool_addresses.clear();
         for (pool, r) in &outcome.pools {
             for (fam, total) in &r.total {
@@ -216,7 +226,14 @@ mod tests {
         let out = allocate(&[pool], &[svc("a"), svc("b"), svc("c")]);
         let m = Metrics::new();
         m.set_leader(true);
-        m.record_pass(&out, 3, 1);
+        m.record_pass(
+            &out,
+            StatusWrites {
+                service: 3,
+                pool: 1,
+                policy: 2,
+            },
+        );
         let text = m.encode();
         for line in [
             "rivora_controller_leader 1",
@@ -227,6 +244,8 @@ mod tests {
             "rivora_controller_service_failures{reason=\"PoolExhausted\"} 1",
             "rivora_controller_passes_total 1",
             "rivora_controller_status_writes_total{kind=\"service\"} 3",
+            "rivora_controller_status_writes_total{kind=\"pool\"} 1",
+            "rivora_controller_status_writes_total{kind=\"servicepolicy\"} 2",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }

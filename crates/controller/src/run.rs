@@ -1,5 +1,6 @@
-//! The API edge: watch Services, AddressPools and Namespaces, and — while this replica leads —
-//! recompute every assignment from the whole snapshot and write what differs.
+//! The API edge: watch Services, AddressPools, Namespaces and ServicePolicies, and — while this
+//! replica leads — recompute every assignment and every ServicePolicy status from the whole
+//! snapshot and write what differs.
 //!
 //! Why "recompute everything" instead of per-event patches: the allocator is a pure function of
 //! the snapshot, so a restart, a failover and a missed event all end in the same state, and the
@@ -19,15 +20,16 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use rivora_k8s_api::AddressPool;
+use rivora_k8s_api::{AddressPool, ServicePolicy};
 use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::ipam::{self, ClaimKey, ClaimView, Outcome};
 use crate::leader::Leadership;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, StatusWrites};
 use crate::observe::{self, ClassConfig, FIELD_MANAGER};
+use crate::policy_status::{self, ServiceIndex};
 
 /// How the loop behaves.
 #[derive(Debug, Clone)]
@@ -50,9 +52,10 @@ pub struct Stores {
     services: Store<Service>,
     pools: Store<AddressPool>,
     namespaces: Store<Namespace>,
+    policies: Store<ServicePolicy>,
 }
 
-/// Starts the three watches; `changed` is notified on every event.
+/// Starts the four watches; `changed` is notified on every event.
 pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
     fn spawn<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
     where
@@ -85,7 +88,8 @@ pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
             Api::<AddressPool>::all(client.clone()),
             Arc::clone(&changed),
         ),
-        namespaces: spawn(Api::<Namespace>::all(client.clone()), changed),
+        namespaces: spawn(Api::<Namespace>::all(client.clone()), Arc::clone(&changed)),
+        policies: spawn(Api::<ServicePolicy>::all(client.clone()), changed),
     }
 }
 
@@ -95,6 +99,7 @@ impl Stores {
         self.services.wait_until_ready().await?;
         self.pools.wait_until_ready().await?;
         self.namespaces.wait_until_ready().await?;
+        self.policies.wait_until_ready().await?;
         Ok(())
     }
 }
@@ -108,6 +113,11 @@ pub struct PassReport {
     pub service_writes: usize,
     /// Pool status writes.
     pub pool_writes: usize,
+    /// ServicePolicy status writes.
+    pub policy_writes: usize,
+    /// ServicePolicy status writes the API server refused (logged; the pass goes on, so one
+    /// policy cannot hold up the others or the address assignments).
+    pub policy_write_errors: usize,
     /// Whether the pass stopped because leadership could not be confirmed.
     pub not_leader: bool,
 }
@@ -168,7 +178,9 @@ async fn lead_passes(
             info!("leadership not confirmed; stopping writes");
             return Ok(());
         }
-        if report.service_writes + report.pool_writes > 0 {
+        if report.service_writes + report.pool_writes + report.policy_writes > 0
+            || report.policy_write_errors > 0
+        {
             info!(?report, "pass");
         }
         let _ = tokio::time::timeout(settings.resync, changed.notified()).await;
@@ -176,7 +188,8 @@ async fn lead_passes(
     }
 }
 
-/// One pass: snapshot, allocate, write what differs (re-confirming leadership as it goes).
+/// One pass: snapshot, allocate, judge every ServicePolicy, write what differs (re-confirming
+/// leadership as it goes).
 pub async fn pass(
     client: &Client,
     leadership: &Leadership,
@@ -301,9 +314,64 @@ pub async fn pass(
         report.service_writes += 1;
     }
     report.pool_writes = write_pool_status(client, &pools, &outcome).await?;
-    settings
-        .metrics
-        .record_pass(&outcome, report.service_writes, report.pool_writes);
+
+    // ServicePolicy status: which policy the nodes apply to which Service, per target.
+    let policies = stores.policies.state();
+    let index = ServiceIndex::new(all_services.iter().map(Arc::as_ref));
+    let now = Timestamp::now();
+    for policy in &policies {
+        let want = policy_status::desired_status(
+            policy,
+            policies.iter().map(Arc::as_ref),
+            &index,
+            &settings.class,
+            now,
+        );
+        if policy_status::status_is_current(policy, &want) {
+            continue;
+        }
+        if confirmed_at.elapsed() > Duration::from_millis(500) {
+            if !leadership.confirm().await? {
+                report.not_leader = true;
+                return Ok(report);
+            }
+            confirmed_at = Instant::now();
+        }
+        let k = policy_status::policy_key(policy);
+        let api: Api<ServicePolicy> = Api::namespaced(
+            client.clone(),
+            policy.namespace().as_deref().unwrap_or_default(),
+        );
+        let body = json!({
+            "apiVersion": format!("{}/{}", rivora_k8s_api::GROUP, rivora_k8s_api::VERSION),
+            "kind": "ServicePolicy",
+            "status": want,
+        });
+        match api
+            .patch_status(
+                &policy.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await
+        {
+            Ok(_) => report.policy_writes += 1,
+            // Deleted since the snapshot: nothing to report on.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                warn!(policy = %k, error = %e, "could not write the ServicePolicy status");
+                report.policy_write_errors += 1;
+            }
+        }
+    }
+    settings.metrics.record_pass(
+        &outcome,
+        StatusWrites {
+            service: report.service_writes,
+            pool: report.pool_writes,
+            policy: report.policy_writes,
+        },
+    );
     Ok(report)
 }
 

@@ -8,6 +8,10 @@
 //! enforces can never drift from them; a test fails when the committed YAML is stale.
 //! Regenerate with `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/crds`.
 //!
+//! The rules rivora-controller and rivorad must agree on live here too, so there is one copy of
+//! each: which Services are Rivora's ([`class`]), which ServicePolicy applies to a Service port
+//! ([`attachment`]) and what a node refuses in one ([`policy_check`]).
+//!
 //! Validation lives in the schemas (types, ranges, enums, patterns) and in CEL rules
 //! (`x-kubernetes-validations`), so the API server itself refuses a bad object with a message
 //! that names the field.
@@ -18,6 +22,7 @@ pub mod address_pool;
 pub mod attachment;
 pub mod bgp_peer;
 pub mod class;
+pub mod policy_check;
 pub mod rivora_node;
 mod schema;
 pub mod service_policy;

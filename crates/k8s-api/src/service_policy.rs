@@ -274,7 +274,9 @@ pub enum NatForwarding {
     Fib,
 }
 
-/// Whether the policy took effect, per target.
+/// Whether the policy took effect, per target. Written by rivora-controller's leader only (one
+/// writer with the cluster view; every node reads the same policies, so N nodes would fight over
+/// one status), through the status subresource.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServicePolicyStatus {
@@ -290,19 +292,36 @@ pub struct ServicePolicyStatus {
 pub struct TargetStatus {
     /// The target this entry is about.
     pub target_ref: PolicyTargetRef,
-    /// `Accepted` (the policy applies to the target) and `Conflicted` (True: another policy
-    /// targets the same Service and is older, so this one does not apply).
+    /// `Accepted`: True (reason `Accepted`) when the nodes apply this policy to the target (to at
+    /// least one of its ports), else False with reason `TargetNotFound` (no such Service in the
+    /// policy's namespace, or no port named `sectionName`), `Invalid` (not a LoadBalancer
+    /// Service of Rivora's class, or a value the nodes refuse) or `Conflicted` (another policy
+    /// wins every port: it names the port by `sectionName`, or it is older). The message names
+    /// the field or the winning policy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = crate::address_pool::conditions_schema)]
     pub conditions: Vec<Condition>,
 }
 
-/// Condition types of [`TargetStatus::conditions`].
+/// The condition type of [`TargetStatus::conditions`] and its reasons (Gateway API's
+/// `PolicyConditionType` and `PolicyConditionReason`, so tools that read policy status read
+/// ours).
 pub mod condition {
-    /// True when the policy applies to the target.
+    /// True when the nodes apply the policy to the target.
     pub const ACCEPTED: &str = "Accepted";
-    /// True when an older policy targets the same Service.
-    pub const CONFLICTED: &str = "Conflicted";
+
+    /// Reasons of the `Accepted` condition.
+    pub mod reason {
+        /// True: the policy applies.
+        pub const ACCEPTED: &str = "Accepted";
+        /// False: no such Service in the policy's namespace (or no port named `sectionName`).
+        pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+        /// False: the target is not a LoadBalancer Service of Rivora's class, or a value of the
+        /// policy is one the nodes refuse.
+        pub const INVALID: &str = "Invalid";
+        /// False: another policy wins every port of the target (more specific, or older).
+        pub const CONFLICTED: &str = "Conflicted";
+    }
 }
 
 fn target_refs_schema(schema: &mut Schema) {

@@ -28,11 +28,11 @@ use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use rivora_dataplane::{BackendKey, BackendSpec, RateLimit, VipKey, VipSpec, proto};
-use rivora_health::{ProbeKind, ProbeSpec};
+use rivora_health::ProbeSpec;
 use rivora_k8s_api::attachment::attached_policy;
 use rivora_k8s_api::class::{ClassConfig, is_ours};
-use rivora_k8s_api::service_policy::check_defaults;
-use rivora_k8s_api::{CheckType, HealthCheck, NatForwarding, ServicePolicy};
+use rivora_k8s_api::policy_check;
+use rivora_k8s_api::{HealthCheck, NatForwarding, ServicePolicy};
 
 use crate::endpoints::{self, EndpointError, Family, PortSelector, TargetRef};
 use crate::healthz;
@@ -485,30 +485,15 @@ fn policy_settings(policy: Option<&ServicePolicy>) -> Result<PolicySettings<'_>,
         policy: name.clone(),
         reason,
     };
-    let syn_rate_limit = match &p.spec.syn_rate_limit {
-        None => None,
-        Some(l) => {
-            let rate = u64::try_from(l.rate)
-                .ok()
-                .filter(|r| *r >= 1)
-                .ok_or_else(|| bad(format!("synRateLimit.rate {} must be at least 1", l.rate)))?;
-            let burst = match l.burst {
-                None => rate,
-                Some(b) => u64::try_from(b)
-                    .ok()
-                    .filter(|b| *b >= 1)
-                    .ok_or_else(|| bad(format!("synRateLimit.burst {b} must be at least 1")))?,
-            };
-            Some(RateLimit { rate, burst })
-        }
-    };
+    // The same check rivora-controller reports as `Invalid` in the policy's status; made here
+    // even when no backend is probed yet, so a node refuses what the status calls invalid.
+    let checked = policy_check::check(&p.spec).map_err(bad)?;
     Ok(PolicySettings {
-        check: p
-            .spec
-            .health_check
-            .as_ref()
-            .filter(|h| h.kind != CheckType::None),
-        syn_rate_limit,
+        check: checked.health_check,
+        syn_rate_limit: checked.syn_rate_limit.map(|l| RateLimit {
+            rate: l.rate,
+            burst: l.burst,
+        }),
         nat_fib: p.spec.nat_forwarding == Some(NatForwarding::Fib),
         announce: Announce {
             advertise: p.spec.advertise.unwrap_or(true),
@@ -516,49 +501,6 @@ fn policy_settings(policy: Option<&ServicePolicy>) -> Result<PolicySettings<'_>,
         },
         name: Some(name),
     })
-}
-
-/// The probe of one backend under a health check (`port` overrides the backend's port).
-fn probe_spec(hc: &HealthCheck, backend: BackendKey) -> Result<ProbeSpec, String> {
-    let kind = match hc.kind {
-        CheckType::Http => ProbeKind::Http {
-            path: hc
-                .path
-                .clone()
-                .unwrap_or_else(|| check_defaults::PATH.into()),
-            expect: match hc.expect_status {
-                None => check_defaults::EXPECT_STATUS,
-                Some(r) => (
-                    u16::try_from(r.from).map_err(|_| {
-                        format!("healthCheck.expectStatus.from {} is not a status", r.from)
-                    })?,
-                    u16::try_from(r.to).map_err(|_| {
-                        format!("healthCheck.expectStatus.to {} is not a status", r.to)
-                    })?,
-                ),
-            },
-            host: hc.host.clone(),
-        },
-        // CheckType::None never reaches here (policy_settings drops it).
-        CheckType::Tcp | CheckType::None => ProbeKind::Tcp,
-    };
-    let port = match hc.port {
-        None => backend.port,
-        Some(p) => u16::try_from(p)
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("healthCheck.port {p} is not a port number"))?,
-    };
-    let spec = ProbeSpec {
-        kind,
-        target: SocketAddr::new(backend.addr, port),
-        interval: hc.interval()?,
-        timeout: hc.timeout()?,
-        rise: hc.rise(),
-        fall: hc.fall(),
-    };
-    spec.validate().map_err(|e| format!("healthCheck: {e}"))?;
-    Ok(spec)
 }
 
 fn translate_service(
@@ -682,7 +624,9 @@ fn translate_service(
                         };
                         let check = settings
                             .check
-                            .map(|hc| probe_spec(hc, bkey))
+                            .map(|hc| {
+                                policy_check::probe_spec(hc, SocketAddr::new(bkey.addr, bkey.port))
+                            })
                             .transpose()
                             .map_err(|reason| TranslateError::Policy {
                                 policy: settings.name.clone().unwrap_or_default(),
@@ -815,6 +759,7 @@ mod tests {
     use super::*;
     use crate::endpoints::tests::slice;
     use rivora_dataplane::Mode;
+    use rivora_health::ProbeKind;
     use serde_json::{Value, json};
 
     const CLASS: &str = rivora_k8s_api::class::LOAD_BALANCER_CLASS;
@@ -1587,10 +1532,26 @@ mod tests {
                 "healthCheck": {"type": "tcp", "interval": "soon"},
             }),
         );
-        let out = run_with(vec![svc], vec![s], vec![bad]);
+        let out = run_with(vec![svc.clone()], vec![s], vec![bad]);
         let err = error_of(&out, "shop", "web").to_string();
         assert!(
             err.starts_with("ServicePolicy shop/bad: healthCheck.interval:"),
+            "{err}"
+        );
+        // Refused with no backend to probe too (the same check rivora-controller reports as
+        // Invalid), and naming the field the prober refuses.
+        let bad_path = policy(
+            "bad-path",
+            "2026-01-01T00:00:00Z",
+            json!({
+                "targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+                "healthCheck": {"type": "http", "path": "/has space"},
+            }),
+        );
+        let out = run_with(vec![svc], vec![], vec![bad_path]);
+        let err = error_of(&out, "shop", "web").to_string();
+        assert!(
+            err.starts_with("ServicePolicy shop/bad-path: healthCheck.path: "),
             "{err}"
         );
     }

@@ -1,5 +1,6 @@
-//! rivora-controller: assigns addresses from AddressPools to Rivora's LoadBalancer Services.
-//! Run two replicas; one leads through a Lease and is the only writer.
+//! rivora-controller: assigns addresses from AddressPools to Rivora's LoadBalancer Services and
+//! writes ServicePolicy status. Run two replicas; one leads through a Lease and is the only
+//! writer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,8 @@ use tokio::sync::Notify;
 use tracing::{error, info};
 
 /// Assigns addresses from Rivora's AddressPools to LoadBalancer Services and writes
-/// Service.status.loadBalancer; only the replica holding the Lease writes.
+/// Service.status.loadBalancer, and says in each ServicePolicy's status whether the nodes apply
+/// it to its targets; only the replica holding the Lease writes.
 #[derive(Parser, Debug)]
 #[command(name = "rivora-controller", version)]
 struct Args {
@@ -35,7 +37,8 @@ struct Args {
     /// stops writing.
     #[arg(long, default_value_t = 5)]
     lease_grace: u64,
-    /// spec.loadBalancerClass of the Services this controller serves.
+    /// spec.loadBalancerClass of the Services this controller serves (and the nodes program;
+    /// a ServicePolicy targeting another Service is Invalid).
     #[arg(long, default_value = LOAD_BALANCER_CLASS)]
     load_balancer_class: String,
     /// Also serve LoadBalancer Services without a loadBalancerClass (Rivora is the default).
