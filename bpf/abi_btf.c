@@ -51,6 +51,10 @@ struct rv_abi_all {
 	struct rv_iface iface;
 	struct rv_tunnel_config tunnel_config;
 	struct rv_snat_config snat_config;
+	struct rv_affinity_timeout affinity_timeout;
+	struct rv_client_key4 client_key4;
+	struct rv_client_key6 client_key6;
+	struct rv_client_affinity client_affinity;
 	struct rv_snat_flow snat_flow;
 	struct rv_snat_rev_key4 snat_rev_key4;
 	struct rv_snat_rev_key6 snat_rev_key6;

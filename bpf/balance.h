@@ -64,11 +64,19 @@ __attribute__((noinline)) int rv_maglev_pick_slot(__u32 offset, __u32 size, __u3
 	return -1;
 }
 
-static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 hash, __u32 *backend_id)
+#include "client_affinity.h"
+
+/* `client_service` (not RV_CLIENT_NONE): a ClientIP VIP's service ID, whose
+ * client rv_client_set stored: its recent choice comes first when the VIP
+ * has a timeout (client_affinity.h). */
+static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 hash, __u32 client_service,
+					  __u32 *backend_id, const int v6)
 {
 	if (svc->backend_count == 0)
 		return -1;
-	int id = rv_maglev_pick_slot(svc->maglev_offset, svc->maglev_size, hash);
+	int id = client_service == RV_CLIENT_NONE
+			 ? rv_maglev_pick_slot(svc->maglev_offset, svc->maglev_size, hash)
+			 : rv_client_pick_slice(svc->maglev_offset, svc->maglev_size, hash, client_service, v6);
 	if (id < 0)
 		return -1;
 	*backend_id = id;

@@ -406,6 +406,33 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } snat_stats_map SEC(".maps");
 
+/* sessionAffinity ClientIP with a timeout: per service, the timeout in
+ * ticks (0: none, the client address's Maglev hash alone decides), and the
+ * clients' recent choices (balance.h rv_client_sticky). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct rv_affinity_timeout);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} svc_affinity_timeout_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_CLIENTS);
+	__type(key, struct rv_client_key4);
+	__type(value, struct rv_client_affinity);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} client_affinity_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RV_MAX_CLIENTS);
+	__type(key, struct rv_client_key6);
+	__type(value, struct rv_client_affinity);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} client_affinity_map6 SEC(".maps");
+
 /* Not read by the programs: the control plane's record of who wrote the
  * pinned maps (ABI version, table size, XDP mode). */
 struct {

@@ -84,6 +84,9 @@ enum rv_abi_consts {
 	RV_SNAT_PORT_PROBES = 8,
 	/* Slots of snat_stats_map (enum rv_snat_counter, room to grow). */
 	RV_SNAT_COUNTER_SLOTS = 8,
+	/* Clients remembered per family for sessionAffinity ClientIP with a
+	 * timeout (client_affinity_map(6)), all VIPs together. */
+	RV_MAX_CLIENTS = 65536,
 };
 
 /* rv_vip_slot.flags bits. */
@@ -790,6 +793,38 @@ enum rv_snat_counter {
 	 * FIB answer yet, TTL expiring, over the MTU, tagged). */
 	RV_SNAT_TO_KERNEL = 5,
 	RV_SNAT_COUNTER_COUNT = 6,
+};
+
+/* svc_affinity_timeout_map value, by service ID: sessionAffinity
+ * ClientIP's timeout. `ticks` (RV_NAT_CHECK_JIFFIES_SHIFT units) is what
+ * the program compares; `seconds` is what the control plane asked for
+ * (read back on adoption). ticks 0: no timeout (the hash alone). */
+struct rv_affinity_timeout {
+	__u32 ticks;
+	__u32 seconds;
+};
+
+/* client_affinity_map key (IPv4): a client of a VIP with sessionAffinity
+ * ClientIP and a timeout (svc_affinity_timeout_map). */
+struct rv_client_key4 {
+	__u32 service_id;
+	__be32 addr;
+};
+
+struct rv_client_key6 {
+	__u32 service_id;
+	__u8 addr[16];
+};
+
+/* client_affinity_map(6) value: the backend the client's last new flow
+ * went to, and when (RV_NAT_CHECK_JIFFIES_SHIFT ticks). A new flow within
+ * the VIP's timeout goes there again while it is healthy, whatever Maglev
+ * says now (kube-proxy's sessionAffinityConfig.clientIP.timeoutSeconds). */
+struct rv_client_affinity {
+	__u32 backend_id;
+	__u32 backend_generation;
+	__u32 last_seen;
+	__u32 pad;
 };
 
 #endif /* RIVORA_ABI_H */

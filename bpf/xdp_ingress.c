@@ -37,6 +37,7 @@
 #include "flow_filter.h"
 #include "source_ranges.h"
 #include "snat.h"
+#include "client_affinity.h"
 #include "stages.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -471,7 +472,11 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		int client_ip = svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP;
 		__u32 h5 = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 0, v6);
 		__u32 h = client_ip ? rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 1, v6) : h5;
-		if (rv_maglev_pick(svc, h, &backend_id)) {
+		/* ClientIP (with a timeout: the client's recent choice first,
+		 * client_affinity.h). */
+		if (client_ip)
+			rv_client_set(p->src, v6);
+		if (rv_maglev_pick(svc, h, client_ip ? service_id : RV_CLIENT_NONE, &backend_id, v6)) {
 			rv_count_drop(RV_DROP_NO_HEALTHY_BACKEND, service_id);
 			return XDP_DROP;
 		}
@@ -610,7 +615,7 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 		    rv_maglev_pick(svc,
 				   rv_flow_hash(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto,
 						svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP, v6),
-				   &backend_id) ||
+				   RV_CLIENT_NONE, &backend_id, v6) ||
 		    rv_backend(backend_id, &be, v6)) {
 			rv_count_event(RV_PASS_ICMP_UNMATCHED);
 			return XDP_PASS;

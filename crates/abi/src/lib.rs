@@ -1009,6 +1009,45 @@ pub mod snat_counter {
 pub const SNAT_PORT_PROBES: u32 = 8;
 /// Length of `snat_stats_map`.
 pub const SNAT_COUNTER_SLOTS: u32 = 8;
+/// Capacity of each client affinity table (`client_affinity_map(6)`).
+pub const MAX_CLIENTS: u32 = 65536;
+
+/// `struct rv_affinity_timeout`: a ClientIP VIP's timeout
+/// (svc_affinity_timeout_map value, by service ID).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AffinityTimeout {
+    /// Ticks (jiffies >> [`NAT_CHECK_JIFFIES_SHIFT`]); 0: no timeout.
+    pub ticks: u32,
+    /// The timeout asked for, read back on adoption.
+    pub seconds: u32,
+}
+
+/// `struct rv_client_key4`: a client of a ClientIP VIP with a timeout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClientKey4 {
+    pub service_id: u32,
+    pub addr: u32,
+}
+
+/// `struct rv_client_key6`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClientKey6 {
+    pub service_id: u32,
+    pub addr: [u8; 16],
+}
+
+/// `struct rv_client_affinity`: the backend of a client's last new flow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClientAffinity {
+    pub backend_id: u32,
+    pub backend_generation: u32,
+    pub last_seen: u32,
+    pub pad: u32,
+}
 
 /// rivora-decap's constants and kinds (`enum rv_decap_consts`,
 /// `enum rv_decap_kind`). Its maps are its own, versioned apart from the
@@ -1075,6 +1114,10 @@ pub struct DropStats {
 }
 
 pod!(
+    AffinityTimeout,
+    ClientKey4,
+    ClientKey6,
+    ClientAffinity,
     SnatConfig,
     SnatFlow,
     SnatRevKey4,
@@ -1274,6 +1317,14 @@ pub fn layouts() -> Vec<StructLayout> {
                 udp_idle
             ]
         ),
+        layout!(AffinityTimeout, "rv_affinity_timeout", [ticks, seconds]),
+        layout!(ClientKey4, "rv_client_key4", [service_id, addr]),
+        layout!(ClientKey6, "rv_client_key6", [service_id, addr]),
+        layout!(
+            ClientAffinity,
+            "rv_client_affinity",
+            [backend_id, backend_generation, last_seen, pad]
+        ),
         layout!(
             SnatFlow,
             "rv_snat_flow",
@@ -1412,6 +1463,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_SNAT_REV_F_CLOSING", snat_rev_flags::CLOSING as i64),
         ("RV_SNAT_PORT_PROBES", SNAT_PORT_PROBES as i64),
         ("RV_SNAT_COUNTER_SLOTS", SNAT_COUNTER_SLOTS as i64),
+        ("RV_MAX_CLIENTS", MAX_CLIENTS as i64),
         ("RV_SNAT_ALLOCATED", snat_counter::ALLOCATED as i64),
         ("RV_SNAT_REUSED_IDLE", snat_counter::REUSED_IDLE as i64),
         ("RV_SNAT_FORWARDED", snat_counter::FORWARDED as i64),

@@ -149,6 +149,27 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
             sizes.flow_table,
         ),
         s(
+            "svc_affinity_timeout_map",
+            MapType::Array,
+            4,
+            size_of::<abi::AffinityTimeout>(),
+            abi::MAX_VIPS,
+        ),
+        s(
+            "client_affinity_map",
+            MapType::LruHash,
+            size_of::<abi::ClientKey4>(),
+            size_of::<abi::ClientAffinity>(),
+            abi::MAX_CLIENTS,
+        ),
+        s(
+            "client_affinity_map6",
+            MapType::LruHash,
+            size_of::<abi::ClientKey6>(),
+            size_of::<abi::ClientAffinity>(),
+            abi::MAX_CLIENTS,
+        ),
+        s(
             "snat_config_map",
             MapType::Array,
             4,
@@ -412,10 +433,15 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
     ),
     // Source translation for ETP Cluster (bpf/snat.h): its maps, service
     // flag SNAT and backend flag SNAT (unset by and unknown to ABI 11), and
-    // drop_stats_map index RV_DROP_SNAT_EXHAUSTED (slot 15 of 16).
+    // drop_stats_map index RV_DROP_SNAT_EXHAUSTED (slot 15 of 16); the
+    // ClientIP timeout (bpf/client_affinity.h: an all-zero timeout map is
+    // "no timeout", as ABI 11 behaved).
     (
         12,
         &[
+            "svc_affinity_timeout_map",
+            "client_affinity_map",
+            "client_affinity_map6",
             "snat_config_map",
             "snat_flow_map",
             "snat_flow_map6",

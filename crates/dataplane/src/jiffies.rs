@@ -72,6 +72,16 @@ impl Clock {
     }
 }
 
+/// The datapath's ticks (jiffies >> `NAT_CHECK_JIFFIES_SHIFT`) for a hold
+/// of at least `d` at `hz`: the programs compare `now - last >= ticks` on
+/// tick numbers, which can be up to one tick short of the real time, so
+/// one more than the rounded-up count (never 0, at most u32::MAX).
+pub fn ticks_at_least(d: Duration, hz: u32) -> u32 {
+    let jiffies = d.as_nanos() * u128::from(hz.max(1)) / 1_000_000_000;
+    let tick = 1u128 << rivora_abi::NAT_CHECK_JIFFIES_SHIFT;
+    u32::try_from(jiffies.div_ceil(tick) + 1).unwrap_or(u32::MAX)
+}
+
 /// `ticks` jiffies at `hz` ticks per second.
 pub fn ticks_to_duration(ticks: u64, hz: u32) -> Duration {
     let hz = u64::from(hz.max(1));

@@ -78,6 +78,12 @@ pub struct Maps {
     pub vip_index: Array<MapData, abi::VipSlot>,
     /// Which half of `vip_index` is in use, and whether it is complete.
     pub vip_index_ctl: Array<MapData, abi::VipIndexCtl>,
+    /// ClientIP timeouts by service ID (bpf/client_affinity.h).
+    pub affinity_timeout: Array<MapData, abi::AffinityTimeout>,
+    /// IPv4 clients' recent choices of ClientIP VIPs with a timeout (LRU).
+    pub client_affinity: HashMap<MapData, abi::ClientKey4, abi::ClientAffinity>,
+    /// IPv6 clients' recent choices (LRU).
+    pub client_affinity6: HashMap<MapData, abi::ClientKey6, abi::ClientAffinity>,
     /// This node's source for translated flows (index 0; bpf/snat.h).
     pub snat_config: Array<MapData, abi::SnatConfig>,
     /// Translated IPv4 flows -> node port (LRU).
@@ -298,6 +304,9 @@ impl Maps {
             vip_drop_stats: typed!(ebpf, "vip_drop_stats_map"),
             vip_index: typed!(ebpf, "vip_index_map"),
             vip_index_ctl: typed!(ebpf, "vip_index_ctl_map"),
+            affinity_timeout: typed!(ebpf, "svc_affinity_timeout_map"),
+            client_affinity: typed!(ebpf, "client_affinity_map"),
+            client_affinity6: typed!(ebpf, "client_affinity_map6"),
             snat_config: typed!(ebpf, "snat_config_map"),
             snat_flow: typed!(ebpf, "snat_flow_map"),
             snat_flow6: typed!(ebpf, "snat_flow_map6"),

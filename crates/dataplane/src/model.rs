@@ -322,6 +322,13 @@ pub struct VipSpec {
     /// sessionAffinity clientIP: Maglev hashes the client address only
     /// (service flag `AFFINITY_CLIENT_IP`).
     pub affinity_client_ip: bool,
+    /// With `affinity_client_ip`: how long a client's new flows keep going
+    /// to the backend its last new flow went to, whatever Maglev says after
+    /// a backend change (Kubernetes' sessionAffinityConfig.clientIP
+    /// timeoutSeconds; svc_affinity_timeout_map, client_affinity_map(6)).
+    /// None: the hash alone (a client moves when the backend set changes
+    /// under it). 1 s to 1 day.
+    pub affinity_timeout: Option<std::time::Duration>,
     /// The VIP's own SYN rate limit (svc_rl_config_map, service flag
     /// `SYN_RATE_LIMIT`); None: the node-wide limit applies, if any.
     pub syn_rate_limit: Option<RateLimit>,
@@ -375,6 +382,7 @@ impl VipSpec {
             mode: Mode::Nat,
             backends,
             affinity_client_ip: false,
+            affinity_timeout: None,
             syn_rate_limit: None,
             nat_fib: false,
             source_ranges: None,

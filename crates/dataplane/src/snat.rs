@@ -68,10 +68,7 @@ impl SnatSource {
                 self.ports.end()
             ));
         }
-        let ticks = |d: Duration| -> u32 {
-            let jiffies = d.as_millis() * u128::from(hz.max(1)) / 1000;
-            u32::try_from((jiffies >> abi::NAT_CHECK_JIFFIES_SHIFT).max(1)).unwrap_or(u32::MAX)
-        };
+        let ticks = |d: Duration| crate::jiffies::ticks_at_least(d, hz);
         let mut flags = 0;
         if self.v4.is_some() {
             flags |= abi::snat_config_flags::ADDR4;
@@ -129,14 +126,15 @@ mod tests {
         assert_eq!(c.flags, abi::snat_config_flags::ADDR4);
         assert_eq!(c.addr4, abi::be_addr4("10.0.0.1".parse().unwrap()));
         assert_eq!((c.port_min, c.port_max), (61000, 65535));
-        // 120 s at HZ=250 = 30,000 jiffies = 234 ticks of 128.
-        assert_eq!(c.udp_idle, 234);
-        assert_eq!(c.closed_idle, 60 * 250 / 128);
+        // 120 s at HZ=250 = 30,000 jiffies = 234.4 ticks of 128: 235, and
+        // one more for the tick the mapping was last seen in.
+        assert_eq!(c.udp_idle, 236);
+        assert_eq!(c.closed_idle, 15_000_u32.div_ceil(128) + 1);
         let zero = SnatSource {
             udp_idle: Duration::ZERO,
             ..s.clone()
         };
-        assert_eq!(zero.to_config(250).unwrap().udp_idle, 1, "at least a tick");
+        assert_eq!(zero.to_config(250).unwrap().udp_idle, 1, "the next tick");
     }
 
     #[test]

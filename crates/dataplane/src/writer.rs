@@ -593,6 +593,70 @@ impl Dataplane {
         Ok(expired.len())
     }
 
+    /// Deletes the ClientIP timeout's entries of `services` (service IDs)
+    /// that name a backend the service's VIP no longer has (all of them for
+    /// a service no VIP holds, or one whose timeout changed and is gone).
+    /// Returns how many were deleted. Why and how as for
+    /// [`Self::forget_udp_flows`]: the datapath does not check that a
+    /// client's backend is still the VIP's (a lookup per new flow).
+    fn forget_clients(&mut self, services: &BTreeSet<u32>) -> usize {
+        let members: BTreeMap<u32, BTreeSet<u32>> = self
+            .vips
+            .values()
+            .filter(|v| services.contains(&v.service_id) && v.spec.affinity_timeout.is_some())
+            .map(|v| {
+                let ids = v
+                    .spec
+                    .backends
+                    .iter()
+                    .filter_map(|b| self.backends.get(&b.key).map(|s| s.id))
+                    .collect();
+                (v.service_id, ids)
+            })
+            .collect();
+        let stale = |service_id: u32, backend_id: u32| {
+            services.contains(&service_id)
+                && members
+                    .get(&service_id)
+                    .is_none_or(|ids| !ids.contains(&backend_id))
+        };
+        let bound = 4 * abi::MAX_CLIENTS as usize;
+        let doomed4: Vec<abi::ClientKey4> = self
+            .maps
+            .client_affinity
+            .iter()
+            .take(bound)
+            .map_while(|e| {
+                e.map_err(|e| tracing::warn!("reading client_affinity_map: {e}"))
+                    .ok()
+            })
+            .filter(|(k, a)| stale(k.service_id, a.backend_id))
+            .map(|(k, _)| k)
+            .collect();
+        let doomed6: Vec<abi::ClientKey6> = self
+            .maps
+            .client_affinity6
+            .iter()
+            .take(bound)
+            .map_while(|e| {
+                e.map_err(|e| tracing::warn!("reading client_affinity_map6: {e}"))
+                    .ok()
+            })
+            .filter(|(k, a)| stale(k.service_id, a.backend_id))
+            .map(|(k, _)| k)
+            .collect();
+        // Already gone (evicted meanwhile) is fine.
+        let gone4 = doomed4
+            .iter()
+            .filter(|k| self.maps.client_affinity.remove(k).is_ok())
+            .count();
+        let gone6 = doomed6
+            .iter()
+            .filter(|k| self.maps.client_affinity6.remove(k).is_ok())
+            .count();
+        gone4 + gone6
+    }
+
     /// Deletes the UDP affinity entries of `vips` whose backend is no
     /// longer one of the VIP's (all of them for a VIP no longer programmed);
     /// returns how many.
@@ -1189,6 +1253,7 @@ impl Dataplane {
             .collect();
         let leaving: BTreeSet<VipKey> = removed.iter().copied().collect();
         let udp_losing = udp_vips_losing_backends(&self.vips, &desired);
+        let clients_losing = client_vips_losing_backends(&self.vips, &desired);
 
         // Backend endpoints that another VIP is about to reach stop being
         // exclusive first (endpoints.rs).
@@ -1382,6 +1447,11 @@ impl Dataplane {
         // point at them, so the old ones can go.
         if !udp_losing.is_empty() {
             report.udp_flows_forgotten = self.forget_udp_flows(&udp_losing);
+        }
+        // Likewise the ClientIP timeout's client entries (a backend still
+        // healthy in another VIP would otherwise keep this VIP's clients).
+        if !clients_losing.is_empty() {
+            self.forget_clients(&clients_losing);
         }
         let unused: Vec<BackendKey> = self
             .backends
@@ -1848,6 +1918,16 @@ impl Dataplane {
             abi::mode::DSR_GRE => Mode::DsrGre,
             m => return Err(format!("unknown mode {m}")),
         };
+        let affinity_timeout = if svc.flags & abi::service_flags::AFFINITY_CLIENT_IP != 0 {
+            let t = self
+                .maps
+                .affinity_timeout
+                .get(&service_id, 0)
+                .map_err(|e| e.to_string())?;
+            (t.ticks != 0).then(|| Duration::from_secs(u64::from(t.seconds)))
+        } else {
+            None
+        };
         let syn_rate_limit = if svc.flags & abi::service_flags::SYN_RATE_LIMIT != 0 {
             let rl = self
                 .maps
@@ -1928,6 +2008,7 @@ impl Dataplane {
                     mode,
                     backends,
                     affinity_client_ip: svc.flags & abi::service_flags::AFFINITY_CLIENT_IP != 0,
+                    affinity_timeout,
                     syn_rate_limit,
                     nat_fib: svc.flags & abi::service_flags::NAT_FIB != 0,
                     source_ranges,
@@ -2352,6 +2433,9 @@ impl Dataplane {
         if spec.syn_rate_limit.is_some() {
             self.set_svc_rate_limit(service_id, spec.syn_rate_limit)?;
         }
+        // Before the service entry, so a ClientIP VIP never runs without
+        // the timeout it is given.
+        self.set_affinity_timeout(service_id, spec.affinity_timeout)?;
         let bank = match (&spec.source_ranges, &cur) {
             (None, _) => 0,
             (Some(want), Some((Some(have), b))) if want == have => *b,
@@ -2509,6 +2593,26 @@ impl Dataplane {
             }
         }
         Ok(())
+    }
+
+    /// Writes a ClientIP VIP's timeout (None: no timeout), in ticks at the
+    /// kernel's HZ (1000 if it cannot be learnt: the longest in real time).
+    fn set_affinity_timeout(
+        &mut self,
+        service_id: u32,
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        let value = match timeout {
+            None => abi::AffinityTimeout::default(),
+            Some(d) => abi::AffinityTimeout {
+                ticks: crate::jiffies::ticks_at_least(d, crate::jiffies::hz().unwrap_or(1000)),
+                seconds: u32::try_from(d.as_secs()).unwrap_or(u32::MAX),
+            },
+        };
+        self.maps
+            .affinity_timeout
+            .set(service_id, value, 0)
+            .map_err(|e| map_err("svc_affinity_timeout_map", e))
     }
 
     fn set_svc_rate_limit(
@@ -2754,6 +2858,31 @@ fn source_drained(desired: &BTreeMap<VipKey, VipSpec>) -> BTreeSet<BackendKey> {
 
 /// The UDP VIPs (programmed now) that `desired` removes or takes a backend
 /// from: their flows on the backends that leave must be re-balanced.
+/// The service IDs of ClientIP VIPs with a timeout (programmed now) whose
+/// client entries may name a backend they no longer have: VIPs removed,
+/// losing a backend, or changing their timeout (which restarts it).
+fn client_vips_losing_backends(
+    current: &BTreeMap<VipKey, VipState>,
+    desired: &BTreeMap<VipKey, VipSpec>,
+) -> BTreeSet<u32> {
+    current
+        .iter()
+        .filter(|(_, cur)| cur.spec.affinity_timeout.is_some())
+        .filter(|(k, cur)| match desired.get(*k) {
+            None => true,
+            Some(want) => {
+                want.affinity_timeout != cur.spec.affinity_timeout
+                    || cur
+                        .spec
+                        .backends
+                        .iter()
+                        .any(|b| !want.backends.iter().any(|w| w.key == b.key))
+            }
+        })
+        .map(|(_, cur)| cur.service_id)
+        .collect()
+}
+
 fn udp_vips_losing_backends(
     current: &BTreeMap<VipKey, VipState>,
     desired: &BTreeMap<VipKey, VipSpec>,
@@ -2866,6 +2995,21 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
                 spec.name
             )));
         }
+        if let Some(t) = spec.affinity_timeout {
+            if !spec.affinity_client_ip {
+                return Err(Error::Invalid(format!(
+                    "VIP {}: affinity_timeout needs sessionAffinity clientIP",
+                    spec.name
+                )));
+            }
+            if t < Duration::from_secs(1) || t > Duration::from_secs(86_400) {
+                return Err(Error::Invalid(format!(
+                    "VIP {}: affinity_timeout {}s: must be 1 to 86400 seconds",
+                    spec.name,
+                    t.as_secs_f64()
+                )));
+            }
+        }
         if !spec.snat.is_empty() && spec.mode != Mode::Nat {
             return Err(Error::Invalid(format!(
                 "VIP {}: snat: source translation is for NAT VIPs (mode {})",
@@ -2941,6 +3085,7 @@ fn same_options(a: &VipSpec, b: &VipSpec) -> bool {
         && a.nat_fib == b.nat_fib
         && a.source_ranges == b.source_ranges
         && a.snat == b.snat
+        && a.affinity_timeout == b.affinity_timeout
 }
 
 /// Whether service flags turn source ranges on.

@@ -57,12 +57,15 @@ pub fn desired_vip(v: &K8sVip) -> DesiredVip {
 ///   VIP's own flows.
 /// - `draining`: serving-but-terminating endpoints while ready ones exist: established flows
 ///   finish on them, new flows go to the ready ones (kube-proxy's terminating semantics).
+/// - `affinity_timeout`: sessionAffinity ClientIP's timeoutSeconds (a client's new flows stay
+///   on its backend through backend changes while it keeps coming back within it).
 /// - `snat`: endpoints on other nodes of an ETP Cluster Service. Their replies would leave
 ///   through their own node, straight to the client; with this node's address as the flows'
 ///   source (bpf/snat.h) they come back here. They see the node's address, local endpoints
 ///   the client's, as kube-proxy does it.
 pub fn dataplane_spec(v: &K8sVip) -> VipSpec {
     let mut spec = v.spec.clone();
+    spec.affinity_timeout = v.affinity_timeout;
     spec.snat = v
         .backends
         .iter()
@@ -335,6 +338,14 @@ mod tests {
         assert_eq!(
             state.node.snat, node,
             "the node's source goes with the VIPs"
+        );
+        let mut sticky = k8s_vip("web", "192.0.2.1", 80);
+        sticky.spec.affinity_client_ip = true;
+        sticky.affinity_timeout = Some(std::time::Duration::from_secs(60));
+        assert_eq!(
+            desired_vip(&sticky).spec.affinity_timeout,
+            Some(std::time::Duration::from_secs(60)),
+            "the ClientIP timeout reaches the datapath"
         );
     }
 

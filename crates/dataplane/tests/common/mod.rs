@@ -122,6 +122,7 @@ pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSp
         stateless_reverse: true,
         draining: Default::default(),
         snat: Default::default(),
+        affinity_timeout: None,
     }
 }
 

@@ -176,6 +176,7 @@ fn vip(v: &rivora_config::VipConfig) -> DesiredVip {
         stateless_reverse: true,
         draining: Default::default(),
         snat: Default::default(),
+        affinity_timeout: None,
     };
     DesiredVip {
         spec,
