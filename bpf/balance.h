@@ -36,15 +36,68 @@ static __always_inline __u32 rv_backend_state(__u32 backend_id)
 	return h ? h->state : RV_BACKEND_NONE;
 }
 
+/* The handshake's missing state. A SYN makes no affinity entry (a flood of
+ * them would evict established flows), so its ACK walks Maglev again; if
+ * the SYN's backend turned draining in between (a Kubernetes endpoint
+ * turning terminating), that walk skips it and the ACK reaches a backend
+ * that never saw the SYN, which resets the connection. So a SYN leaves its
+ * backend in a slot of syn_hint_map (an array: a store, no insert, nothing
+ * evicted; a flood only overwrites other SYNs' hints), and an ACK without
+ * an entry follows a hint of its own flow that is at most two ticks old,
+ * to a backend that is healthy or draining. The flow's 5-tuple hash `h`
+ * (the one Maglev uses) gives the slot (low 16 bits) and the tag (high 16
+ * bits): a stranger's hint matches only with the same 32-bit hash. */
+static __always_inline void rv_syn_hint_set(__u32 h, __u32 backend_id, __u32 tick)
+{
+	__u32 slot = h & (RV_SYN_HINT_SLOTS - 1);
+	__u64 *hint = bpf_map_lookup_elem(&syn_hint_map, &slot);
+
+	if (hint)
+		*hint = ((__u64)(h >> 16) << 32) | ((__u64)(tick & 0xffff) << 16) | (backend_id & 0xffff);
+}
+
+/* The backend of the flow's recent SYN, or -1. */
+static __always_inline __u32 rv_nat_tick_now(void)
+{
+	return bpf_jiffies64() >> RV_NAT_CHECK_JIFFIES_SHIFT;
+}
+
+static __always_inline int rv_syn_hint_get(__u32 h, __u32 tick)
+{
+	__u32 slot = h & (RV_SYN_HINT_SLOTS - 1);
+	__u64 *hint = bpf_map_lookup_elem(&syn_hint_map, &slot);
+	__u64 v;
+	__u32 id, state;
+
+	if (!hint)
+		return -1;
+	v = *hint;
+	if ((__u32)(v >> 32) != (h >> 16) || ((tick - (__u32)(v >> 16)) & 0xffff) > 2)
+		return -1;
+	id = v & 0xffff;
+	state = rv_backend_state(id);
+	if (state != RV_BACKEND_HEALTHY && state != RV_BACKEND_DRAINING)
+		return -1;
+	return id;
+}
+
 /* Walks at most RV_MAGLEV_PROBE_WINDOW slots of a slice from the flow's
  * slot and returns the first healthy backend's ID, or -1. Draining and down
- * backends take no new flows.
+ * backends take no new flows. `hint` (1 << 32 | the flow's 5-tuple hash; 0
+ * for none): a TCP segment without an entry, which first follows its SYN's
+ * backend if the SYN was just now (rv_syn_hint_get).
  *
  * A global (non-inlined) function: the verifier checks it once, on its own,
  * instead of once per path of every caller. Arguments are plain scalars for
  * that reason. */
-__attribute__((noinline)) int rv_maglev_pick_slot(__u32 offset, __u32 size, __u32 hash)
+__attribute__((noinline)) int rv_maglev_pick_slot(__u32 offset, __u32 size, __u32 hash, __u64 hint)
 {
+	if (hint >> 32) {
+		int id = rv_syn_hint_get((__u32)hint, rv_nat_tick_now());
+
+		if (id >= 0)
+			return id;
+	}
 	if (size == 0)
 		return -1;
 	__u32 slot = hash % size;
@@ -70,13 +123,13 @@ __attribute__((noinline)) int rv_maglev_pick_slot(__u32 offset, __u32 size, __u3
  * client rv_client_set stored: its recent choice comes first when the VIP
  * has a timeout (client_affinity.h). */
 static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 hash, __u32 client_service,
-					  __u32 *backend_id, const int v6)
+					  __u64 hint, __u32 *backend_id, const int v6)
 {
 	if (svc->backend_count == 0)
 		return -1;
 	int id = client_service == RV_CLIENT_NONE
-			 ? rv_maglev_pick_slot(svc->maglev_offset, svc->maglev_size, hash)
-			 : rv_client_pick_slice(svc->maglev_offset, svc->maglev_size, hash, client_service, v6);
+			 ? rv_maglev_pick_slot(svc->maglev_offset, svc->maglev_size, hash, hint)
+			 : rv_client_pick_slice(svc->maglev_offset, svc->maglev_size, hash, client_service, hint, v6);
 	if (id < 0)
 		return -1;
 	*backend_id = id;

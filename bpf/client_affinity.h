@@ -42,6 +42,7 @@ struct rv_client_scratch {
 	__u32 size;
 	__u32 hash;
 	__u32 pad;
+	__u64 hint; /* rv_maglev_pick_slot's */
 };
 
 /* Per CPU, valid from rv_client_set to the call after it in one packet. */
@@ -101,7 +102,7 @@ static __always_inline int rv_client_pick(__u32 service_id, const int v6)
 		return -1;
 	timeout = bpf_map_lookup_elem(&svc_affinity_timeout_map, &service_id);
 	if (!timeout || !timeout->ticks)
-		return rv_maglev_pick_slot(s->offset, s->size, s->hash);
+		return rv_maglev_pick_slot(s->offset, s->size, s->hash, s->hint);
 	s->k4.service_id = service_id;
 	s->k6.service_id = service_id;
 	key = v6 ? (void *)&s->k6 : (void *)&s->k4;
@@ -116,7 +117,7 @@ static __always_inline int rv_client_pick(__u32 service_id, const int v6)
 			return bid & 0xffff;
 		}
 	}
-	id = rv_maglev_pick_slot(s->offset, s->size, s->hash);
+	id = rv_maglev_pick_slot(s->offset, s->size, s->hash, s->hint);
 	if (id < 0)
 		return id;
 	/* An existing entry is rewritten in place; a new client's is an
@@ -145,7 +146,8 @@ __attribute__((noinline)) int rv_client_pick6(__u32 service_id)
 }
 
 /* Stores the slice and hash for rv_client_pick4/6 (an inlined lookup). */
-static __always_inline int rv_client_pick_slice(__u32 offset, __u32 size, __u32 hash, __u32 service_id, const int v6)
+static __always_inline int rv_client_pick_slice(__u32 offset, __u32 size, __u32 hash, __u32 service_id, __u64 hint,
+						const int v6)
 {
 	__u32 zero = 0;
 	struct rv_client_scratch *s = bpf_map_lookup_elem(&client_scratch_map, &zero);
@@ -155,6 +157,7 @@ static __always_inline int rv_client_pick_slice(__u32 offset, __u32 size, __u32 
 	s->offset = offset;
 	s->size = size;
 	s->hash = hash;
+	s->hint = hint;
 	return v6 ? rv_client_pick6(service_id) : rv_client_pick4(service_id);
 }
 

@@ -406,6 +406,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } snat_stats_map SEC(".maps");
 
+/* The backend each recent SYN went to, for its handshake's ACK
+ * (balance.h): one u64 per slot, (tag << 32) | (tick16 << 16) | backend.
+ * Shared by the CPUs (a SYN and its ACK may be received on different
+ * ones); overwritten, never evicting anything. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RV_SYN_HINT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} syn_hint_map SEC(".maps");
+
 /* sessionAffinity ClientIP with a timeout: per service, the timeout in
  * ticks (0: none, the client address's Maglev hash alone decides), and the
  * clients' recent choices (balance.h rv_client_sticky). */

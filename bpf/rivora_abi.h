@@ -87,6 +87,9 @@ enum rv_abi_consts {
 	/* Clients remembered per family for sessionAffinity ClientIP with a
 	 * timeout (client_affinity_map(6)), all VIPs together. */
 	RV_MAX_CLIENTS = 65536,
+	/* Slots of syn_hint_map (a power of two): the backend of each recent
+	 * SYN, for its handshake's ACK (balance.h rv_syn_hint). */
+	RV_SYN_HINT_SLOTS = 65536,
 };
 
 /* rv_vip_slot.flags bits. */

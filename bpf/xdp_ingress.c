@@ -380,7 +380,8 @@ struct rv_dsr_job {
 static __always_inline int rv_dsr_defer(struct rv_dsr_job *job, const struct rv_service *svc, const struct rv_be *be,
 					__u32 service_id, int new_flow)
 {
-	job->be = *be;
+	if (&job->be != be)
+		job->be = *be;
 	job->svc = svc;
 	job->service_id = service_id;
 	job->new_flow = new_flow;
@@ -433,7 +434,9 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 {
 	void *data_end = (void *)(long)ctx->data_end;
 	const struct rv_service *svc;
-	struct rv_be be = {};
+	/* The chosen backend lives in the job (no second copy on the
+	 * stack: xdp_ingress's frame is at the verifier's limit). */
+	struct rv_be *be = &job->be;
 	struct rv_affinity *aff = 0;
 	__u32 service_id, backend_id = 0;
 	int new_flow = 0;
@@ -466,21 +469,24 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	if (asks_filter)
 		hf = rv_flow_filter_hash(p->src, p->dst, p->sport, p->dport, p->proto, v6);
 	if (!asks_filter || rv_flow_maybe_recorded(hf))
-		unpinned = rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, opens, &backend_id, &be,
+		unpinned = rv_affinity_backend(p->src, p->dst, p->sport, p->dport, p->proto, opens, &backend_id, be,
 					       &aff, v6);
 	if (unpinned) {
 		int client_ip = svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP;
 		__u32 h5 = rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 0, v6);
 		__u32 h = client_ip ? rv_flow_hash(p->src, p->dst, p->sport, p->dport, p->proto, 1, v6) : h5;
-		/* ClientIP (with a timeout: the client's recent choice first,
-		 * client_affinity.h). */
+		/* A TCP segment without an entry: the backend of its SYN if that
+		 * was just now (balance.h rv_syn_hint). Else ClientIP (with a
+		 * timeout: the client's recent choice first, client_affinity.h),
+		 * else the hash. */
 		if (client_ip)
 			rv_client_set(p->src, v6);
-		if (rv_maglev_pick(svc, h, client_ip ? service_id : RV_CLIENT_NONE, &backend_id, v6)) {
+		__u64 hint = !opens && p->proto == IPPROTO_TCP ? (1ULL << 32) | h5 : 0;
+		if (rv_maglev_pick(svc, h, client_ip ? service_id : RV_CLIENT_NONE, hint, &backend_id, v6)) {
 			rv_count_drop(RV_DROP_NO_HEALTHY_BACKEND, service_id);
 			return XDP_DROP;
 		}
-		if (rv_backend(backend_id, &be, v6)) {
+		if (rv_backend(backend_id, be, v6)) {
 			rv_count_drop(RV_DROP_NO_BACKEND, service_id);
 			return XDP_DROP;
 		}
@@ -493,14 +499,15 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		 * flow's first packet are its new flows. */
 		if (opens) {
 			new_flow = 1;
-			if (aff && (aff->backend_id != backend_id || aff->backend_generation != be.generation)) {
+			rv_syn_hint_set(h5, backend_id, rv_nat_tick());
+			if (aff && (aff->backend_id != backend_id || aff->backend_generation != be->generation)) {
 				aff->backend_id = backend_id;
-				aff->backend_generation = be.generation;
+				aff->backend_generation = be->generation;
 			}
 		} else if (p->proto == IPPROTO_UDP && !aff && !rv_udp_seen_before(h5)) {
 			new_flow = 1;
 		} else if (rv_guard_ask(&admit)) {
-			rv_affinity_record(p, backend_id, be.generation, rv_nat_tick(),
+			rv_affinity_record(p, backend_id, be->generation, rv_nat_tick(),
 					   asks_filter ? hf : rv_flow_filter_hash(p->src, p->dst, p->sport, p->dport,
 										  p->proto, v6),
 					   v6);
@@ -508,23 +515,22 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	}
 
 	if (p->first_frag)
-		rv_frag_record(p, backend_id, be.generation, service_id, v6);
+		rv_frag_record(p, backend_id, be->generation, service_id, v6);
 	if (svc->mode != RV_MODE_NAT)
-		return rv_dsr_defer(job, svc, &be, service_id, new_flow);
+		return rv_dsr_defer(job, svc, be, service_id, new_flow);
 
 	/* Port 0: the backend serves whatever port the client asked for. */
-	__be16 be_port = be.port ? be.port : p->dport;
+	__be16 be_port = be->port ? be->port : p->dport;
 	/* A backend on another node: its replies come back to the node
 	 * address the SNAT stage gives the flow, not through tc_nat, so there
 	 * is no reverse entry to keep. */
-	if ((svc->flags & RV_SVC_F_SNAT) && rv_backend_snat(be.id)) {
-		if (rv_dnat_l4(p, data_end, be.addr, be_port, v6)) {
+	if ((svc->flags & RV_SVC_F_SNAT) && rv_backend_snat(be->id)) {
+		if (rv_dnat_l4(p, data_end, be->addr, be_port, v6)) {
 			rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 			return XDP_DROP;
 		}
-		rv_count_forward(service_id, be.id, rv_frame_len(ctx), new_flow);
-		be.port = be_port;
-		job->be = be;
+		rv_count_forward(service_id, be->id, rv_frame_len(ctx), new_flow);
+		be->port = be_port;
 		job->service_id = service_id;
 		job->admit = admit;
 		return RV_ACT_SNAT;
@@ -539,20 +545,19 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	 * most about a second) always rechecks it. */
 	__u32 tick = rv_nat_tick();
 	if (unpinned) {
-		if (!rv_nat_endpoint_exclusive(be.addr, be_port, p->proto, v6))
-			rv_nat_record(p, be.addr, be_port, service_id, &admit, v6);
+		if (!rv_nat_endpoint_exclusive(be->addr, be_port, p->proto, v6))
+			rv_nat_record(p, be->addr, be_port, service_id, &admit, v6);
 	} else if (aff && aff->nat_checked != tick) {
-		if (!rv_nat_endpoint_exclusive(be.addr, be_port, p->proto, v6))
-			rv_nat_record(p, be.addr, be_port, service_id, 0, v6);
+		if (!rv_nat_endpoint_exclusive(be->addr, be_port, p->proto, v6))
+			rv_nat_record(p, be->addr, be_port, service_id, 0, v6);
 		aff->nat_checked = tick;
 	}
-	if (rv_dnat_l4(p, data_end, be.addr, be_port, v6)) {
+	if (rv_dnat_l4(p, data_end, be->addr, be_port, v6)) {
 		rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
 		return XDP_DROP;
 	}
-	rv_count_forward(service_id, be.id, rv_frame_len(ctx), new_flow);
+	rv_count_forward(service_id, be->id, rv_frame_len(ctx), new_flow);
 	if (svc->flags & RV_SVC_F_NAT_FIB) {
-		job->be = be;
 		job->tick = tick;
 		return RV_ACT_ROUTE;
 	}
@@ -615,7 +620,7 @@ static __always_inline int rv_ingress_icmp(struct xdp_md *ctx, struct rv_pkt *p,
 		    rv_maglev_pick(svc,
 				   rv_flow_hash(p->in_dst, p->in_src, p->in_dport, p->in_sport, p->in_proto,
 						svc->flags & RV_SVC_F_AFFINITY_CLIENT_IP, v6),
-				   RV_CLIENT_NONE, &backend_id, v6) ||
+				   RV_CLIENT_NONE, 0, &backend_id, v6) ||
 		    rv_backend(backend_id, &be, v6)) {
 			rv_count_event(RV_PASS_ICMP_UNMATCHED);
 			return XDP_PASS;
@@ -901,6 +906,12 @@ static __always_inline int rv_stage_snat_reply(struct xdp_md *ctx, const int v6)
 		return XDP_DROP;
 	}
 	rv_snat_count(RV_SNAT_REPLIED);
+	/* The VIP's reply counters, as tc_nat counts the replies it restores. */
+	struct rv_vip_stats *vs = bpf_map_lookup_elem(&stats_map, &service_id);
+	if (vs) {
+		vs->reply_packets++;
+		vs->reply_bytes += rv_frame_len(ctx);
+	}
 	/* Backend ID RV_MAX_BACKENDS: no next-hop cache slot, the FIB is asked
 	 * for every reply (clients are many; docs/design/etp-cluster-snat.md). */
 	verdict = rv_forward_routed(ctx, &to, v6);

@@ -1011,6 +1011,8 @@ pub const SNAT_PORT_PROBES: u32 = 8;
 pub const SNAT_COUNTER_SLOTS: u32 = 8;
 /// Capacity of each client affinity table (`client_affinity_map(6)`).
 pub const MAX_CLIENTS: u32 = 65536;
+/// Slots of `syn_hint_map` (the backend of each recent SYN, for its ACK).
+pub const SYN_HINT_SLOTS: u32 = 65536;
 
 /// `struct rv_affinity_timeout`: a ClientIP VIP's timeout
 /// (svc_affinity_timeout_map value, by service ID).
@@ -1464,6 +1466,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_SNAT_PORT_PROBES", SNAT_PORT_PROBES as i64),
         ("RV_SNAT_COUNTER_SLOTS", SNAT_COUNTER_SLOTS as i64),
         ("RV_MAX_CLIENTS", MAX_CLIENTS as i64),
+        ("RV_SYN_HINT_SLOTS", SYN_HINT_SLOTS as i64),
         ("RV_SNAT_ALLOCATED", snat_counter::ALLOCATED as i64),
         ("RV_SNAT_REUSED_IDLE", snat_counter::REUSED_IDLE as i64),
         ("RV_SNAT_FORWARDED", snat_counter::FORWARDED as i64),

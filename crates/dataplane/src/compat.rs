@@ -148,6 +148,7 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
             size_of::<abi::NatValue6>(),
             sizes.flow_table,
         ),
+        s("syn_hint_map", MapType::Array, 4, 8, abi::SYN_HINT_SLOTS),
         s(
             "svc_affinity_timeout_map",
             MapType::Array,
@@ -435,10 +436,12 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
     // flag SNAT and backend flag SNAT (unset by and unknown to ABI 11), and
     // drop_stats_map index RV_DROP_SNAT_EXHAUSTED (slot 15 of 16); the
     // ClientIP timeout (bpf/client_affinity.h: an all-zero timeout map is
-    // "no timeout", as ABI 11 behaved).
+    // "no timeout", as ABI 11 behaved); the SYN hints (balance.h: an empty
+    // slot matches no flow).
     (
         12,
         &[
+            "syn_hint_map",
             "svc_affinity_timeout_map",
             "client_affinity_map",
             "client_affinity_map6",

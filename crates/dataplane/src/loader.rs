@@ -92,6 +92,7 @@ pub const MAP_NAMES: &[&str] = &[
     "src_range_map",
     "src_range_map6",
     "vip_drop_stats_map",
+    "syn_hint_map",
     "svc_affinity_timeout_map",
     "client_affinity_map",
     "client_affinity_map6",

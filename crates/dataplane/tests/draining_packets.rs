@@ -250,3 +250,38 @@ fn a_new_backend_listed_as_draining_starts_draining() {
     let b1: IpAddr = B1.parse().unwrap();
     assert!(!spread(&mut r, 40000, VIP4).contains_key(&b1));
 }
+
+/// The handshake race (balance.h rv_syn_hint): a SYN makes no affinity
+/// entry, so its ACK is balanced again; when the SYN's backend turned
+/// draining in between, Maglev skips it and would hand the ACK to a backend
+/// that never saw the SYN (a reset connection). The SYN's hint keeps the
+/// handshake on its backend, and what follows sticks to it, while new
+/// connections skip it.
+#[test]
+fn a_handshake_finishes_on_its_backend_when_it_turns_draining_in_between() {
+    let mut r = rig("drainhs");
+    r.dataplane.apply(&[web("web", VIP4, &[])]).unwrap();
+    for i in 0..50 {
+        let sport = 41000 + i;
+        let to = send(&mut r, sport, VIP4, true);
+        r.dataplane
+            .apply(&[web("web", VIP4, &[&to.to_string()])])
+            .unwrap();
+        assert_eq!(
+            send(&mut r, sport, VIP4, false),
+            to,
+            "handshake {i}: the ACK follows its SYN to the now draining backend"
+        );
+        assert_eq!(
+            send(&mut r, sport, VIP4, false),
+            to,
+            "handshake {i}: the connection stays there"
+        );
+        assert_ne!(
+            send(&mut r, sport + 1000, VIP4, true),
+            to,
+            "handshake {i}: a new connection skips the draining backend"
+        );
+        r.dataplane.apply(&[web("web", VIP4, &[])]).unwrap();
+    }
+}

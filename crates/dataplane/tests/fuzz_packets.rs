@@ -91,6 +91,16 @@ struct Model {
     /// UDP datagrams that made no entry because their flow was not seen
     /// before (first datagrams).
     udp_first: usize,
+    /// The datapath's SYN hints (balance.h rv_syn_hint): slot -> (tag,
+    /// backend, when). A hint is valid for two ticks of the datapath's
+    /// clock, which the model does not read: younger than one tick it is
+    /// valid, three ticks or older it is not, in between the program's own
+    /// choice (either is right) is followed.
+    syn_hints: HashMap<u32, (u32, u32, std::time::Instant)>,
+    /// One datapath tick (2^7 jiffies).
+    tick: std::time::Duration,
+    /// TCP segments without an entry that followed their SYN's hint.
+    hinted: usize,
 }
 
 #[derive(Default, Debug)]
@@ -297,6 +307,27 @@ fn flow_hash(src: &[u8], dst: &[u8], sport: u16, dport: u16, proto: u8) -> u32 {
 }
 
 impl Model {
+    /// The backend of the flow's (5-tuple hash `h`) recent SYN, as the
+    /// datapath would follow it.
+    fn syn_hint(&self, h: u32, observed: Option<IpAddr>) -> Option<u32> {
+        let (tag, id, at) = *self.syn_hints.get(&(h & 0xffff))?;
+        let state = self.state(id);
+        if tag != h >> 16
+            || !(state == rivora_abi::backend_state::HEALTHY
+                || state == rivora_abi::backend_state::DRAINING)
+        {
+            return None;
+        }
+        let age = at.elapsed();
+        if age < self.tick {
+            Some(id)
+        } else if age < 3 * self.tick {
+            (observed == Some(self.backends[&id].0)).then_some(id)
+        } else {
+            None
+        }
+    }
+
     fn state(&self, id: u32) -> u32 {
         self.states
             .get(&id)
@@ -330,7 +361,9 @@ impl Model {
         false
     }
 
-    fn decide(&mut self, frame: &[u8]) -> Decision {
+    /// `observed`: where the program sent the frame, used only where either
+    /// answer is right (a SYN hint of an age the model cannot place).
+    fn decide(&mut self, frame: &[u8], observed: Option<IpAddr>) -> Decision {
         let Some(p) = parse(frame) else {
             return Decision::Pass;
         };
@@ -402,9 +435,21 @@ impl Model {
             Some(id) if !opens && self.usable(id) => id,
             _ => {
                 let h = flow_hash(&p.src, &p.dst, p.sport, p.dport, p.proto);
-                let Some(id) = self.pick(&svc, h) else {
+                let hint = if p.proto == 6 && !opens {
+                    self.syn_hint(h, observed)
+                } else {
+                    None
+                };
+                let Some(id) = hint.or_else(|| self.pick(&svc, h)) else {
                     return Decision::Drop(rivora_abi::drop_reason::NO_HEALTHY_BACKEND);
                 };
+                if hint.is_some() {
+                    self.hinted += 1;
+                }
+                if opens {
+                    self.syn_hints
+                        .insert(h & 0xffff, (h >> 16, id, std::time::Instant::now()));
+                }
                 // Which packet makes a flow's entry (xdp_ingress.c): a SYN
                 // only re-points one it finds; a UDP flow's second datagram
                 // (or any, once it had an entry); any other TCP segment.
@@ -722,6 +767,11 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         refused: 0,
         udp_seen: vec![0; rivora_abi::UDP_SEEN_SLOTS as usize],
         udp_first: 0,
+        syn_hints: HashMap::new(),
+        tick: std::time::Duration::from_secs_f64(
+            128.0 / f64::from(rivora_dataplane::jiffies::hz().expect("the kernel's HZ")),
+        ),
+        hinted: 0,
     };
     for v in r.dataplane.vips() {
         model.vips.insert(
@@ -788,8 +838,13 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         if g.rng.chance(40) {
             g.mutate(&mut f);
         }
-        let want = model.decide(&f);
         let (verdict, out) = r.datapath.run_xdp(&f).unwrap();
+        // A forwarded frame is rewritten (its destination is a backend's);
+        // a passed one is untouched and may not parse at all.
+        let observed = (verdict == XDP_PASS && out != f)
+            .then(|| dst_of(&out))
+            .flatten();
+        let want = model.decide(&f, observed);
         let ctx = || {
             format!(
                 "frame #{i}: model {want:?}, program verdict {verdict}\nin:  {f:02x?}\nout: {out:02x?}"
@@ -834,8 +889,8 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         }
     }
     eprintln!(
-        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend; {} UDP first datagrams made no entry; {} refused by source ranges",
-        model.stale_syns, model.udp_first, model.refused
+        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend; {} UDP first datagrams made no entry; {} refused by source ranges; {} TCP segments followed their SYN's hint",
+        model.stale_syns, model.udp_first, model.refused, model.hinted
     );
     assert!(
         model.refused > 1000,

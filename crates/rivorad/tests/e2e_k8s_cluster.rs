@@ -27,8 +27,8 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 const FLOWS: usize = 600;
-const VIP4: &str = "10.99.18.1";
-const VIP6: &str = "fd00:99:18::1";
+const VIP4: &str = "10.99.19.1";
+const VIP6: &str = "fd00:99:19::1";
 
 /// The VIP's backends on `node` for (`vip`, `proto`), sorted, or what is there instead.
 async fn backends_of(node: &NodeAgent, vip: &str, proto: &str) -> Result<Vec<String>, String> {
