@@ -2528,6 +2528,58 @@ pub fn run(opts: Opts) -> Result<Section> {
              all but the first packet of a tick skip bpf_fib_lookup."
         ));
     }
+    if let (Some((e4, e4r)), Some((fib, _))) = (
+        find(SNAT_LABELS[0]),
+        find("NAT IPv4 TCP, established flow, natForwarding fib"),
+    ) {
+        let shown = |l: &str| match find(l) {
+            Some((ns, x)) => format!("{ns:.0} ns, {x:.2}x"),
+            None => "not measured".to_string(),
+        };
+        let v6_fib = match (find(SNAT_LABELS[3]), find(SNAT_LABELS[2])) {
+            (Some((r6, _)), Some((e6, _))) => format!(
+                " The IPv6 reply costs {:.0} ns more than the IPv6 forward direction, which reads \
+                 its next hop from the per-backend cache: the IPv6 FIB lookup is most of that \
+                 difference (IPv4's is far cheaper: compare the two reply rows).",
+                r6 - e6
+            ),
+            _ => String::new(),
+        };
+        let new_flow = match (
+            find(SNAT_LABELS[4]),
+            find("NAT IPv4 TCP, first packet of a new flow (SYN), table filling"),
+        ) {
+            (Some((n, nr)), Some((syn, _))) => format!(
+                " A new flow's SYN costs {n:.0} ns ({nr:.1}x), {:.0} ns more than a NAT SYN: taking \
+                 a node port is a reverse-mapping lookup that misses and two LRU inserts (the \
+                 reverse mapping, then the flow's entry; the probe prices one LRU insert at \
+                 {lru_insert:.0} ns), and the connection's handshake ACK then makes its affinity \
+                 entry as for any NAT flow. Its VIP has 256 backend endpoints so that no port range \
+                 runs out during the row (ports are per endpoint; the evidence says how full the \
+                 fullest range got).",
+                n - syn
+            ),
+            _ => String::new(),
+        };
+        sec.notes.push(format!(
+            "Source translation (ETP Cluster, bpf/snat.h; no spec target: each row's evidence \
+             says what its limit is built from). An established flow to a backend on another node \
+             costs {e4:.0} ns ({e4r:.2}x; IPv6 {}), {:.0} ns more than the same NAT with \
+             `natForwarding: fib`: one LRU lookup of the flow's mapping (the probe prices one at \
+             {lru_lookup:.0} ns), and the stage it runs in: a tail call, a second parse of the \
+             rewritten frame, the stage-state and config lookups and the source rewrite. Its reply \
+             to the node's port costs {} (IPv6 {}): the reverse mapping's lookup, both ends \
+             rewritten, and a bpf_fib_lookup on every packet, since replies go to clients, which \
+             have no next-hop cache slot.{v6_fib}{new_flow} The alternative considered for the \
+             translation, an nftables masquerade rule, is not measured here: it would hand every \
+             such packet to the kernel's forwarding path and conntrack (XDP_PASS), the path whose \
+             per-packet cost part 2 shows for plain routing and nftables DNAT ((b), (c)).",
+            shown(SNAT_LABELS[2]),
+            e4 - fib,
+            shown(SNAT_LABELS[1]),
+            shown(SNAT_LABELS[3]),
+        ));
+    }
     sec.notes.push(
         "Noise: each row's evidence gives the middle half of its runs; rows of one frame shape \
          can differ by more than that from run to run of the bench on this shared machine \
