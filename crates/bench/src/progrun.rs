@@ -2536,12 +2536,18 @@ pub fn run(opts: Opts) -> Result<Section> {
             Some((ns, x)) => format!("{ns:.0} ns, {x:.2}x"),
             None => "not measured".to_string(),
         };
-        let v6_fib = match (find(SNAT_LABELS[3]), find(SNAT_LABELS[2])) {
-            (Some((r6, _)), Some((e6, _))) => format!(
+        let v6_fib = match (
+            find(SNAT_LABELS[3]),
+            find(SNAT_LABELS[2]),
+            find(SNAT_LABELS[1]),
+        ) {
+            (Some((r6, _)), Some((e6, _)), Some((r4, _))) => format!(
                 " The IPv6 reply costs {:.0} ns more than the IPv6 forward direction, which reads \
-                 its next hop from the per-backend cache: the IPv6 FIB lookup is most of that \
-                 difference (IPv4's is far cheaper: compare the two reply rows).",
-                r6 - e6
+                 its next hop from the per-backend cache; the IPv4 reply {:.0} ns more than its \
+                 forward direction: the FIB lookup is the reply's extra cost, and IPv6's is the \
+                 dearer one.",
+                r6 - e6,
+                r4 - e4
             ),
             _ => String::new(),
         };
