@@ -45,15 +45,17 @@ static __always_inline __u32 rv_backend_state(__u32 backend_id)
  * evicted; a flood only overwrites other SYNs' hints), and an ACK without
  * an entry follows a hint of its own flow that is at most two ticks old,
  * to a backend that is healthy or draining. The flow's 5-tuple hash `h`
- * (the one Maglev uses) gives the slot (low 16 bits) and the tag (high 16
- * bits): a stranger's hint matches only with the same 32-bit hash. */
+ * (the one Maglev uses) gives the slot (its low 12 bits) and the tag (the
+ * 20 bits above them): a stranger's hint matches only with the same 32-bit
+ * hash. Under many concurrent handshakes a hint may be overwritten before
+ * its ACK comes: that handshake is then balanced as before the hints. */
 static __always_inline void rv_syn_hint_set(__u32 h, __u32 backend_id, __u32 tick)
 {
 	__u32 slot = h & (RV_SYN_HINT_SLOTS - 1);
 	__u64 *hint = bpf_map_lookup_elem(&syn_hint_map, &slot);
 
 	if (hint)
-		*hint = ((__u64)(h >> 16) << 32) | ((__u64)(tick & 0xffff) << 16) | (backend_id & 0xffff);
+		*hint = ((__u64)(h >> 12) << 32) | ((__u64)(tick & 0xffff) << 16) | (backend_id & 0xffff);
 }
 
 /* The backend of the flow's recent SYN, or -1. */
@@ -72,7 +74,7 @@ static __always_inline int rv_syn_hint_get(__u32 h, __u32 tick)
 	if (!hint)
 		return -1;
 	v = *hint;
-	if ((__u32)(v >> 32) != (h >> 16) || ((tick - (__u32)(v >> 16)) & 0xffff) > 2)
+	if ((__u32)(v >> 32) != (h >> 12) || ((tick - (__u32)(v >> 16)) & 0xffff) > 2)
 		return -1;
 	id = v & 0xffff;
 	state = rv_backend_state(id);

@@ -211,12 +211,20 @@ static __always_inline int rv_route_send(struct xdp_md *ctx, const __u8 *dmac, c
  * the cache (`tick` is the caller's rv_route_tick()). Returns -1 when it is
  * not, or when the packet needs anything but the plain path (tagged,
  * expiring TTL, over the MTU): rv_forward_routed then decides. */
+static __always_inline int rv_forward_nexthop(struct xdp_md *ctx, const struct rv_nexthop *nh, const int v6);
+
 static __always_inline int rv_forward_cached(struct xdp_md *ctx, const struct rv_be *be, __u32 tick, const int v6)
+{
+	return rv_forward_nexthop(ctx, rv_nexthop_fresh(be->id, be->generation, tick), v6);
+}
+
+/* Sends the frame to next hop `nh` (null: -1) when it needs nothing but
+ * the plain path: untagged, TTL above 1, within the hop's MTU; else -1. */
+static __always_inline int rv_forward_nexthop(struct xdp_md *ctx, const struct rv_nexthop *nh, const int v6)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	const struct rv_nexthop *nh = rv_nexthop_fresh(be->id, be->generation, tick);
 
 	if (!nh || (void *)(eth + 1) > data_end)
 		return -1;

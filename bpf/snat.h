@@ -296,4 +296,90 @@ static __always_inline int rv_snat_port(const struct rv_pkt *p, const struct rv_
 	return rv_snat_alloc(p, s, be, service_id, cfg, tick, &fk, out, v6);
 }
 
+/* Next hops towards clients of translated replies, per CPU: a small
+ * direct-mapped cache keyed by the client's address, valid for the tick
+ * it was learnt in (as the backends' next-hop cache). Without it every
+ * reply asked the FIB (bench: 3-12 ns for IPv4, about 100 ns for IPv6).
+ * Not pinned: a cache, rebuilt by the first replies after a load. */
+struct rv_reply_hop {
+	__u32 addr[4];
+	struct rv_nexthop nh; /* nh.mtu: the largest packet the FIB passed */
+};
+
+#define RV_REPLY_HOP_SLOTS 256
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RV_REPLY_HOP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct rv_reply_hop);
+} reply_hop_map SEC(".maps");
+
+/* Sends a translated reply (already rewritten: from `vip` to `client`)
+ * towards the client: from the cache while fresh, else as the FIB says
+ * (and cached), else to the kernel (counted RV_SNAT_TO_KERNEL). */
+static __always_inline int rv_snat_reply_send(struct xdp_md *ctx, const __u32 *client, const __u32 *vip, __u32 tick,
+					      const int v6)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0, slot, tot_len;
+	struct rv_reply_hop *hop;
+	struct rv_route_scratch *scratch;
+	struct rv_route_req *req;
+	struct ethhdr *eth = data;
+	int verdict;
+
+	slot = ((client[0] ^ client[1] ^ client[2] ^ client[3]) * 2654435761u) >> 24;
+	hop = bpf_map_lookup_elem(&reply_hop_map, &slot);
+	if (!hop)
+		return XDP_PASS;
+	int same = hop->addr[0] == client[0] &&
+		   (!v6 || (hop->addr[1] == client[1] && hop->addr[2] == client[2] && hop->addr[3] == client[3]));
+	if (same && hop->nh.tick == tick && hop->nh.ifindex) {
+		verdict = rv_forward_nexthop(ctx, &hop->nh, v6);
+		if (verdict >= 0)
+			return verdict;
+	}
+	/* Ask the FIB: the TTL, tags and the frame's length first. */
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (v6) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if (eth->h_proto != bpf_htons(ETH_P_IPV6) || (void *)(ip6 + 1) > data_end || ip6->hop_limit <= 1)
+			goto kernel;
+		tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	} else {
+		struct iphdr *ip = (void *)(eth + 1);
+		if (eth->h_proto != bpf_htons(ETH_P_IP) || (void *)(ip + 1) > data_end || ip->ttl <= 1)
+			goto kernel;
+		tot_len = bpf_ntohs(ip->tot_len);
+	}
+	scratch = bpf_map_lookup_elem(&route_scratch_map, &zero);
+	if (!scratch)
+		goto kernel;
+	req = &scratch->req;
+	__builtin_memset(req, 0, sizeof(*req));
+	__builtin_memcpy(req->src, vip, 16);
+	__builtin_memcpy(req->dst, client, 16);
+	/* No backend's next-hop slot: rv_route asks the FIB. */
+	req->backend_id = RV_MAX_BACKENDS;
+	req->tot_len = tot_len;
+	req->v6 = v6;
+	if (rv_route(ctx, req) != BPF_FIB_LKUP_RET_SUCCESS)
+		goto kernel;
+	__builtin_memcpy(hop->addr, client, 16);
+	__builtin_memcpy(hop->nh.dmac, req->dmac, ETH_ALEN);
+	__builtin_memcpy(hop->nh.smac, req->smac, ETH_ALEN);
+	hop->nh.mtu = same && hop->nh.ifindex == req->ifindex && hop->nh.tick == tick && hop->nh.mtu > tot_len
+			      ? hop->nh.mtu
+			      : tot_len;
+	hop->nh.ifindex = req->ifindex;
+	hop->nh.tick = tick;
+	return rv_route_send(ctx, req->dmac, req->smac, req->ifindex, v6);
+kernel:
+	rv_snat_count(RV_SNAT_TO_KERNEL);
+	return XDP_PASS;
+}
+
 #endif /* RIVORA_SNAT_H */

@@ -859,7 +859,6 @@ static __always_inline int rv_stage_snat_reply(struct xdp_md *ctx, const int v6)
 	__u32 vip[4] = {}, service_id;
 	__be16 vip_port, client_port;
 	__u32 tick = rv_route_tick(), closing;
-	int verdict;
 
 	if (rv_parse(data, data_end, &p) != RV_PARSE_OK || p.kind != RV_PKT_L4 || p.family != (v6 ? 6 : 4))
 		return XDP_PASS;
@@ -912,12 +911,7 @@ static __always_inline int rv_stage_snat_reply(struct xdp_md *ctx, const int v6)
 		vs->reply_packets++;
 		vs->reply_bytes += rv_frame_len(ctx);
 	}
-	/* Backend ID RV_MAX_BACKENDS: no next-hop cache slot, the FIB is asked
-	 * for every reply (clients are many; docs/design/etp-cluster-snat.md). */
-	verdict = rv_forward_routed(ctx, &to, v6);
-	if (verdict == XDP_PASS)
-		rv_snat_count(RV_SNAT_TO_KERNEL);
-	return verdict;
+	return rv_snat_reply_send(ctx, to.addr, vip, tick, v6);
 }
 
 SEC("xdp")

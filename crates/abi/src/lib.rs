@@ -1012,7 +1012,7 @@ pub const SNAT_COUNTER_SLOTS: u32 = 8;
 /// Capacity of each client affinity table (`client_affinity_map(6)`).
 pub const MAX_CLIENTS: u32 = 65536;
 /// Slots of `syn_hint_map` (the backend of each recent SYN, for its ACK).
-pub const SYN_HINT_SLOTS: u32 = 65536;
+pub const SYN_HINT_SLOTS: u32 = 4096;
 
 /// `struct rv_affinity_timeout`: a ClientIP VIP's timeout
 /// (svc_affinity_timeout_map value, by service ID).

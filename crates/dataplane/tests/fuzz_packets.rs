@@ -310,9 +310,11 @@ impl Model {
     /// The backend of the flow's (5-tuple hash `h`) recent SYN, as the
     /// datapath would follow it.
     fn syn_hint(&self, h: u32, observed: Option<IpAddr>) -> Option<u32> {
-        let (tag, id, at) = *self.syn_hints.get(&(h & 0xffff))?;
+        let (tag, id, at) = *self
+            .syn_hints
+            .get(&(h & (rivora_abi::SYN_HINT_SLOTS - 1)))?;
         let state = self.state(id);
-        if tag != h >> 16
+        if tag != h >> 12
             || !(state == rivora_abi::backend_state::HEALTHY
                 || state == rivora_abi::backend_state::DRAINING)
         {
@@ -447,8 +449,10 @@ impl Model {
                     self.hinted += 1;
                 }
                 if opens {
-                    self.syn_hints
-                        .insert(h & 0xffff, (h >> 16, id, std::time::Instant::now()));
+                    self.syn_hints.insert(
+                        h & (rivora_abi::SYN_HINT_SLOTS - 1),
+                        (h >> 12, id, std::time::Instant::now()),
+                    );
                 }
                 // Which packet makes a flow's entry (xdp_ingress.c): a SYN
                 // only re-points one it finds; a UDP flow's second datagram

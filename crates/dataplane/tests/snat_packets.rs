@@ -179,6 +179,13 @@ fn a_remote_flow_leaves_from_the_node_and_its_reply_returns_as_the_vip() {
                     .datapath
                     .run_xdp_on(&frame(backend, 8080, node, nport, raw::TCP, SYN_ACK), up1)
                     .unwrap();
+                // The second reply takes the client's cached next hop
+                // (snat.h rv_snat_reply_send): the same frame out.
+                let again = r
+                    .datapath
+                    .run_xdp_on(&frame(backend, 8080, node, nport, raw::TCP, SYN_ACK), up1)
+                    .unwrap();
+                assert_eq!(again, reply, "{vip}: the cached next hop sends it alike");
                 let fin = r
                     .datapath
                     .run_xdp_on(&frame(client, 40000, vip, 80, raw::TCP, FIN_ACK), up1)
@@ -235,7 +242,7 @@ fn a_remote_flow_leaves_from_the_node_and_its_reply_returns_as_the_vip() {
     let c = counters(&r);
     assert_eq!(c["allocated"], 2, "one mapping per family: {c:?}");
     assert_eq!(c["forwarded"], 6, "{c:?}");
-    assert_eq!(c["replied"], 2, "{c:?}");
+    assert_eq!(c["replied"], 4, "{c:?}");
     assert_eq!(c["to_kernel"], 0, "{c:?}");
     // The FIN marked the mapping closing.
     let rev: Vec<_> = r
