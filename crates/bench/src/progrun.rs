@@ -25,6 +25,7 @@ use rivora_dataplane::{
 use crate::frames::{self, Frame, FrameSpec};
 use crate::report::{Row, Section};
 use crate::stats::{fmt_count, fmt_ratio, median, quantile, ratio};
+use rivora_lab::fib::{BACKEND_HOP_MAC, CLIENT_HOP_MAC, NODE4, NODE6};
 
 static BENCH_XDP: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_xdp.o"));
 static BENCH_TC: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tc.o"));
@@ -61,12 +62,6 @@ const CLIENT4: &str = "10.200.0.2";
 const CLIENT6: &str = "fd00:200::2";
 const BACKENDS4: [&str; 3] = ["10.200.1.11", "10.200.1.12", "10.200.1.13"];
 const BACKENDS6: [&str; 3] = ["fd00:200:1::11", "fd00:200:1::12", "fd00:200:1::13"];
-/// The node's addresses in [`fib_lab`]: the source of translated flows.
-const NODE4: &str = "10.200.9.1";
-const NODE6: &str = "fd00:200:9::1";
-/// Next hops' MACs in [`fib_lab`]: towards the backends, and the clients.
-const BACKEND_HOP_MAC: [u8; 6] = [0x02, 0x99, 0, 0, 0, 0x02];
-const CLIENT_HOP_MAC: [u8; 6] = [0x02, 0x99, 0, 0, 0, 0x03];
 
 /// `struct bench_frame` of bpf/bench/bench_common.h.
 #[repr(C)]
@@ -1507,33 +1502,8 @@ fn snat_cases(rig: &mut Rig) -> Result<Vec<(&'static str, Result<CaseResult>)>> 
 /// translated flows' source). Returns it and the ifindex of `up1`, the
 /// ingress interface test_run pretends the frames arrive on.
 fn fib_lab() -> Result<(rivora_lab::Netns, u32)> {
-    let ns = rivora_lab::Netns::new("bnfib")?;
-    ns.sysctl("net.ipv4.ip_forward", "1")?;
-    ns.sysctl("net.ipv6.conf.all.forwarding", "1")?;
-    for cmd in [
-        "ip link add up0 type veth peer name up1",
-        "ip link set up0 up",
-        "ip link set up1 up",
-        "ip addr add 10.200.9.1/24 dev up0",
-        "ip addr add fd00:200:9::1/64 dev up0 nodad",
-        "ip route add 10.200.1.0/24 via 10.200.9.2 dev up0",
-        "ip -6 route add fd00:200:1::/64 via fd00:200:9::2 dev up0",
-        "ip route add 10.200.0.0/24 via 10.200.9.3 dev up0",
-        "ip -6 route add fd00:200::/64 via fd00:200:9::3 dev up0",
-        "ip neigh add 10.200.9.2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
-        "ip -6 neigh add fd00:200:9::2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
-        "ip neigh add 10.200.9.3 lladdr 02:99:00:00:00:03 dev up0 nud permanent",
-        "ip -6 neigh add fd00:200:9::3 lladdr 02:99:00:00:00:03 dev up0 nud permanent",
-    ] {
-        ns.run(&cmd.split(' ').collect::<Vec<_>>())?;
-    }
-    let out = ns.run(&["ip", "-o", "link", "show", "up1"])?;
-    let ifindex = out
-        .split(':')
-        .next()
-        .and_then(|i| i.trim().parse().ok())
-        .context("ifindex of up1")?;
-    Ok((ns, ifindex))
+    let lab = rivora_lab::fib::FibLab::new("bnfib")?;
+    Ok((lab.ns, lab.ingress_ifindex))
 }
 
 fn finish_case(

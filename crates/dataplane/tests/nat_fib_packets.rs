@@ -12,33 +12,14 @@ use rivora_abi as abi;
 use rivora_dataplane::proto;
 
 const XDP_REDIRECT: u32 = 4;
-const NEXT_HOP_MAC: [u8; 6] = [0x02, 0x99, 0, 0, 0, 0x02];
+const NEXT_HOP_MAC: [u8; 6] = rivora_lab::fib::BACKEND_HOP_MAC;
 
-/// A namespace whose FIB routes the backends (10.200.1.0/24,
-/// fd00:200:1::/64) via a next hop with a permanent neighbour entry on
-/// `up0`; returns it with the ifindex of up1 (the ingress interface the
-/// test frames claim to arrive on).
+/// The FIB namespace of rivora_lab::fib (the backends 10.200.1.0/24 and
+/// fd00:200:1::/64 via a next hop with a permanent neighbour entry), with
+/// the ifindex of the interface the test frames claim to arrive on.
 fn fib_ns(name: &str) -> (rivora_lab::Netns, u32) {
-    let ns = rivora_lab::Netns::new(name).unwrap();
-    // The FIB answers only for interfaces that forward.
-    ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
-    ns.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
-    for cmd in [
-        "ip link add up0 type veth peer name up1",
-        "ip link set up0 up",
-        "ip link set up1 up",
-        "ip addr add 10.200.9.1/24 dev up0",
-        "ip addr add fd00:200:9::1/64 dev up0 nodad",
-        "ip route add 10.200.1.0/24 via 10.200.9.2 dev up0",
-        "ip -6 route add fd00:200:1::/64 via fd00:200:9::2 dev up0",
-        "ip neigh add 10.200.9.2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
-        "ip -6 neigh add fd00:200:9::2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
-    ] {
-        ns.run(&cmd.split(' ').collect::<Vec<_>>()).unwrap();
-    }
-    let out = ns.run(&["ip", "-o", "link", "show", "up1"]).unwrap();
-    let up1 = out.split(':').next().unwrap().trim().parse().unwrap();
-    (ns, up1)
+    let lab = rivora_lab::fib::FibLab::new(name).unwrap();
+    (lab.ns, lab.ingress_ifindex)
 }
 
 /// A datapath with one fib-forwarded NAT VIP per family (TCP port 80 to

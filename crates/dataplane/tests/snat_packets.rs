@@ -18,40 +18,13 @@ use rivora_dataplane::snat::SnatSource;
 use rivora_dataplane::{BackendKey, proto};
 
 const XDP_REDIRECT: u32 = 4;
-const BACKEND_HOP_MAC: [u8; 6] = [0x02, 0x99, 0, 0, 0, 0x02];
-const CLIENT_HOP_MAC: [u8; 6] = [0x02, 0x99, 0, 0, 0, 0x03];
-const NODE4: &str = "10.200.9.1";
-const NODE6: &str = "fd00:200:9::1";
+use rivora_lab::fib::{BACKEND_HOP_MAC, CLIENT_HOP_MAC, NODE4, NODE6};
 
-/// A namespace whose FIB routes the backends (10.200.1.0/24,
-/// fd00:200:1::/64) and the clients (10.200.0.0/24, fd00:200::/64) via two
-/// next hops with permanent neighbour entries on `up0`, whose addresses
-/// (NODE4, NODE6) are the node's. Returns it with the ifindex of up1 (the
-/// interface the test frames claim to arrive on).
+/// The FIB namespace (rivora_lab::fib: backends and clients routed via
+/// two next hops, NODE4/NODE6 the node's) and its ingress ifindex.
 fn snat_ns(name: &str) -> (rivora_lab::Netns, u32) {
-    let ns = rivora_lab::Netns::new(name).unwrap();
-    ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
-    ns.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
-    for cmd in [
-        "ip link add up0 type veth peer name up1",
-        "ip link set up0 up",
-        "ip link set up1 up",
-        "ip addr add 10.200.9.1/24 dev up0",
-        "ip addr add fd00:200:9::1/64 dev up0 nodad",
-        "ip route add 10.200.1.0/24 via 10.200.9.2 dev up0",
-        "ip -6 route add fd00:200:1::/64 via fd00:200:9::2 dev up0",
-        "ip route add 10.200.0.0/24 via 10.200.9.3 dev up0",
-        "ip -6 route add fd00:200::/64 via fd00:200:9::3 dev up0",
-        "ip neigh add 10.200.9.2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
-        "ip -6 neigh add fd00:200:9::2 lladdr 02:99:00:00:00:02 dev up0 nud permanent",
-        "ip neigh add 10.200.9.3 lladdr 02:99:00:00:00:03 dev up0 nud permanent",
-        "ip -6 neigh add fd00:200:9::3 lladdr 02:99:00:00:00:03 dev up0 nud permanent",
-    ] {
-        ns.run(&cmd.split(' ').collect::<Vec<_>>()).unwrap();
-    }
-    let out = ns.run(&["ip", "-o", "link", "show", "up1"]).unwrap();
-    let up1 = out.split(':').next().unwrap().trim().parse().unwrap();
-    (ns, up1)
+    let lab = rivora_lab::fib::FibLab::new(name).unwrap();
+    (lab.ns, lab.ingress_ifindex)
 }
 
 fn key(s: &str) -> BackendKey {

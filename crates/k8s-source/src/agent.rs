@@ -374,19 +374,23 @@ impl Agent {
         })
     }
 
-    /// This node: its name, its Node's addresses and the extra ones.
-    fn identity(&self) -> NodeIdentity {
-        let mut addresses: Vec<IpAddr> = self
-            .stores
+    /// This node's Node's addresses of the `types` (InternalIP, ...), in its order.
+    fn node_addresses(&self, types: &[&str]) -> Vec<IpAddr> {
+        self.stores
             .nodes
             .state()
             .iter()
             .filter_map(|n| n.status.as_ref())
             .filter_map(|s| s.addresses.as_ref())
             .flatten()
-            .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+            .filter(|a| types.contains(&a.type_.as_str()))
             .filter_map(|a| a.address.parse().ok())
-            .collect();
+            .collect()
+    }
+
+    /// This node: its name, its Node's addresses and the extra ones.
+    fn identity(&self) -> NodeIdentity {
+        let mut addresses = self.node_addresses(&["InternalIP", "ExternalIP"]);
         addresses.extend(&self.config.extra_node_addresses);
         addresses.sort();
         addresses.dedup();
@@ -400,17 +404,7 @@ impl Agent {
     /// each family (the address other nodes route to), else the first extra (uplink) address
     /// of the family.
     fn snat_addresses(&self) -> SnatAddresses {
-        let internal: Vec<IpAddr> = self
-            .stores
-            .nodes
-            .state()
-            .iter()
-            .filter_map(|n| n.status.as_ref())
-            .filter_map(|s| s.addresses.as_ref())
-            .flatten()
-            .filter(|a| a.type_ == "InternalIP")
-            .filter_map(|a| a.address.parse().ok())
-            .collect();
+        let internal = self.node_addresses(&["InternalIP"]);
         let pick = |v6: bool| {
             internal
                 .iter()

@@ -212,15 +212,5 @@ async fn etp_local_uses_local_pods_only_keeps_the_client_address_and_serves_heal
     }
     drop(agents);
     drop(servers);
-    let names = lab.netns_names();
-    drop(lab);
-    let left = std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().to_string())
-                .filter(|n| names.contains(n))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    assert!(left.is_empty(), "namespaces left: {left:?}");
+    assert_lab_removed(lab);
 }

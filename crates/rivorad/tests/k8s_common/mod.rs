@@ -565,3 +565,18 @@ pub async fn put_lb_service(
     .unwrap();
     created
 }
+
+/// Drops the cluster lab and checks that none of its namespaces is left.
+pub fn assert_lab_removed(lab: rivora_lab::cluster::Cluster) {
+    let names = lab.netns_names();
+    drop(lab);
+    let left = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|n| names.contains(n))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "namespaces left: {left:?}");
+}
