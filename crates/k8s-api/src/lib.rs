@@ -1,12 +1,14 @@
 //! Rivora's Kubernetes custom resources, API group `rivora.dev`, version `v1alpha1`:
 //! [`AddressPool`] (cluster-scoped), [`ServicePolicy`] (namespaced), [`BGPPeer`]
 //! (cluster-scoped) and [`RivoraNode`] (cluster-scoped, each node's report), and the CRD YAML
-//! generated from them.
+//! generated from them; and the Gateway API v1 L4 routes Rivora implements, [`TcpRoute`] and
+//! [`UdpRoute`] ([`route`] says why they are here and not taken from the `gateway-api` crate).
 //!
 //! Why the CRDs are generated from these types (and checked in under `deploy/crds/`): the Rust
 //! types are what rivora-controller and rivorad read and write, so the schema the API server
 //! enforces can never drift from them; a test fails when the committed YAML is stale.
-//! Regenerate with `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/crds`.
+//! Regenerate with `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/crds`. The route
+//! kinds are the exception: their CRDs are Gateway API's own (v1.6), never generated here.
 //!
 //! The rules rivora-controller and rivorad must agree on live here too, so there is one copy of
 //! each: which Services are Rivora's ([`class`]), which ServicePolicy applies to a Service port
@@ -24,8 +26,11 @@ pub mod bgp_peer;
 pub mod class;
 pub mod policy_check;
 pub mod rivora_node;
+pub mod route;
 mod schema;
 pub mod service_policy;
+pub mod tcp_route;
+pub mod udp_route;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -35,17 +40,20 @@ pub use bgp_peer::{BGPPeer, BGPPeerSpec, BGPPeerStatus, SecretKeyRef};
 pub use rivora_node::{
     DatapathSummary, RivoraNode, RivoraNodeSpec, RivoraNodeStatus, ServiceReport,
 };
+pub use route::{BackendRef, L4RouteRule, ParentReference, RouteParentStatus, RouteStatus};
 pub use service_policy::{
     CheckType, HealthCheck, NatForwarding, PolicyTargetRef, ServicePolicy, ServicePolicySpec,
     ServicePolicyStatus, StatusRange, SynRateLimit, TargetStatus,
 };
+pub use tcp_route::{TcpRoute, TcpRouteSpec};
+pub use udp_route::{UdpRoute, UdpRouteSpec};
 
 /// The API group of every Rivora resource.
 pub const GROUP: &str = "rivora.dev";
 /// The version of this crate's types.
 pub const VERSION: &str = "v1alpha1";
 
-/// Every CRD of this crate, in a stable order.
+/// Every CRD of this crate, in a stable order (Rivora's own; not the Gateway API routes).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         AddressPool::crd(),

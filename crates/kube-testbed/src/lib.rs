@@ -355,10 +355,11 @@ impl TestBed {
             .ok_or_else(|| anyhow!("TokenRequest for {namespace}/{name} returned no token"))
     }
 
-    /// Applies `crds` (server-side, as [`FIELD_MANAGER`]) and waits until every version of each
-    /// is served, i.e. listed by discovery, as envtest does.
+    /// Applies `crds` (server-side, as [`FIELD_MANAGER`]) and waits until each is `Established`
+    /// and every served version of it is listed by discovery, as envtest does.
     ///
-    /// Why wait on discovery and not on the `Established` condition alone: a client that
+    /// Why both: `Established=False` (e.g. `NamesAccepted=False`, a name another CRD holds) is
+    /// the reason a CRD never gets served, so a failure quotes its conditions; and a client that
     /// discovers resources (kube's `Discovery`, `kubectl`) only sees a CRD once the aggregated
     /// discovery document lists it, which happens after `Established`.
     pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<()> {
@@ -383,6 +384,40 @@ impl TestBed {
             .with_context(|| format!("applying CRD {name}"))?;
         }
         let deadline = Instant::now() + CRD_TIMEOUT;
+        for crd in crds {
+            let name = crd.metadata.name.as_deref().unwrap_or_default();
+            loop {
+                let last = match api.get(name).await {
+                    Ok(got) => {
+                        let conditions = got.status.and_then(|s| s.conditions).unwrap_or_default();
+                        if conditions
+                            .iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                        {
+                            break;
+                        }
+                        format!(
+                            "conditions: {:?}",
+                            conditions
+                                .iter()
+                                .map(|c| format!(
+                                    "{}={} ({}: {})",
+                                    c.type_,
+                                    c.status,
+                                    c.reason.as_deref().unwrap_or(""),
+                                    c.message.as_deref().unwrap_or("")
+                                ))
+                                .collect::<Vec<_>>()
+                        )
+                    }
+                    Err(e) => e.to_string(),
+                };
+                if Instant::now() > deadline {
+                    bail!("CRD {name} not Established after {CRD_TIMEOUT:?}; last seen {last}");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         for crd in crds {
             let group = &crd.spec.group;
             let plural = &crd.spec.names.plural;
