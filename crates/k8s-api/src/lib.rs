@@ -24,6 +24,7 @@ pub mod address_pool;
 pub mod attachment;
 pub mod bgp_peer;
 pub mod class;
+pub mod gateway_view;
 pub mod policy_check;
 pub mod rivora_node;
 pub mod route;

@@ -574,7 +574,15 @@ async fn an_unreachable_api_server_changes_nothing() {
 /// GET /healthz on `port` of the node's loopback, from inside the node namespace: (status, the
 /// weight header, body).
 fn health_get(node: &NodeAgent, port: u16) -> Result<(u16, String, String), String> {
-    http_get(node, port, "/healthz")
+    // A port nobody serves says nothing of why: the end of rivorad's log does.
+    http_get(node, port, "/healthz").map_err(|e| {
+        let log = node.log();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        format!(
+            "{e}; rivorad's last log lines:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    })
 }
 
 /// GET `path` on `port` of the node's loopback, from inside the node namespace.
