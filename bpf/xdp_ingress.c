@@ -524,17 +524,7 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	/* A backend on another node: its replies come back to the node
 	 * address the SNAT stage gives the flow, not through tc_nat, so there
 	 * is no reverse entry to keep. */
-	if ((svc->flags & RV_SVC_F_SNAT) && rv_backend_snat(be->id)) {
-		if (rv_dnat_l4(p, data_end, be->addr, be_port, v6)) {
-			rv_count_drop(RV_DROP_REWRITE_FAILED, service_id);
-			return XDP_DROP;
-		}
-		rv_count_forward(service_id, be->id, rv_frame_len(ctx), new_flow);
-		be->port = be_port;
-		job->service_id = service_id;
-		job->admit = admit;
-		return RV_ACT_SNAT;
-	}
+	int snat = (svc->flags & RV_SVC_F_SNAT) && rv_backend_snat(be->id);
 	/* The reply's way back (reverse.h): nothing to record when the
 	 * backend endpoint serves this VIP alone. Otherwise a flow without an
 	 * affinity entry records its reverse entry (guarded, like any entry);
@@ -544,10 +534,10 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 	 * evicted while it is idle, and the first packet after an idle tick (at
 	 * most about a second) always rechecks it. */
 	__u32 tick = rv_nat_tick();
-	if (unpinned) {
+	if (!snat && unpinned) {
 		if (!rv_nat_endpoint_exclusive(be->addr, be_port, p->proto, v6))
 			rv_nat_record(p, be->addr, be_port, service_id, &admit, v6);
-	} else if (aff && aff->nat_checked != tick) {
+	} else if (!snat && aff && aff->nat_checked != tick) {
 		if (!rv_nat_endpoint_exclusive(be->addr, be_port, p->proto, v6))
 			rv_nat_record(p, be->addr, be_port, service_id, 0, v6);
 		aff->nat_checked = tick;
@@ -557,6 +547,12 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		return XDP_DROP;
 	}
 	rv_count_forward(service_id, be->id, rv_frame_len(ctx), new_flow);
+	if (snat) {
+		be->port = be_port;
+		job->service_id = service_id;
+		job->admit = admit;
+		return RV_ACT_SNAT;
+	}
 	if (svc->flags & RV_SVC_F_NAT_FIB) {
 		job->tick = tick;
 		return RV_ACT_ROUTE;
