@@ -30,6 +30,17 @@ fn clientip_vip(name: &str, addr: &str, timeout: Option<Duration>, backends: &[&
     v
 }
 
+/// The VIP with the timeout `t` over `sticky` and the one without over
+/// `hashed`, applied together.
+fn apply_pair(r: &mut Rig, t: Option<Duration>, sticky: &[&str], hashed: &[&str]) {
+    r.dataplane
+        .apply(&[
+            clientip_vip("sticky", STICKY, t, sticky),
+            clientip_vip("hashed", HASHED, None, hashed),
+        ])
+        .unwrap();
+}
+
 /// Each of `clients` opens one connection (a SYN from a new port) to `vip`:
 /// the backend it got.
 fn choices(r: &mut Rig, clients: &[IpAddr], vip: &str, sport: u16) -> BTreeMap<IpAddr, BackendKey> {
@@ -60,12 +71,7 @@ fn clients_stay_through_a_backend_addition_and_leave_a_removed_backend() {
     let t = Some(Duration::from_secs(60));
     let ab = ["10.200.1.11", "10.200.1.12"];
     let abc = ["10.200.1.11", "10.200.1.12", "10.200.1.13"];
-    r.dataplane
-        .apply(&[
-            clientip_vip("sticky", STICKY, t, &ab),
-            clientip_vip("hashed", HASHED, None, &ab),
-        ])
-        .unwrap();
+    apply_pair(&mut r, t, &ab, &ab);
     let cs = clients(200);
     let sticky0 = choices(&mut r, &cs, STICKY, 40000);
     let hashed0 = choices(&mut r, &cs, HASHED, 40000);
@@ -79,12 +85,7 @@ fn clients_stay_through_a_backend_addition_and_leave_a_removed_backend() {
         "one entry per client of the VIP with a timeout, none for the other"
     );
 
-    r.dataplane
-        .apply(&[
-            clientip_vip("sticky", STICKY, t, &abc),
-            clientip_vip("hashed", HASHED, None, &abc),
-        ])
-        .unwrap();
+    apply_pair(&mut r, t, &abc, &abc);
     let sticky1 = choices(&mut r, &cs, STICKY, 41000);
     let hashed1 = choices(&mut r, &cs, HASHED, 41000);
     let hash_moved = moved(&hashed0, &hashed1);
@@ -100,12 +101,7 @@ fn clients_stay_through_a_backend_addition_and_leave_a_removed_backend() {
 
     // Backend .11 leaves the sticky VIP: its clients go where the hash
     // sends them now; the others stay.
-    r.dataplane
-        .apply(&[
-            clientip_vip("sticky", STICKY, t, &["10.200.1.12", "10.200.1.13"]),
-            clientip_vip("hashed", HASHED, None, &abc),
-        ])
-        .unwrap();
+    apply_pair(&mut r, t, &["10.200.1.12", "10.200.1.13"], &abc);
     let sticky2 = choices(&mut r, &cs, STICKY, 42000);
     let gone: IpAddr = "10.200.1.11".parse().unwrap();
     for c in &cs {
@@ -123,20 +119,10 @@ fn a_quiet_client_follows_the_hash_after_the_timeout() {
     let t = Some(Duration::from_secs(1));
     let ab = ["10.200.1.11", "10.200.1.12"];
     let abc = ["10.200.1.11", "10.200.1.12", "10.200.1.13"];
-    r.dataplane
-        .apply(&[
-            clientip_vip("sticky", STICKY, t, &ab),
-            clientip_vip("hashed", HASHED, None, &ab),
-        ])
-        .unwrap();
+    apply_pair(&mut r, t, &ab, &ab);
     let cs = clients(60);
     let before = choices(&mut r, &cs, STICKY, 40000);
-    r.dataplane
-        .apply(&[
-            clientip_vip("sticky", STICKY, t, &abc),
-            clientip_vip("hashed", HASHED, None, &abc),
-        ])
-        .unwrap();
+    apply_pair(&mut r, t, &abc, &abc);
     let hashed = choices(&mut r, &cs, HASHED, 41000);
     let movers: Vec<IpAddr> = cs
         .iter()
