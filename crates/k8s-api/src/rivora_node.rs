@@ -21,6 +21,9 @@ pub const MAX_REPORTED_SERVICES: usize = 512;
 pub const MAX_REPORTED_VIPS: usize = 16;
 /// Most blockers of the initial sync listed.
 pub const MAX_REPORTED_BLOCKERS: usize = 16;
+/// Most Gateways listed in [`RivoraNodeStatus::gateways`] (the rest are counted only, in
+/// [`RivoraNodeStatus::gateways_total`]).
+pub const MAX_REPORTED_GATEWAYS: usize = 256;
 
 /// One node's report. The spec is empty: nothing about a node is asked through this object;
 /// the status says what the node does.
@@ -70,6 +73,56 @@ pub struct RivoraNodeStatus {
     /// How many Services of ours there are; more than `services` lists when capped.
     #[serde(default)]
     pub services_total: i64,
+    /// Gateways of Rivora's GatewayClasses this node programs, by namespace and name (the
+    /// first 256): what rivora-controller reads to set their `Programmed` conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<GatewayReport>,
+    /// How many Gateways of ours there are; more than `gateways` lists when capped.
+    #[serde(default)]
+    pub gateways_total: i64,
+}
+
+/// One Gateway as this node programs it.
+///
+/// Why per listener: Gateway API's `Programmed` is a listener condition as well as a Gateway
+/// one, and one listener can fail (a key another Gateway or Service holds) while the others
+/// forward.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayReport {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The `metadata.generation` programmed.
+    #[serde(default)]
+    pub generation: i64,
+    /// Its listeners that carry a route here (listeners without one have nothing to program).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerReport>,
+}
+
+/// One listener of a [`GatewayReport`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerReport {
+    /// The listener's `name`.
+    pub name: String,
+    /// The route it forwards for, `namespace/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// Its VIPs, `ADDRESS:PORT/PROTO` (one per Gateway address).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vips: Vec<String>,
+    /// Backends over its VIPs taking new flows.
+    #[serde(default)]
+    pub ready_backends: i64,
+    /// Whether its VIPs are in the datapath as asked (false: failing, or the last apply
+    /// failed).
+    pub programmed: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The datapath of the node.

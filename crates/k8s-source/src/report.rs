@@ -160,6 +160,8 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
         unclaimed_vips: i.unclaimed as i64,
         services,
         services_total: total as i64,
+        gateways: Vec::new(),
+        gateways_total: 0,
     }
 }
 
