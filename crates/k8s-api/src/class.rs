@@ -10,6 +10,15 @@ use k8s_openapi::api::core::v1::Service;
 /// `spec.loadBalancerClass` that marks a Service as Rivora's.
 pub const LOAD_BALANCER_CLASS: &str = "rivora.dev/lb";
 
+/// The `spec.controllerName` of Rivora's GatewayClasses: rivora-controller writes their status
+/// (and their Gateways' and routes' parent entries), rivorad programs their Gateways. A
+/// domain-prefixed path, as Gateway API requires; immutable once a GatewayClass names it.
+pub const GATEWAY_CONTROLLER_NAME: &str = "rivora.dev/gateway-controller";
+
+/// The name of the GatewayClass the chart installs (any GatewayClass naming
+/// [`GATEWAY_CONTROLLER_NAME`] is served the same way).
+pub const GATEWAY_CLASS_NAME: &str = "rivora";
+
 /// Which Services are Rivora's (the `--load-balancer-class` and `--default-class` flags of
 /// rivora-controller and rivorad).
 #[derive(Debug, Clone, PartialEq, Eq)]
