@@ -29,7 +29,7 @@ use rivora_health::ProbeSpec;
 pub use announce::{AnnouncePolicy, Community};
 pub use backend::BackendMeta;
 pub use node::{L2Settings, NodeSettings, SnatAddresses, TunnelSource};
-pub use origin::{Origin, ServiceRef};
+pub use origin::{GatewayRef, Origin, ServiceRef};
 pub use validate::Inconsistency;
 
 /// What an apply does with VIPs the maps hold that the desired state does

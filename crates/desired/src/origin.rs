@@ -14,6 +14,26 @@ pub enum Origin {
     /// A port of a Kubernetes Service (one VIP per ingress address, port
     /// and protocol).
     Service(ServiceRef),
+    /// A listener of a Gateway API Gateway (one VIP per Gateway address,
+    /// listener port and protocol), forwarding for its active route.
+    Gateway(GatewayRef),
+}
+
+/// The Gateway listener a Kubernetes VIP stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayRef {
+    /// The Gateway's namespace.
+    pub namespace: String,
+    /// The Gateway's name.
+    pub name: String,
+    /// The listener's name.
+    pub listener: String,
+    /// The route whose backends it forwards to, `namespace/name`.
+    pub route: String,
+    /// The Gateway's `metadata.uid`.
+    pub uid: String,
+    /// The Gateway's `metadata.generation` the VIP was made from.
+    pub generation: i64,
 }
 
 /// The Service port a Kubernetes VIP stands for.
@@ -47,6 +67,11 @@ impl fmt::Display for Origin {
                 }
                 Ok(())
             }
+            Origin::Gateway(g) => write!(
+                f,
+                "gateway {}/{} listener {} route {}",
+                g.namespace, g.name, g.listener, g.route
+            ),
         }
     }
 }

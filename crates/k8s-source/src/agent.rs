@@ -31,13 +31,15 @@ use tokio::sync::{Notify, mpsc, watch};
 use tracing::{info, warn};
 
 use crate::convert::{LastGood, desired_state};
+use crate::gateway::{GatewayObjects, GatewayOutcome};
 use crate::healthz_server::{Answer, HealthzServer, PortState};
 use crate::initsync::{InitialSync, Kind};
 use crate::report;
 use crate::stores::{Stores, WatchState};
 use crate::translate::{
-    NodeIdentity, Outcome, ServiceKey, ServiceState, TranslateError, translate,
+    NodeIdentity, Outcome, ServiceKey, ServiceState, TranslateError, translate_all,
 };
+use rivora_gateway::ObjKey;
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -190,6 +192,8 @@ pub fn start(client: Client, config: Config) -> Handles {
         gate: InitialSync::new(Kind::ALL),
         last_good: LastGood::default(),
         results: BTreeMap::new(),
+        gateways: BTreeMap::new(),
+        logged_gateway_failing: BTreeMap::new(),
         offered: None,
         generation: 0,
         applied: None,
@@ -219,6 +223,10 @@ struct Agent {
     last_good: LastGood,
     /// The results of the last pass.
     results: BTreeMap<ServiceKey, Outcome>,
+    /// The Gateways' results of the last pass.
+    gateways: BTreeMap<ObjKey, GatewayOutcome>,
+    /// Failing Gateway listeners as last logged.
+    logged_gateway_failing: BTreeMap<(ObjKey, String), String>,
     /// The last offer's state and mode.
     offered: Option<(DesiredState, ApplyMode)>,
     generation: u64,
@@ -334,6 +342,10 @@ impl Agent {
             if let Some(keys) = &state.first_list {
                 match kind {
                     Kind::Service => self.gate.services_listed(keys.iter().cloned()),
+                    Kind::Gateway => self.gate.gateways_listed(
+                        keys.iter()
+                            .map(|k| ObjKey::new(k.namespace.clone(), k.name.clone())),
+                    ),
                     k => self.gate.listed(*k),
                 }
             }
@@ -345,16 +357,27 @@ impl Agent {
             services: self.stores.services.state(),
             slices: self.stores.slices.state(),
             policies: self.stores.policies.state(),
+            gateway_objects: GatewayObjects {
+                classes: self.stores.gateway_classes.state(),
+                gateways: self.stores.gateways.state(),
+                tcp_routes: self.stores.tcp_routes.state(),
+                udp_routes: self.stores.udp_routes.state(),
+                grants: self.stores.grants.state(),
+                namespaces: self.stores.namespaces.state(),
+            },
         };
         let node = self.identity();
-        let results = translate(&snapshot, &node, &self.config.class);
-        if self.gate.observe(&results) {
+        let t = translate_all(&snapshot, &node, &self.config.class);
+        if self.gate.observe(&t.services, &t.gateways) {
             info!("initial sync complete: adopted VIPs nothing claimed are removed now");
         }
-        self.last_good.record(&results);
-        self.log_failures(&results);
-        let desired = desired_state(&results, &self.last_good, self.snat_addresses());
-        self.results = results;
+        self.last_good.record(&t.services);
+        self.last_good.record_gateways(&t.gateways);
+        self.log_failures(&t.services);
+        self.log_gateway_failures(&t.gateways);
+        let desired = desired_state(&t, &self.last_good, self.snat_addresses());
+        self.results = t.services;
+        self.gateways = t.gateways;
         let mode = if self.gate.is_open() {
             ApplyMode::Prune
         } else {
@@ -454,6 +477,32 @@ impl Agent {
             );
         }
         self.logged_blockers = blockers;
+    }
+
+    /// Logs each failing Gateway listener once per error, and each recovery once.
+    fn log_gateway_failures(&mut self, gateways: &BTreeMap<ObjKey, GatewayOutcome>) {
+        let failing: BTreeMap<(ObjKey, String), String> = gateways
+            .iter()
+            .flat_map(|(g, o)| {
+                o.listeners.iter().filter_map(move |l| {
+                    l.result
+                        .as_ref()
+                        .err()
+                        .map(|e| ((g.clone(), l.name.clone()), e.to_string()))
+                })
+            })
+            .collect();
+        for ((g, l), e) in &failing {
+            if self.logged_gateway_failing.get(&(g.clone(), l.clone())) != Some(e) {
+                warn!(gateway = %g, listener = %l, "cannot program the listener (its previous VIPs stay): {e}");
+            }
+        }
+        for (g, l) in self.logged_gateway_failing.keys() {
+            if !failing.contains_key(&(g.clone(), l.clone())) && gateways.contains_key(g) {
+                info!(gateway = %g, listener = %l, "the listener translates again");
+            }
+        }
+        self.logged_gateway_failing = failing;
     }
 
     fn heard(&mut self, f: Feedback) {
@@ -565,6 +614,7 @@ impl Agent {
         let blockers: Vec<String> = self.gate.blockers().iter().map(|b| b.to_string()).collect();
         report::status(&report::Inputs {
             results: &self.results,
+            gateways: &self.gateways,
             gate_open: self.gate.is_open(),
             blockers: &blockers,
             applied: self.applied.clone(),
@@ -586,7 +636,7 @@ pub fn reason(e: &TranslateError) -> &'static str {
         TranslateError::ServicePort(_) => "service_port",
         TranslateError::EndpointIsVip { .. } => "endpoint_is_vip",
         TranslateError::EndpointIsNode { .. } => "endpoint_is_node",
-        TranslateError::KeyConflict { .. } => "key_conflict",
+        TranslateError::KeyConflict { .. } | TranslateError::KeyHeld { .. } => "key_conflict",
         TranslateError::Policy { .. } => "policy",
         TranslateError::InvalidVip { .. } => "invalid_vip",
     }

@@ -10,11 +10,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rivora_dataplane::{SourceRange, VipKey, VipSpec};
 use rivora_desired::{
-    AnnouncePolicy, BackendMeta, Community, DesiredState, DesiredVip, NodeSettings, Origin,
-    ServiceRef, SnatAddresses,
+    AnnouncePolicy, BackendMeta, Community, DesiredState, DesiredVip, GatewayRef, NodeSettings,
+    Origin, ServiceRef, SnatAddresses,
 };
 
-use crate::translate::{K8sVip, Outcome, ServiceKey, ServiceVips};
+use rivora_gateway::ObjKey;
+
+use crate::gateway::GatewayOutcome;
+use crate::translate::{K8sVip, Outcome, ServiceKey, ServiceVips, Translation, VipOrigin};
 
 /// The desired VIP of one translated VIP. Draining endpoints (serving and terminating while
 /// ready ones exist) are marked `terminating`; fallback endpoints (terminating, used because no
@@ -22,13 +25,23 @@ use crate::translate::{K8sVip, Outcome, ServiceKey, ServiceVips};
 pub fn desired_vip(v: &K8sVip) -> DesiredVip {
     DesiredVip {
         spec: dataplane_spec(v),
-        origin: Origin::Service(ServiceRef {
-            namespace: v.origin.service.namespace.clone(),
-            name: v.origin.service.name.clone(),
-            port_name: v.origin.port_name.clone(),
-            uid: v.origin.uid.clone().unwrap_or_default(),
-            resource_version: v.origin.resource_version.clone().unwrap_or_default(),
-        }),
+        origin: match &v.origin {
+            VipOrigin::Service(o) => Origin::Service(ServiceRef {
+                namespace: o.service.namespace.clone(),
+                name: o.service.name.clone(),
+                port_name: o.port_name.clone(),
+                uid: o.uid.clone().unwrap_or_default(),
+                resource_version: o.resource_version.clone().unwrap_or_default(),
+            }),
+            VipOrigin::Gateway(o) => Origin::Gateway(GatewayRef {
+                namespace: o.gateway.namespace.clone(),
+                name: o.gateway.name.clone(),
+                listener: o.listener.clone(),
+                route: o.route.to_string(),
+                uid: o.uid.clone().unwrap_or_default(),
+                generation: o.generation,
+            }),
+        },
         backends: v
             .backends
             .iter()
@@ -102,11 +115,12 @@ fn communities(list: &[String]) -> Vec<Community> {
     set.into_iter().collect()
 }
 
-/// Keeps, per Service, the last translation that succeeded: what a Service contributes while
-/// it fails.
+/// Keeps, per Service and per Gateway listener, the last translation that succeeded: what it
+/// contributes while it fails.
 #[derive(Debug, Default, Clone)]
 pub struct LastGood {
     by_service: BTreeMap<ServiceKey, ServiceVips>,
+    by_listener: BTreeMap<(ObjKey, String), Vec<K8sVip>>,
 }
 
 impl LastGood {
@@ -126,25 +140,72 @@ impl LastGood {
     pub fn get(&self, key: &ServiceKey) -> Option<&ServiceVips> {
         self.by_service.get(key)
     }
+
+    /// Records the Gateways' results as [`LastGood::record`] does the Services': a listener
+    /// that translated replaces its entry, a failing one keeps it, one that is gone (or whose
+    /// Gateway is) loses it.
+    pub fn record_gateways(&mut self, gateways: &BTreeMap<ObjKey, GatewayOutcome>) {
+        let result = |(g, l): &(ObjKey, String)| {
+            gateways
+                .get(g)
+                .and_then(|o| o.listeners.iter().find(|x| x.name == *l))
+                .map(|x| &x.result)
+        };
+        self.by_listener
+            .retain(|k, _| matches!(result(k), Some(Err(_))));
+        for (g, o) in gateways {
+            for l in &o.listeners {
+                if let Ok(v) = &l.result {
+                    self.by_listener
+                        .insert((g.clone(), l.name.clone()), v.clone());
+                }
+            }
+        }
+    }
+
+    /// The last good VIPs of a Gateway listener, if any.
+    pub fn listener(&self, gateway: &ObjKey, listener: &str) -> Option<&[K8sVip]> {
+        self.by_listener
+            .get(&(gateway.clone(), listener.to_string()))
+            .map(Vec::as_slice)
+    }
 }
 
-/// The desired state of `results` (after [`LastGood::record`]): every VIP of every translated
-/// Service, plus the last good VIPs of failing Services whose keys no translated Service holds.
+/// The desired state of a translation (after [`LastGood::record`] and
+/// [`LastGood::record_gateways`]): every VIP of every translated Service and Gateway listener,
+/// plus the last good VIPs of failing ones whose keys nothing translated holds.
 /// Sorted by name, so equal inputs give equal states (the agent offers a state only when it
 /// differs from the last one). The one node-wide setting so far is `snat`, this node's
 /// addresses as the source of flows to other nodes' endpoints (part 4 brings the announcers'
 /// settings from the cluster).
-pub fn desired_state(
-    results: &BTreeMap<ServiceKey, Outcome>,
-    last_good: &LastGood,
-    snat: SnatAddresses,
-) -> DesiredState {
+pub fn desired_state(t: &Translation, last_good: &LastGood, snat: SnatAddresses) -> DesiredState {
+    let results = &t.services;
     let mut vips: Vec<DesiredVip> = Vec::new();
     let mut taken: BTreeSet<VipKey> = BTreeSet::new();
     for o in results.values() {
         if let Outcome::Translated(v) = o {
             for k in &v.vips {
                 taken.insert(k.spec.key);
+                vips.push(desired_vip(k));
+            }
+        }
+    }
+    for l in t.gateways.values().flat_map(|g| &g.listeners) {
+        if let Ok(v) = &l.result {
+            for k in v {
+                taken.insert(k.spec.key);
+                vips.push(desired_vip(k));
+            }
+        }
+    }
+    for (g, o) in &t.gateways {
+        for l in o.listeners.iter().filter(|l| l.result.is_err()) {
+            for k in last_good
+                .listener(g, &l.name)
+                .unwrap_or_default()
+                .iter()
+                .filter(|k| taken.insert(k.spec.key))
+            {
                 vips.push(desired_vip(k));
             }
         }
@@ -176,6 +237,13 @@ mod tests {
     use crate::translate::{Announce, BackendMeta as K8sBackend, ServiceOrigin, TranslateError};
     use rivora_dataplane::{BackendKey, BackendSpec, VipSpec, proto};
 
+    fn services_only(results: &BTreeMap<ServiceKey, Outcome>) -> Translation {
+        Translation {
+            services: results.clone(),
+            gateways: BTreeMap::new(),
+        }
+    }
+
     fn key(name: &str) -> ServiceKey {
         ServiceKey {
             namespace: "ns".into(),
@@ -194,12 +262,12 @@ mod tests {
                 VipKey::exact(addr.parse().unwrap(), port, proto::TCP),
                 vec![BackendSpec::new(b.addr, b.port)],
             ),
-            origin: ServiceOrigin {
+            origin: VipOrigin::Service(ServiceOrigin {
                 service: key(svc),
                 uid: Some("u1".into()),
                 resource_version: Some("7".into()),
                 port_name: Some("http".into()),
-            },
+            }),
             traffic_policy: TrafficPolicy::Cluster,
             backends: vec![K8sBackend {
                 key: b,
@@ -222,6 +290,7 @@ mod tests {
                 advertise: false,
                 communities: vec!["65000:2".into(), "65000:1".into(), "65000:1".into()],
             },
+            reject_weight: 0,
         }
     }
 
@@ -334,7 +403,7 @@ mod tests {
             v6: None,
         };
         let results = BTreeMap::from([(key("web"), translated(vec![v]))]);
-        let state = desired_state(&results, &LastGood::default(), node);
+        let state = desired_state(&services_only(&results), &LastGood::default(), node);
         assert_eq!(
             state.node.snat, node,
             "the node's source goes with the VIPs"
@@ -361,7 +430,11 @@ mod tests {
             s.vips.iter().map(|v| v.spec.name.clone()).collect()
         };
         assert_eq!(
-            names(&desired_state(&first, &last, SnatAddresses::default())),
+            names(&desired_state(
+                &services_only(&first),
+                &last,
+                SnatAddresses::default()
+            )),
             ["k8s/ns/a/80/tcp/192.0.2.1", "k8s/ns/b/80/tcp/192.0.2.2"]
         );
         // b fails: its VIP stays. c now translates to a's old key while a fails: c gets it.
@@ -373,7 +446,11 @@ mod tests {
         ]);
         last.record(&second);
         assert_eq!(
-            names(&desired_state(&second, &last, SnatAddresses::default())),
+            names(&desired_state(
+                &services_only(&second),
+                &last,
+                SnatAddresses::default()
+            )),
             ["k8s/ns/b/80/tcp/192.0.2.2", "k8s/ns/c/80/tcp/192.0.2.1"]
         );
         // b is deleted: its last good VIPs are forgotten.
@@ -381,7 +458,11 @@ mod tests {
         last.record(&third);
         assert!(last.get(&key("b")).is_none());
         assert_eq!(
-            names(&desired_state(&third, &last, SnatAddresses::default())),
+            names(&desired_state(
+                &services_only(&third),
+                &last,
+                SnatAddresses::default()
+            )),
             ["k8s/ns/a/80/tcp/192.0.2.1"]
         );
         // A Service that never translated contributes nothing.
@@ -389,9 +470,13 @@ mod tests {
         let only_failed = BTreeMap::from([(key("z"), failed())]);
         fresh.record(&only_failed);
         assert!(
-            desired_state(&only_failed, &fresh, SnatAddresses::default())
-                .vips
-                .is_empty()
+            desired_state(
+                &services_only(&only_failed),
+                &fresh,
+                SnatAddresses::default()
+            )
+            .vips
+            .is_empty()
         );
     }
 }

@@ -22,6 +22,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use rivora_gateway::ObjKey;
+
+use crate::gateway::GatewayOutcome;
 use crate::translate::{Outcome, ServiceKey};
 
 /// A watched kind whose first full list the gate waits for.
@@ -35,15 +38,43 @@ pub enum Kind {
     ServicePolicy,
     /// core/v1 Node (this node's).
     Node,
+    /// gateway.networking.k8s.io GatewayClass.
+    GatewayClass,
+    /// gateway.networking.k8s.io Gateway.
+    Gateway,
+    /// gateway.networking.k8s.io TCPRoute (v1).
+    TcpRoute,
+    /// gateway.networking.k8s.io UDPRoute (v1).
+    UdpRoute,
+    /// gateway.networking.k8s.io ReferenceGrant.
+    ReferenceGrant,
+    /// core/v1 Namespace (labels, for `allowedRoutes` selectors).
+    Namespace,
 }
 
 impl Kind {
-    /// The four kinds the node agent watches.
-    pub const ALL: [Kind; 4] = [
+    /// The kinds the node agent watches.
+    pub const ALL: [Kind; 10] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::ServicePolicy,
         Kind::Node,
+        Kind::GatewayClass,
+        Kind::Gateway,
+        Kind::TcpRoute,
+        Kind::UdpRoute,
+        Kind::ReferenceGrant,
+        Kind::Namespace,
+    ];
+
+    /// Kinds a cluster may not serve (Gateway API's CRDs are optional): a 404 on their list
+    /// counts as an empty list.
+    pub const OPTIONAL: [Kind; 5] = [
+        Kind::GatewayClass,
+        Kind::Gateway,
+        Kind::TcpRoute,
+        Kind::UdpRoute,
+        Kind::ReferenceGrant,
     ];
 }
 
@@ -54,6 +85,12 @@ impl fmt::Display for Kind {
             Kind::EndpointSlice => "EndpointSlice",
             Kind::ServicePolicy => "ServicePolicy",
             Kind::Node => "Node",
+            Kind::GatewayClass => "GatewayClass",
+            Kind::Gateway => "Gateway",
+            Kind::TcpRoute => "TCPRoute",
+            Kind::UdpRoute => "UDPRoute",
+            Kind::ReferenceGrant => "ReferenceGrant",
+            Kind::Namespace => "Namespace",
         })
     }
 }
@@ -72,6 +109,15 @@ pub enum Blocker {
         /// The error, as reported.
         error: String,
     },
+    /// The Gateway was in the first list and has not translated yet.
+    GatewayPending(ObjKey),
+    /// The Gateway was in the first list and a listener of it failed to translate.
+    GatewayFailing {
+        /// The Gateway.
+        gateway: ObjKey,
+        /// The first failing listener's error.
+        error: String,
+    },
 }
 
 impl fmt::Display for Blocker {
@@ -80,6 +126,10 @@ impl fmt::Display for Blocker {
             Blocker::NotListed(kind) => write!(f, "waiting for the first list of {kind}s"),
             Blocker::Pending(s) => write!(f, "Service {s} not translated yet"),
             Blocker::Failing { service, error } => write!(f, "Service {service} fails: {error}"),
+            Blocker::GatewayPending(g) => write!(f, "Gateway {g} not translated yet"),
+            Blocker::GatewayFailing { gateway, error } => {
+                write!(f, "Gateway {gateway} fails: {error}")
+            }
         }
     }
 }
@@ -93,6 +143,8 @@ pub struct InitialSync {
     /// Services of the first full list not reconciled yet (None before that list), with the
     /// last error of those that failed.
     pending: Option<BTreeMap<ServiceKey, Option<String>>>,
+    /// The same for the Gateways of the first full list of Gateways.
+    pending_gateways: Option<BTreeMap<ObjKey, Option<String>>>,
     open: bool,
 }
 
@@ -102,17 +154,31 @@ impl InitialSync {
     pub fn new(kinds: impl IntoIterator<Item = Kind>) -> Self {
         let mut unlisted: BTreeSet<Kind> = kinds.into_iter().collect();
         unlisted.insert(Kind::Service);
+        // Without a Gateway watch there are no Gateways to wait for.
+        let pending_gateways = (!unlisted.contains(&Kind::Gateway)).then(BTreeMap::new);
         InitialSync {
             unlisted,
             pending: None,
+            pending_gateways,
             open: false,
         }
     }
 
-    /// The first full list of a kind other than Services has arrived (later lists: no effect).
+    /// The first full list of a kind other than Services and Gateways has arrived (later
+    /// lists: no effect).
     pub fn listed(&mut self, kind: Kind) {
-        if kind != Kind::Service {
+        if kind != Kind::Service && kind != Kind::Gateway {
             self.unlisted.remove(&kind);
+        }
+    }
+
+    /// The first full list of Gateways has arrived (empty when the kind is not served). Only
+    /// the first call counts. Gateways not of Rivora's classes never block: they get no result
+    /// and count as reconciled.
+    pub fn gateways_listed(&mut self, keys: impl IntoIterator<Item = ObjKey>) {
+        if self.pending_gateways.is_none() && !self.open {
+            self.pending_gateways = Some(keys.into_iter().map(|k| (k, None)).collect());
+            self.unlisted.remove(&Kind::Gateway);
         }
     }
 
@@ -125,16 +191,32 @@ impl InitialSync {
         }
     }
 
-    /// Records a translation of a whole snapshot (an entry per Service present). Returns true
-    /// exactly once: when this result opens the gate (the caller then prunes what nothing
-    /// claimed).
-    pub fn observe(&mut self, results: &BTreeMap<ServiceKey, Outcome>) -> bool {
+    /// Records a translation of a whole snapshot (an entry per Service present, one per
+    /// Gateway of ours). Returns true exactly once: when this result opens the gate (the caller
+    /// then prunes what nothing claimed).
+    pub fn observe(
+        &mut self,
+        results: &BTreeMap<ServiceKey, Outcome>,
+        gateways: &BTreeMap<ObjKey, GatewayOutcome>,
+    ) -> bool {
         if self.open || !self.unlisted.is_empty() {
             return false;
         }
-        let Some(pending) = self.pending.as_mut() else {
+        let (Some(pending), Some(pending_gw)) =
+            (self.pending.as_mut(), self.pending_gateways.as_mut())
+        else {
             return false;
         };
+        pending_gw.retain(|key, last_error| match gateways.get(key) {
+            None => false,
+            Some(g) => match g.listeners.iter().find_map(|l| l.result.as_ref().err()) {
+                Some(e) => {
+                    *last_error = Some(e.to_string());
+                    true
+                }
+                None => false,
+            },
+        });
         pending.retain(|key, last_error| match results.get(key) {
             // Deleted since the first list: done.
             None => false,
@@ -144,9 +226,10 @@ impl InitialSync {
             }
             Some(_) => false,
         });
-        if pending.is_empty() {
+        if pending.is_empty() && pending_gw.is_empty() {
             self.open = true;
             self.pending = Some(BTreeMap::new());
+            self.pending_gateways = Some(BTreeMap::new());
             return true;
         }
         false
@@ -177,6 +260,15 @@ impl InitialSync {
                 },
             });
         }
+        for (key, error) in self.pending_gateways.iter().flatten() {
+            out.push(match error {
+                None => Blocker::GatewayPending(key.clone()),
+                Some(e) => Blocker::GatewayFailing {
+                    gateway: key.clone(),
+                    error: e.clone(),
+                },
+            });
+        }
         out
     }
 }
@@ -191,6 +283,11 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
         }
+    }
+
+    /// A pass with Services only (no Gateway of ours).
+    fn svc_only(g: &mut InitialSync, results: &BTreeMap<ServiceKey, Outcome>) -> bool {
+        g.observe(results, &BTreeMap::new())
     }
 
     fn ok() -> Outcome {
@@ -209,7 +306,8 @@ mod tests {
     fn listed_gate() -> InitialSync {
         let mut g = InitialSync::new(Kind::ALL);
         g.services_listed([key("a"), key("b")]);
-        for k in [Kind::EndpointSlice, Kind::ServicePolicy, Kind::Node] {
+        g.gateways_listed([]);
+        for k in Kind::ALL {
             g.listed(k);
         }
         g
@@ -224,13 +322,15 @@ mod tests {
             "sorted as the enum"
         );
         g.services_listed([]);
-        g.listed(Kind::EndpointSlice);
-        g.listed(Kind::Node);
+        g.gateways_listed([]);
+        for k in Kind::ALL.into_iter().filter(|k| *k != Kind::ServicePolicy) {
+            g.listed(k);
+        }
         // Everything translates, but ServicePolicies are not listed: results do not count.
-        assert!(!g.observe(&results(&[])));
+        assert!(!svc_only(&mut g, &results(&[])));
         assert_eq!(g.blockers(), [Blocker::NotListed(Kind::ServicePolicy)]);
         g.listed(Kind::ServicePolicy);
-        assert!(g.observe(&results(&[])));
+        assert!(svc_only(&mut g, &results(&[])));
         assert!(g.is_open() && g.blockers().is_empty());
     }
 
@@ -241,7 +341,7 @@ mod tests {
             g.blockers(),
             [Blocker::Pending(key("a")), Blocker::Pending(key("b"))]
         );
-        assert!(!g.observe(&results(&[("a", ok()), ("b", failed())])));
+        assert!(!svc_only(&mut g, &results(&[("a", ok()), ("b", failed())])));
         assert!(!g.is_open());
         assert_eq!(
             g.blockers(),
@@ -256,30 +356,36 @@ mod tests {
                 .starts_with("Service ns/b fails: ")
         );
         // a failing later does not matter: it translated once.
-        assert!(!g.observe(&results(&[("a", failed()), ("b", failed())])));
+        assert!(!svc_only(
+            &mut g,
+            &results(&[("a", failed()), ("b", failed())])
+        ));
         assert_eq!(g.blockers().len(), 1);
-        assert!(g.observe(&results(&[("a", failed()), ("b", Outcome::NotOurs)])));
+        assert!(svc_only(
+            &mut g,
+            &results(&[("a", failed()), ("b", Outcome::NotOurs)])
+        ));
         assert!(g.is_open());
         // Opens once.
-        assert!(!g.observe(&results(&[("a", ok()), ("b", ok())])));
+        assert!(!svc_only(&mut g, &results(&[("a", ok()), ("b", ok())])));
     }
 
     #[test]
     fn services_created_later_never_block_and_deleted_ones_count_as_done() {
         let mut g = listed_gate();
         // b was deleted after the list; c is new and failing.
-        assert!(g.observe(&results(&[("a", ok()), ("c", failed())])));
+        assert!(svc_only(&mut g, &results(&[("a", ok()), ("c", failed())])));
         assert!(g.is_open());
     }
 
     #[test]
     fn a_relist_never_closes_it_again() {
         let mut g = listed_gate();
-        assert!(g.observe(&results(&[("a", ok()), ("b", ok())])));
+        assert!(svc_only(&mut g, &results(&[("a", ok()), ("b", ok())])));
         // A relist of Services with a failing key, and a relist of another kind.
         g.services_listed([key("a"), key("z")]);
         g.listed(Kind::EndpointSlice);
-        assert!(!g.observe(&results(&[("z", failed())])));
+        assert!(!svc_only(&mut g, &results(&[("z", failed())])));
         assert!(g.is_open() && g.blockers().is_empty());
     }
 
@@ -289,20 +395,24 @@ mod tests {
         g.services_listed([key("a")]);
         // A relist before the gate opened (watch expired): its new keys do not block.
         g.services_listed([key("a"), key("late")]);
-        for k in [Kind::EndpointSlice, Kind::ServicePolicy, Kind::Node] {
+        g.gateways_listed([]);
+        for k in Kind::ALL {
             g.listed(k);
         }
-        assert!(g.observe(&results(&[("a", ok()), ("late", failed())])));
+        assert!(svc_only(
+            &mut g,
+            &results(&[("a", ok()), ("late", failed())])
+        ));
     }
 
     #[test]
     fn results_before_the_service_list_do_not_count() {
         let mut g = InitialSync::new([Kind::Service]);
-        assert!(!g.observe(&results(&[])));
+        assert!(!svc_only(&mut g, &results(&[])));
         assert_eq!(g.blockers(), [Blocker::NotListed(Kind::Service)]);
         g.services_listed([key("a")]);
-        assert!(!g.observe(&results(&[("a", failed())])));
-        assert!(g.observe(&results(&[("a", ok())])));
+        assert!(!svc_only(&mut g, &results(&[("a", failed())])));
+        assert!(svc_only(&mut g, &results(&[("a", ok())])));
     }
 
     #[test]
@@ -344,13 +454,18 @@ mod tests {
             // f's endpoint is a's VIP.
             slices: vec![slice_to("203.0.113.1")],
             policies: vec![],
+            ..Snapshot::default()
         };
         let mut g = InitialSync::new(Kind::ALL);
         g.services_listed(snap.services.iter().map(|s| ServiceKey::of(s)));
-        for k in [Kind::EndpointSlice, Kind::ServicePolicy, Kind::Node] {
+        g.gateways_listed([]);
+        for k in Kind::ALL {
             g.listed(k);
         }
-        assert!(!g.observe(&translate(&snap, &node, &ClassConfig::default())));
+        assert!(!svc_only(
+            &mut g,
+            &translate(&snap, &node, &ClassConfig::default())
+        ));
         let blockers = g.blockers();
         assert_eq!(blockers.len(), 1, "{blockers:?}");
         assert!(
@@ -361,6 +476,9 @@ mod tests {
             blockers[0]
         );
         snap.slices = vec![slice_to("10.1.0.1")];
-        assert!(g.observe(&translate(&snap, &node, &ClassConfig::default())));
+        assert!(svc_only(
+            &mut g,
+            &translate(&snap, &node, &ClassConfig::default())
+        ));
     }
 }

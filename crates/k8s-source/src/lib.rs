@@ -12,6 +12,7 @@
 //! - [`endpoints`]: the EndpointSlice join (kube-proxy's EndpointSliceCache).
 //! - [`select`]: which endpoints take traffic (kube-proxy's CategorizeEndpoints).
 //! - [`translate`]: a snapshot to VIPs per Service, with policies, conflicts and failures.
+//! - [`gateway`]: Gateways of Rivora's GatewayClasses and their routes to VIPs.
 //! - [`initsync`]: the gate before adopted VIPs nothing claimed are removed.
 //! - [`healthz`]: the healthCheckNodePort answer (kube-proxy's status, headers and body).
 //! - [`convert`]: translation results to the source-neutral [`rivora_desired::DesiredState`].
@@ -25,6 +26,7 @@
 pub mod agent;
 pub mod convert;
 pub mod endpoints;
+pub mod gateway;
 pub mod healthz;
 pub mod healthz_server;
 pub mod initsync;

@@ -7,17 +7,24 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use rivora_gateway::ObjKey;
 use rivora_k8s_api::rivora_node::{
-    MAX_REPORTED_BLOCKERS, MAX_REPORTED_SERVICES, MAX_REPORTED_VIPS, condition,
+    MAX_REPORTED_BLOCKERS, MAX_REPORTED_GATEWAYS, MAX_REPORTED_SERVICES, MAX_REPORTED_VIPS,
+    condition,
 };
-use rivora_k8s_api::{DatapathSummary, RivoraNodeStatus, ServiceReport};
+use rivora_k8s_api::{
+    DatapathSummary, GatewayReport, ListenerReport, RivoraNodeStatus, ServiceReport,
+};
 
+use crate::gateway::GatewayOutcome;
 use crate::translate::{Outcome, ServiceKey};
 
 /// Everything the report is made of.
 pub struct Inputs<'a> {
     /// The translation results of the snapshot last offered.
     pub results: &'a BTreeMap<ServiceKey, Outcome>,
+    /// The Gateways' results of the same snapshot.
+    pub gateways: &'a BTreeMap<ObjKey, GatewayOutcome>,
     /// Whether the gate is open, and what holds it when not.
     pub gate_open: bool,
     /// The gate's blockers, as shown.
@@ -110,17 +117,7 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
                     v.vips
                         .iter()
                         .take(MAX_REPORTED_VIPS)
-                        .map(|x| {
-                            format!(
-                                "{}/{}",
-                                std::net::SocketAddr::new(x.spec.key.addr, x.spec.key.port),
-                                if x.spec.key.proto == rivora_dataplane::proto::UDP {
-                                    "UDP"
-                                } else {
-                                    "TCP"
-                                }
-                            )
-                        })
+                        .map(|x| vip_label(&x.spec))
                         .collect(),
                     ready,
                     draining,
@@ -128,7 +125,8 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
                     message,
                     v.vips
                         .first()
-                        .and_then(|x| x.origin.resource_version.clone()),
+                        .and_then(|x| x.origin.service())
+                        .and_then(|o| o.resource_version.clone()),
                 )
             }
             Outcome::Failed(e) => (Vec::new(), 0, 0, false, Some(e.to_string()), None),
@@ -160,9 +158,70 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
         unclaimed_vips: i.unclaimed as i64,
         services,
         services_total: total as i64,
-        gateways: Vec::new(),
-        gateways_total: 0,
+        gateways: gateway_reports(i, apply_ok),
+        gateways_total: i.gateways.len() as i64,
     }
+}
+
+/// `ADDRESS:PORT/PROTO`, as reports list VIPs.
+fn vip_label(spec: &rivora_dataplane::VipSpec) -> String {
+    format!(
+        "{}/{}",
+        std::net::SocketAddr::new(spec.key.addr, spec.key.port),
+        if spec.key.proto == rivora_dataplane::proto::UDP {
+            "UDP"
+        } else {
+            "TCP"
+        }
+    )
+}
+
+/// The first [`MAX_REPORTED_GATEWAYS`] Gateways: per listener with an active route, its VIPs
+/// and whether they are programmed (translated, and the last apply succeeded).
+fn gateway_reports(i: &Inputs<'_>, apply_ok: bool) -> Vec<GatewayReport> {
+    i.gateways
+        .iter()
+        .take(MAX_REPORTED_GATEWAYS)
+        .map(|(key, o)| GatewayReport {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            generation: o.generation,
+            listeners: o
+                .listeners
+                .iter()
+                .map(|l| {
+                    let (vips, ready, programmed, message) = match &l.result {
+                        Ok(v) => (
+                            v.iter()
+                                .take(MAX_REPORTED_VIPS)
+                                .map(|x| vip_label(&x.spec))
+                                .collect(),
+                            v.iter()
+                                .flat_map(|x| &x.backends)
+                                .filter(|b| b.role.takes_new_flows())
+                                .count() as i64,
+                            apply_ok,
+                            match &i.applied {
+                                Some(Err(e)) => {
+                                    Some(format!("not programmed: the last apply failed: {e}"))
+                                }
+                                _ => None,
+                            },
+                        ),
+                        Err(e) => (Vec::new(), 0, false, Some(e.to_string())),
+                    };
+                    ListenerReport {
+                        name: l.name.clone(),
+                        route: Some(l.route.to_string()),
+                        vips,
+                        ready_backends: ready,
+                        programmed,
+                        message,
+                    }
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 fn summary(blockers: &[String]) -> String {
@@ -212,8 +271,10 @@ mod tests {
         let blockers =
             vec!["Service ns/s0001 fails: spec.ports: port 0 is not a port number".to_string()];
         let t0 = Timestamp::from_second(1_000).unwrap();
+        let no_gateways = BTreeMap::new();
         let inputs = || Inputs {
             results: &results,
+            gateways: &no_gateways,
             gate_open: false,
             blockers: &blockers,
             applied: Some(Ok(())),
@@ -265,8 +326,10 @@ mod tests {
         let results: BTreeMap<ServiceKey, Outcome> = (0..n)
             .map(|i| (key(i), Outcome::Translated(ServiceVips::default())))
             .collect();
+        let no_gateways = BTreeMap::new();
         let s = status(&Inputs {
             results: &results,
+            gateways: &no_gateways,
             gate_open: true,
             blockers: &[],
             applied: None,

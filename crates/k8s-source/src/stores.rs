@@ -1,5 +1,12 @@
-//! The four watches of the node agent (Services, EndpointSlices, ServicePolicies, this node's
-//! Node), each a reflector store, and what each has delivered so far.
+//! The watches of the node agent (Services, EndpointSlices, ServicePolicies, this node's Node,
+//! and Gateway API's GatewayClasses, Gateways, TCPRoutes, UDPRoutes, ReferenceGrants with the
+//! Namespaces their `allowedRoutes` selectors read), each a reflector store, and what each has
+//! delivered so far.
+//!
+//! Why Gateway API kinds may be absent: a cluster without Gateway API's CRDs answers 404 to their
+//! list. That is not a reason to hold the initial-sync gate forever, so a 404 on a kind of
+//! [`Kind::OPTIONAL`] counts as an empty first list ([`WatchState::absent`]); the watch keeps
+//! retrying, and once the CRDs are installed its objects arrive like any others.
 //!
 //! Why record the first full list: the initial-sync gate ([`crate::initsync`]) may only open
 //! once every kind has been listed completely, and the keys of the first Service list are the
@@ -14,12 +21,15 @@
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::referencegrants::ReferenceGrant;
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use rivora_k8s_api::ServicePolicy;
+use rivora_k8s_api::{ServicePolicy, TcpRoute, UdpRoute};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
@@ -40,6 +50,9 @@ pub struct WatchState {
     pub errors: u64,
     /// The last error, until the next successful event.
     pub last_error: Option<String>,
+    /// The API server does not serve the kind (404 on its list; only kinds of
+    /// [`Kind::OPTIONAL`]): counted as listed and empty until it is served.
+    pub absent: bool,
 }
 
 /// The stores and their watch states.
@@ -53,11 +66,23 @@ pub struct Stores {
     pub policies: Store<ServicePolicy>,
     /// This node's Node (at most one object).
     pub nodes: Store<Node>,
+    /// Every GatewayClass.
+    pub gateway_classes: Store<GatewayClass>,
+    /// Every Gateway.
+    pub gateways: Store<Gateway>,
+    /// Every TCPRoute (v1).
+    pub tcp_routes: Store<TcpRoute>,
+    /// Every UDPRoute (v1).
+    pub udp_routes: Store<UdpRoute>,
+    /// Every ReferenceGrant.
+    pub grants: Store<ReferenceGrant>,
+    /// Every Namespace.
+    pub namespaces: Store<Namespace>,
     states: Arc<Mutex<Vec<(Kind, WatchState)>>>,
 }
 
 impl Stores {
-    /// Starts the four watches; `changed` is notified after every event and every error.
+    /// Starts the watches; `changed` is notified after every event and every error.
     pub fn watch(client: &Client, node_name: &str, changed: Arc<Notify>) -> Stores {
         let states = Arc::new(Mutex::new(
             Kind::ALL
@@ -96,6 +121,48 @@ impl Stores {
                 &states,
                 &changed,
             ),
+            gateway_classes: spawn(
+                Kind::GatewayClass,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                &states,
+                &changed,
+            ),
+            gateways: spawn(
+                Kind::Gateway,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                &states,
+                &changed,
+            ),
+            tcp_routes: spawn(
+                Kind::TcpRoute,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                &states,
+                &changed,
+            ),
+            udp_routes: spawn(
+                Kind::UdpRoute,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                &states,
+                &changed,
+            ),
+            grants: spawn(
+                Kind::ReferenceGrant,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                &states,
+                &changed,
+            ),
+            namespaces: spawn(
+                Kind::Namespace,
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                &states,
+                &changed,
+            ),
             states,
         }
     }
@@ -115,6 +182,12 @@ impl Stores {
                     Kind::EndpointSlice => self.slices.len(),
                     Kind::ServicePolicy => self.policies.len(),
                     Kind::Node => self.nodes.len(),
+                    Kind::GatewayClass => self.gateway_classes.len(),
+                    Kind::Gateway => self.gateways.len(),
+                    Kind::TcpRoute => self.tcp_routes.len(),
+                    Kind::UdpRoute => self.udp_routes.len(),
+                    Kind::ReferenceGrant => self.grants.len(),
+                    Kind::Namespace => self.namespaces.len(),
                 };
                 (*k, n)
             })
@@ -162,6 +235,7 @@ where
                     Ok(ev) => {
                         state.events += 1;
                         state.last_error = None;
+                        state.absent = false;
                         if matches!(ev, watcher::Event::InitDone) && state.first_list.is_none() {
                             // The reflector applied the list before handing the event on: the
                             // store holds exactly the first full list now.
@@ -178,6 +252,16 @@ where
                         }
                     }
                     Err(e) => {
+                        if Kind::OPTIONAL.contains(&kind)
+                            && let watcher::Error::InitialListFailed(kube::Error::Api(s)) = &e
+                            && s.code == 404
+                        {
+                            if !state.absent {
+                                info!(kind = %kind, "not served by the API server (no CRD): counted as empty");
+                            }
+                            state.absent = true;
+                            state.first_list.get_or_insert_with(Vec::new);
+                        }
                         state.errors += 1;
                         if state.last_error.is_none() {
                             warn!(kind = %kind, error = %e, "watch error (retrying with backoff)");

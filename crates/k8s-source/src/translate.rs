@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use rivora_dataplane::{BackendKey, BackendSpec, RateLimit, VipKey, VipSpec, proto};
+use rivora_gateway::ObjKey;
 use rivora_health::ProbeSpec;
 use rivora_k8s_api::attachment::attached_policy;
 use rivora_k8s_api::class::{ClassConfig, is_ours};
@@ -35,6 +36,7 @@ use rivora_k8s_api::policy_check;
 use rivora_k8s_api::{HealthCheck, NatForwarding, ServicePolicy};
 
 use crate::endpoints::{self, EndpointError, Family, PortSelector, TargetRef};
+use crate::gateway::GatewayOutcome;
 use crate::healthz;
 use crate::select::{self, Role, TrafficPolicy};
 
@@ -51,6 +53,8 @@ pub struct Snapshot {
     pub slices: Vec<Arc<EndpointSlice>>,
     /// Every ServicePolicy.
     pub policies: Vec<Arc<ServicePolicy>>,
+    /// The Gateway API objects.
+    pub gateway_objects: crate::gateway::GatewayObjects,
 }
 
 /// Who "this node" is: its Node name (`nodeName` of local endpoints) and its own addresses,
@@ -100,6 +104,40 @@ pub struct ServiceOrigin {
     pub resource_version: Option<String>,
     /// `ServicePort.name` (None when unnamed).
     pub port_name: Option<String>,
+}
+
+/// Where a Gateway VIP comes from: the Gateway, the listener and the route it forwards for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayOrigin {
+    /// The Gateway.
+    pub gateway: ObjKey,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// The listener's name.
+    pub listener: String,
+    /// The active route (the oldest attached to the listener).
+    pub route: ObjKey,
+}
+
+/// What a VIP stands for: a Service port or a Gateway listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VipOrigin {
+    /// A port of a `type: LoadBalancer` Service.
+    Service(ServiceOrigin),
+    /// A listener of a Gateway of Rivora's GatewayClasses.
+    Gateway(GatewayOrigin),
+}
+
+impl VipOrigin {
+    /// The Service's origin, for a Service VIP.
+    pub fn service(&self) -> Option<&ServiceOrigin> {
+        match self {
+            VipOrigin::Service(s) => Some(s),
+            VipOrigin::Gateway(_) => None,
+        }
+    }
 }
 
 /// Per-backend facts the VipSpec cannot carry.
@@ -154,8 +192,8 @@ impl Default for Announce {
 pub struct K8sVip {
     /// What the map writer programs (NAT, backends in canonical order, weight 1 each).
     pub spec: VipSpec,
-    /// The Service and port it comes from.
-    pub origin: ServiceOrigin,
+    /// The Service port or Gateway listener it comes from.
+    pub origin: VipOrigin,
     /// `externalTrafficPolicy`.
     pub traffic_policy: TrafficPolicy,
     /// One entry per `spec.backends` entry, in the same order.
@@ -173,6 +211,9 @@ pub struct K8sVip {
     pub policy: Option<String>,
     /// Announcement settings.
     pub announce: Announce,
+    /// The share of new flows the VIP refuses (a Gateway route's backendRefs that do not
+    /// resolve or have no endpoint), in the backends' weight units; 0 for Service VIPs.
+    pub reject_weight: u32,
 }
 
 /// A part of a Service that is not programmed, by design; it does not make the Service fail.
@@ -281,6 +322,14 @@ pub enum TranslateError {
         /// The Service that keeps it.
         holder: ServiceKey,
     },
+    /// A Gateway listener's VIP key is held by a Service or an older Gateway.
+    #[error("VIP {key} is already held by {holder}; this listener gets none of its VIPs")]
+    KeyHeld {
+        /// The contested key.
+        key: VipKey,
+        /// Who holds it (`Service ns/name`, `Gateway ns/name listener l`).
+        holder: String,
+    },
     /// The attached ServicePolicy has a value that cannot be applied.
     #[error("ServicePolicy {policy}: {reason}")]
     Policy {
@@ -360,23 +409,41 @@ pub fn vip_name(
     )
 }
 
+/// Everything one snapshot translates to on this node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Translation {
+    /// Every Service, by key (see [`translate`]).
+    pub services: BTreeMap<ServiceKey, Outcome>,
+    /// Every Gateway of an accepted Rivora GatewayClass ([`crate::gateway`]).
+    pub gateways: BTreeMap<ObjKey, GatewayOutcome>,
+}
+
 /// Translates every Service of the snapshot for this node. Every Service gets an entry.
 pub fn translate(
     snapshot: &Snapshot,
     node: &NodeIdentity,
     class: &ClassConfig,
 ) -> BTreeMap<ServiceKey, Outcome> {
+    translate_all(snapshot, node, class).services
+}
+
+/// Translates the Services, then the Gateways (Services keep a VIP key both ask for). No
+/// endpoint may be a Service's or a Gateway's address.
+pub fn translate_all(snapshot: &Snapshot, node: &NodeIdentity, class: &ClassConfig) -> Translation {
     let ours: Vec<&Service> = snapshot
         .services
         .iter()
         .map(Arc::as_ref)
         .filter(|s| is_ours(s, class))
         .collect();
-    let vip_addrs: BTreeSet<IpAddr> = ours
+    let mut vip_addrs: BTreeSet<IpAddr> = ours
         .iter()
         .flat_map(|s| ingress_ips(s))
         .filter_map(|ip| ip.parse().ok())
         .collect();
+    vip_addrs.extend(crate::gateway::our_gateway_addresses(
+        &snapshot.gateway_objects,
+    ));
     let mut out: BTreeMap<ServiceKey, Outcome> = snapshot
         .services
         .iter()
@@ -413,7 +480,15 @@ pub fn translate(
         };
         out.insert(key, outcome);
     }
-    out
+    let mut held: BTreeMap<VipKey, String> = claimed
+        .into_iter()
+        .map(|(k, s)| (k, format!("Service {s}")))
+        .collect();
+    let gateways = crate::gateway::translate_gateways(snapshot, node, &vip_addrs, &mut held);
+    Translation {
+        services: out,
+        gateways,
+    }
 }
 
 /// One probe per backend: a backend already probed by an older Service (or an earlier port)
@@ -663,12 +738,12 @@ fn translate_service(
             check_vip(&vip)?;
             vips.push(K8sVip {
                 spec: vip,
-                origin: ServiceOrigin {
+                origin: VipOrigin::Service(ServiceOrigin {
                     service: key.clone(),
                     uid: svc.metadata.uid.clone(),
                     resource_version: svc.metadata.resource_version.clone(),
                     port_name: port.name.clone().filter(|n| !n.is_empty()),
-                },
+                }),
                 traffic_policy,
                 backends,
                 source_ranges: ranges.as_ref().map(|r| {
@@ -681,6 +756,7 @@ fn translate_service(
                 health_check_node_port,
                 policy: settings.name.clone(),
                 announce: settings.announce.clone(),
+                reject_weight: 0,
             });
         }
     }
@@ -724,7 +800,7 @@ fn port_label(port: &ServicePort) -> String {
 
 /// The per-VIP checks of the map writer's validation that a translated VIP could fail
 /// (`rivora_dataplane`'s `validate` is private; it runs again, whole-state, at apply time).
-fn check_vip(vip: &VipSpec) -> Result<(), TranslateError> {
+pub(crate) fn check_vip(vip: &VipSpec) -> Result<(), TranslateError> {
     let bad = |reason: String| TranslateError::InvalidVip {
         name: vip.name.clone(),
         reason,
@@ -833,6 +909,7 @@ mod tests {
             services,
             slices,
             policies,
+            ..Snapshot::default()
         };
         translate(&snap, &node(), &ClassConfig::default())
     }
@@ -938,10 +1015,11 @@ mod tests {
             http.backends[0].target.as_ref().unwrap().to_string(),
             "Pod shop/pod-10.1.0.1"
         );
-        assert_eq!(http.origin.service, key("shop", "web"));
-        assert_eq!(http.origin.port_name.as_deref(), Some("http"));
-        assert_eq!(http.origin.uid.as_deref(), Some("uid-web"));
-        assert_eq!(http.origin.resource_version.as_deref(), Some("7"));
+        let origin = http.origin.service().expect("a Service VIP");
+        assert_eq!(origin.service, key("shop", "web"));
+        assert_eq!(origin.port_name.as_deref(), Some("http"));
+        assert_eq!(origin.uid.as_deref(), Some("uid-web"));
+        assert_eq!(origin.resource_version.as_deref(), Some("7"));
         assert_eq!(http.traffic_policy, TrafficPolicy::Cluster);
         assert_eq!(
             (
