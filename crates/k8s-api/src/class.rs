@@ -27,6 +27,10 @@ pub struct ClassConfig {
     pub class: String,
     /// Whether Services without a class are Rivora's too (Rivora is the cluster's default).
     pub default_class: bool,
+    /// The `controllerName` of the GatewayClasses that are Rivora's (`--gateway-controller-name`;
+    /// [`GATEWAY_CONTROLLER_NAME`] by default). A flag, like the Service class, so two Rivora
+    /// installations can share a cluster and each serve its own Gateways.
+    pub gateway_controller: String,
 }
 
 impl Default for ClassConfig {
@@ -34,6 +38,7 @@ impl Default for ClassConfig {
         ClassConfig {
             class: LOAD_BALANCER_CLASS.into(),
             default_class: false,
+            gateway_controller: GATEWAY_CONTROLLER_NAME.into(),
         }
     }
 }

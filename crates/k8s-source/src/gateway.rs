@@ -41,7 +41,6 @@ use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use rivora_dataplane::{BackendKey, BackendSpec, VipKey, VipSpec, proto};
 use rivora_gateway::{ActiveRoute, ObjKey, RouteKind};
-use rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME;
 use rivora_k8s_api::gateway_view;
 use rivora_k8s_api::{TcpRoute, UdpRoute};
 
@@ -58,7 +57,7 @@ pub const ANNOTATION_TRAFFIC_POLICY: &str = "rivora.dev/traffic-policy";
 /// The Gateway API objects a node reads, as the reflector stores hand them out.
 #[derive(Clone, Debug, Default)]
 pub struct GatewayObjects {
-    /// Every GatewayClass (ours are those naming [`GATEWAY_CONTROLLER_NAME`]).
+    /// Every GatewayClass (ours are those naming the configured controllerName).
     pub classes: Vec<Arc<GatewayClass>>,
     /// Every Gateway.
     pub gateways: Vec<Arc<Gateway>>,
@@ -121,12 +120,13 @@ pub fn gateway_addresses(gw: &Gateway) -> Vec<IpAddr> {
     out
 }
 
-/// The addresses of every Gateway of an accepted Rivora GatewayClass: no endpoint may have one.
-pub fn our_gateway_addresses(objects: &GatewayObjects) -> BTreeSet<IpAddr> {
+/// The addresses of every Gateway of a Rivora GatewayClass (`controller_name`): no endpoint may
+/// have one.
+pub fn our_gateway_addresses(objects: &GatewayObjects, controller_name: &str) -> BTreeSet<IpAddr> {
     let ours: BTreeSet<&str> = objects
         .classes
         .iter()
-        .filter(|c| c.spec.controller_name == GATEWAY_CONTROLLER_NAME)
+        .filter(|c| c.spec.controller_name == controller_name)
         .filter_map(|c| c.metadata.name.as_deref())
         .collect();
     objects
@@ -219,10 +219,12 @@ struct ListenerCtx<'a> {
     policy: TrafficPolicy,
 }
 
-/// Translates every Gateway of an accepted Rivora GatewayClass. `claimed` holds the VIP keys
-/// already taken (by Services, then by older Gateways as they go) and who holds them.
+/// Translates every Gateway of an accepted GatewayClass whose controllerName is
+/// `controller_name`. `claimed` holds the VIP keys already taken (by Services, then by older
+/// Gateways as they go) and who holds them.
 pub fn translate_gateways(
     snapshot: &Snapshot,
+    controller_name: &str,
     node: &NodeIdentity,
     vip_addrs: &BTreeSet<IpAddr>,
     claimed: &mut BTreeMap<VipKey, String>,
@@ -260,7 +262,7 @@ pub fn translate_gateways(
         .map(|s| gateway_view::service_view(s))
         .collect();
     let eval = rivora_gateway::evaluate(&rivora_gateway::Snapshot {
-        controller_name: GATEWAY_CONTROLLER_NAME,
+        controller_name,
         classes: &classes,
         gateways: &gateways,
         routes: &routes,

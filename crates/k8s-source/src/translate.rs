@@ -443,6 +443,7 @@ pub fn translate_all(snapshot: &Snapshot, node: &NodeIdentity, class: &ClassConf
         .collect();
     vip_addrs.extend(crate::gateway::our_gateway_addresses(
         &snapshot.gateway_objects,
+        &class.gateway_controller,
     ));
     let mut out: BTreeMap<ServiceKey, Outcome> = snapshot
         .services
@@ -484,7 +485,13 @@ pub fn translate_all(snapshot: &Snapshot, node: &NodeIdentity, class: &ClassConf
         .into_iter()
         .map(|(k, s)| (k, format!("Service {s}")))
         .collect();
-    let gateways = crate::gateway::translate_gateways(snapshot, node, &vip_addrs, &mut held);
+    let gateways = crate::gateway::translate_gateways(
+        snapshot,
+        &class.gateway_controller,
+        node,
+        &vip_addrs,
+        &mut held,
+    );
     Translation {
         services: out,
         gateways,

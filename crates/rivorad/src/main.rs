@@ -69,6 +69,11 @@ pub struct Args {
     #[arg(long)]
     pub default_class: bool,
 
+    /// With --kubernetes: spec.controllerName of the GatewayClasses whose Gateways this node
+    /// programs (the same as rivora-controller's flag).
+    #[arg(long, value_name = "NAME", default_value = rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME)]
+    pub gateway_controller_name: String,
+
     /// Interface to attach to: XDP on its ingress, TCX on its egress (the side facing clients).
     #[arg(long, value_name = "IF", required_unless_present_any = ["uninstall", "check_config"])]
     pub interface: Option<String>,

@@ -81,6 +81,7 @@ async fn run_main(args: Args) -> Result<()> {
         class: ClassConfig {
             class: args.load_balancer_class,
             default_class: args.default_class,
+            ..ClassConfig::default()
         },
         identity: identity.clone(),
         debounce: Duration::from_millis(50),

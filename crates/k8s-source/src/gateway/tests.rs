@@ -1,8 +1,8 @@
 use super::*;
 use crate::endpoints::tests::slice;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use crate::translate::translate_all;
-use rivora_k8s_api::class::ClassConfig;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use rivora_k8s_api::class::{ClassConfig, GATEWAY_CONTROLLER_NAME};
 use serde_json::{Value, json};
 
 const NS: &str = "infra";

@@ -73,6 +73,7 @@ impl KubernetesSource {
                 ClassConfig {
                     class: args.load_balancer_class.clone(),
                     default_class: args.default_class,
+                    gateway_controller: args.gateway_controller_name.clone(),
                 },
             ),
             api_server,
