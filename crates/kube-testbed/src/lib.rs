@@ -36,6 +36,7 @@
 pub mod assets;
 pub mod forward;
 pub mod pki;
+pub mod rbac;
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -57,6 +58,7 @@ use kube::{Client, Config};
 use rivora_lab::Netns;
 
 pub use assets::{Assets, GatewayChannel};
+pub use rbac::bind_rbac;
 
 /// The API server's IPv4 address on the test bed's bridge.
 pub const SERVER_V4: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod gateway;
+
 use std::ffi::OsStr;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
