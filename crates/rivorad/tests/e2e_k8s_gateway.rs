@@ -14,129 +14,10 @@
 mod k8s_common;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use k8s_common::gateway::GatewayTest;
-use k8s_common::*;
-use rivora_lab::cluster::Cluster;
-use rivora_lab::{RoundReport, tcp_round_from_ports, udp_round_from_ports};
+use k8s_common::gateway::{GatewayTest, GwLab as Lab, all_to, kind, listener, route_spec};
 use serde_json::{Value, json};
-
-const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A one-node lab with `pods` pods serving identities on 8080 (TCP and UDP), its node agent
-/// started for the test's GatewayClass.
-struct Lab {
-    lab: Cluster,
-    _servers: Vec<rivora_lab::IdentityServer>,
-    agent: NodeAgent,
-    node: String,
-}
-
-impl Lab {
-    async fn new(g: &GatewayTest, tag: &str, pods: usize) -> Lab {
-        let lab = Cluster::build(tag, &[pods]).expect("building the cluster lab");
-        let servers = identity_servers(&lab.nodes[0]);
-        let mut agent = g.t.agent(&lab, 1).await;
-        agent.start_in(&lab.nodes[0].ns, &g.agent_args());
-        let node = agent.name.clone();
-        Lab {
-            lab,
-            _servers: servers,
-            agent,
-            node,
-        }
-    }
-
-    /// Pod `i`'s (0-based) IPv4 address.
-    fn pod(&self, i: usize) -> IpAddr {
-        IpAddr::V4(self.lab.nodes[0].pods[i].v4)
-    }
-
-    /// Pod `i`'s name (what its identity server answers).
-    fn pod_name(&self, i: usize) -> String {
-        self.lab.nodes[0].pods[i].name.clone()
-    }
-
-    /// `n` flows of `proto` to `addr:port` from fixed source ports starting at `first`.
-    fn round(&self, proto: &str, addr: IpAddr, port: u16, first: u16, n: usize) -> RoundReport {
-        self.lab.route_vip_via(addr, 1).unwrap();
-        let target = SocketAddr::new(addr, port);
-        match proto {
-            "TCP" => tcp_round_from_ports(&self.lab.client, target, first, n, 16, TIMEOUT),
-            _ => udp_round_from_ports(&self.lab.client, target, first, n, 16, TIMEOUT),
-        }
-    }
-
-    /// Waits until the node programs `addr:port` for `proto` with these backends (sorted
-    /// `ip:port`).
-    async fn programmed(&self, addr: IpAddr, port: u16, proto: &str, want: &[IpAddr]) {
-        let mut want: Vec<String> = want
-            .iter()
-            .map(|a| SocketAddr::new(*a, 8080).to_string())
-            .collect();
-        want.sort();
-        let proto = proto.to_lowercase();
-        wait_for(
-            &format!("the node programs {addr}:{port}/{proto}"),
-            WAIT,
-            || async {
-                let vips = self.agent.vips().await?;
-                let v = vips
-                    .iter()
-                    .find(|v| {
-                        v.address == addr.to_string() && v.port == port && v.protocol == proto
-                    })
-                    .ok_or_else(|| format!("no such VIP: {:?}", names(&vips)))?;
-                let mut got: Vec<String> = v
-                    .backends
-                    .iter()
-                    .map(|b| SocketAddr::new(b.address.parse().unwrap(), b.port).to_string())
-                    .collect();
-                got.sort();
-                if got == want {
-                    Ok(())
-                } else {
-                    Err(format!("backends {got:?}, want {want:?}"))
-                }
-            },
-        )
-        .await
-    }
-}
-
-fn names(vips: &[rivora_api::VipInfo]) -> Vec<String> {
-    vips.iter().map(|v| v.name.clone()).collect()
-}
-
-/// The route kind of a listener protocol.
-fn kind(proto: &str) -> &'static str {
-    if proto == "TCP" {
-        "TCPRoute"
-    } else {
-        "UDPRoute"
-    }
-}
-
-fn listener(name: &str, port: u16, proto: &str) -> Value {
-    json!({"name": name, "port": port, "protocol": proto})
-}
-
-/// A route spec with one parentRef and these backendRefs.
-fn route_spec(parent: Value, backends: Value) -> Value {
-    json!({"parentRefs": [parent], "rules": [{"backendRefs": backends}]})
-}
-
-/// Every flow answered, all by `pod`.
-fn all_to(what: &str, r: &RoundReport, pod: &str) {
-    assert!(r.all_ok(), "{what}: {r}");
-    assert_eq!(
-        r.per_backend.keys().cloned().collect::<Vec<_>>(),
-        [pod.to_string()],
-        "{what}: {r}"
-    );
-}
 
 /// TCPRouteWeightedRouting / UDPRouteWeightedRouting: backends weighted 70/30/0 (one pod
 /// each); 1,000 connections (exchanges) split within 3 points of 70/30, none to the weight-0
@@ -144,7 +25,7 @@ fn all_to(what: &str, r: &RoundReport, pod: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weighted_routing_splits_by_weight_and_weight_zero_gets_none() {
     let g = GatewayTest::new("gwwt", &["10.99.18.0/30"]).await;
-    let lab = Lab::new(&g, "gwwt", 3).await;
+    let lab = Lab::new(&g, "gwwt", &[3]).await;
     let ns = g.t.ns.clone();
     for (proto, port) in [("TCP", 3000u16), ("UDP", 3001)] {
         for (i, v) in ["v1", "v2", "v3"].iter().enumerate() {
@@ -239,7 +120,7 @@ async fn weighted_routing_splits_by_weight_and_weight_zero_gets_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_routes_on_one_listener_are_accepted_and_the_oldest_carries_traffic() {
     let g = GatewayTest::new("gwmr", &["10.99.18.4/30"]).await;
-    let lab = Lab::new(&g, "gwmr", 2).await;
+    let lab = Lab::new(&g, "gwmr", &[2]).await;
     let ns = g.t.ns.clone();
     for (proto, port) in [("TCP", 3000u16), ("UDP", 3001)] {
         for (i, v) in ["old", "new"].iter().enumerate() {
@@ -306,7 +187,7 @@ async fn several_routes_on_one_listener_are_accepted_and_the_oldest_carries_traf
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nonexistent_backend_is_backend_not_found_and_its_share_is_refused() {
     let g = GatewayTest::new("gwnx", &["10.99.18.8/30"]).await;
-    let lab = Lab::new(&g, "gwnx", 1).await;
+    let lab = Lab::new(&g, "gwnx", &[1]).await;
     let ns = g.t.ns.clone();
     g.gateway(
         "gw",
@@ -364,7 +245,7 @@ async fn a_nonexistent_backend_is_backend_not_found_and_its_share_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cross_namespace_backend_needs_a_reference_grant_and_loses_it_with_the_grant() {
     let g = GatewayTest::new("gwrg", &["10.99.18.12/30"]).await;
-    let lab = Lab::new(&g, "gwrg", 1).await;
+    let lab = Lab::new(&g, "gwrg", &[1]).await;
     let ns = g.t.ns.clone();
     let other = rivora_kube_testbed::unique_name("gwrg-be");
     rivora_kube_testbed::ensure_namespace(&g.t.admin, &other)
@@ -472,7 +353,7 @@ async fn a_cross_namespace_backend_needs_a_reference_grant_and_loses_it_with_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_forwards() {
     let g = GatewayTest::new("gwna", &["10.99.18.16/30"]).await;
-    let lab = Lab::new(&g, "gwna", 1).await;
+    let lab = Lab::new(&g, "gwna", &[1]).await;
     let ns = g.t.ns.clone();
     g.backend(&ns, "echo", 3000, "TCP").await;
     g.endpoints(&ns, "echo", "TCP", &[(lab.pod(0), &lab.node)])
@@ -554,11 +435,11 @@ async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_f
     lab.programmed(addr, 9300, "TCP", &[lab.pod(0)]).await;
     let r = lab.round("TCP", addr, 9300, 26000, 50);
     all_to("the TCP listener forwards", &r, &lab.pod_name(0));
-    let vips = lab.agent.vips().await.unwrap();
+    let vips = lab.agents[0].vips().await.unwrap();
     assert!(
         !vips.iter().any(|v| v.port == 5300 || v.protocol == "udp"),
         "nothing is programmed for the HTTP listener or the refused UDPRoute: {:?}",
-        names(&vips)
+        k8s_common::gateway::vip_names(&vips)
     );
 }
 
@@ -567,7 +448,7 @@ async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_ref_without_section_or_port_attaches_to_every_listener() {
     let g = GatewayTest::new("gwaa", &["10.99.18.20/30"]).await;
-    let lab = Lab::new(&g, "gwaa", 1).await;
+    let lab = Lab::new(&g, "gwaa", &[1]).await;
     let ns = g.t.ns.clone();
     for (proto, port) in [("TCP", 3000u16), ("UDP", 3001)] {
         let svc = format!("echo-{}", proto.to_lowercase());
@@ -640,7 +521,7 @@ async fn a_parent_ref_without_section_or_port_attaches_to_every_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parent_refs_select_listeners_by_port_by_section_name_and_by_both() {
     let g = GatewayTest::new("gwps", &["10.99.18.24/30"]).await;
-    let lab = Lab::new(&g, "gwps", 3).await;
+    let lab = Lab::new(&g, "gwps", &[3]).await;
     let ns = g.t.ns.clone();
     let mut want: BTreeMap<(String, u16), usize> = BTreeMap::new();
     let mut listeners = Vec::new();
@@ -733,12 +614,12 @@ async fn parent_refs_select_listeners_by_port_by_section_name_and_by_both() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simple_udp_route_answers_over_both_families() {
     let g = GatewayTest::new("gwud", &["10.99.18.28/30", "fd00:99:18::/126"]).await;
-    let lab = Lab::new(&g, "gwud", 1).await;
+    let lab = Lab::new(&g, "gwud", &[1]).await;
     let ns = g.t.ns.clone();
     g.backend(&ns, "dns", 53, "UDP").await;
     g.endpoints(&ns, "dns", "UDP", &[(lab.pod(0), &lab.node)])
         .await;
-    let v6 = IpAddr::V6(lab.lab.nodes[0].pods[0].v6);
+    let v6 = lab.pod6(0);
     g.endpoints(&ns, "dns", "UDP", &[(v6, &lab.node)]).await;
     g.gateway("gw", json!([listener("dns", 53, "UDP")]), json!({}))
         .await;

@@ -44,6 +44,8 @@ pub struct GatewayTest {
     pub pool: String,
     lease_ns: String,
     controller: Option<tokio::task::JoinHandle<()>>,
+    /// The running replica's metrics.
+    metrics: Arc<rivora_controller::metrics::Metrics>,
     controller_client: Client,
     _serial: MutexGuard<'static, ()>,
 }
@@ -105,6 +107,7 @@ impl GatewayTest {
             pool,
             lease_ns,
             controller: None,
+            metrics: Arc::new(rivora_controller::metrics::Metrics::new()),
             controller_client,
             _serial: serial,
         };
@@ -138,6 +141,7 @@ impl GatewayTest {
             resync: Duration::from_secs(5),
             metrics: Arc::new(rivora_controller::metrics::Metrics::new()),
         };
+        self.metrics = Arc::clone(&settings.metrics);
         self.controller = Some(tokio::spawn(async move {
             let changed = Arc::new(Notify::new());
             let stores = run::watch_all(&client, Arc::clone(&changed));
@@ -153,6 +157,16 @@ impl GatewayTest {
         if let Some(c) = self.controller.take() {
             c.abort();
         }
+    }
+
+    /// Passes the running replica finished while leading (`rivora_controller_passes_total`).
+    pub fn passes(&self) -> u64 {
+        self.metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix("rivora_controller_passes_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// The agent flags for this test's GatewayClass.
@@ -459,4 +473,187 @@ fn plural(kind: &str) -> String {
         "EndpointSlice" => "endpointslices".into(),
         k => format!("{}s", k.to_lowercase()),
     }
+}
+
+/// Timeout of one flow of a round.
+pub const FLOW_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The cluster lab with identity servers on every pod (8080, TCP and UDP) and a node agent
+/// per node, started for the test's GatewayClass.
+pub struct GwLab {
+    /// The lab.
+    pub lab: rivora_lab::cluster::Cluster,
+    _servers: Vec<rivora_lab::IdentityServer>,
+    /// The node agents, node 1 first.
+    pub agents: Vec<super::NodeAgent>,
+    /// Node 1's Node name.
+    pub node: String,
+}
+
+impl GwLab {
+    /// `pods[i]` pods on node i+1; agents keep removed backends for `--backend-retire-secs 0`.
+    pub async fn new(g: &GatewayTest, tag: &str, pods: &[usize]) -> GwLab {
+        Self::with_retire(g, tag, pods, 0).await
+    }
+
+    /// As [`GwLab::new`], removed backends draining for `retire_secs`.
+    pub async fn with_retire(
+        g: &GatewayTest,
+        tag: &str,
+        pods: &[usize],
+        retire_secs: u64,
+    ) -> GwLab {
+        let lab = rivora_lab::cluster::Cluster::build(tag, pods).expect("building the cluster lab");
+        let servers = lab.nodes.iter().flat_map(super::identity_servers).collect();
+        let mut agents = Vec::new();
+        for n in 1..=lab.nodes.len() {
+            let mut agent = g.t.agent(&lab, n).await;
+            agent.retire_secs = retire_secs.to_string();
+            agent.start_in(&lab.nodes[n - 1].ns, &g.agent_args());
+            agents.push(agent);
+        }
+        let node = agents[0].name.clone();
+        GwLab {
+            lab,
+            _servers: servers,
+            agents,
+            node,
+        }
+    }
+
+    /// The pods over all nodes, node 1's first.
+    fn pods(&self) -> impl Iterator<Item = (usize, &rivora_lab::cluster::Pod)> {
+        self.lab
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(n, node)| node.pods.iter().map(move |p| (n, p)))
+    }
+
+    /// Pod `i`'s (0-based, over all nodes) IPv4 address.
+    pub fn pod(&self, i: usize) -> IpAddr {
+        IpAddr::V4(self.pods().nth(i).expect("no such pod").1.v4)
+    }
+
+    /// Pod `i`'s IPv6 address.
+    pub fn pod6(&self, i: usize) -> IpAddr {
+        IpAddr::V6(self.pods().nth(i).expect("no such pod").1.v6)
+    }
+
+    /// Pod `i`'s name (what its identity server answers).
+    pub fn pod_name(&self, i: usize) -> String {
+        self.pods().nth(i).expect("no such pod").1.name.clone()
+    }
+
+    /// The Node name of pod `i`'s node.
+    pub fn node_of(&self, i: usize) -> String {
+        self.agents[self.pods().nth(i).expect("no such pod").0]
+            .name
+            .clone()
+    }
+
+    /// `n` flows of `proto` to `addr:port` through node 1 from fixed source ports from `first`.
+    pub fn round(
+        &self,
+        proto: &str,
+        addr: IpAddr,
+        port: u16,
+        first: u16,
+        n: usize,
+    ) -> rivora_lab::RoundReport {
+        self.lab.route_vip_via(addr, 1).unwrap();
+        let target = std::net::SocketAddr::new(addr, port);
+        match proto {
+            "TCP" => rivora_lab::tcp_round_from_ports(
+                &self.lab.client,
+                target,
+                first,
+                n,
+                16,
+                FLOW_TIMEOUT,
+            ),
+            _ => rivora_lab::udp_round_from_ports(
+                &self.lab.client,
+                target,
+                first,
+                n,
+                16,
+                FLOW_TIMEOUT,
+            ),
+        }
+    }
+
+    /// Waits until every node programs `addr:port` for `proto` with backends `want` (port 8080).
+    pub async fn programmed(&self, addr: IpAddr, port: u16, proto: &str, want: &[IpAddr]) {
+        let mut want: Vec<String> = want
+            .iter()
+            .map(|a| std::net::SocketAddr::new(*a, 8080).to_string())
+            .collect();
+        want.sort();
+        let proto = proto.to_lowercase();
+        for agent in &self.agents {
+            wait_for(
+                &format!("{} programs {addr}:{port}/{proto}", agent.name),
+                WAIT,
+                || async {
+                    let vips = agent.vips().await?;
+                    let v = vips
+                        .iter()
+                        .find(|v| {
+                            v.address == addr.to_string() && v.port == port && v.protocol == proto
+                        })
+                        .ok_or_else(|| format!("no such VIP: {:?}", vip_names(&vips)))?;
+                    let mut got: Vec<String> = v
+                        .backends
+                        .iter()
+                        .map(|b| {
+                            std::net::SocketAddr::new(b.address.parse().unwrap(), b.port)
+                                .to_string()
+                        })
+                        .collect();
+                    got.sort();
+                    if got == want {
+                        Ok(())
+                    } else {
+                        Err(format!("backends {got:?}, want {want:?}"))
+                    }
+                },
+            )
+            .await
+        }
+    }
+}
+
+/// The VIPs' names.
+pub fn vip_names(vips: &[rivora_api::VipInfo]) -> Vec<String> {
+    vips.iter().map(|v| v.name.clone()).collect()
+}
+
+/// The route kind of a listener protocol.
+pub fn kind(proto: &str) -> &'static str {
+    if proto == "TCP" {
+        "TCPRoute"
+    } else {
+        "UDPRoute"
+    }
+}
+
+/// A listener.
+pub fn listener(name: &str, port: u16, proto: &str) -> Value {
+    json!({"name": name, "port": port, "protocol": proto})
+}
+
+/// A route spec with one parentRef and these backendRefs.
+pub fn route_spec(parent: Value, backends: Value) -> Value {
+    json!({"parentRefs": [parent], "rules": [{"backendRefs": backends}]})
+}
+
+/// Every flow answered, all by `pod`.
+pub fn all_to(what: &str, r: &rivora_lab::RoundReport, pod: &str) {
+    assert!(r.all_ok(), "{what}: {r}");
+    assert_eq!(
+        r.per_backend.keys().cloned().collect::<Vec<_>>(),
+        [pod.to_string()],
+        "{what}: {r}"
+    );
 }

@@ -130,6 +130,8 @@ pub struct NodeAgent {
     pub socket: PathBuf,
     kubeconfig: PathBuf,
     rivorad: Option<Rivorad>,
+    /// `--backend-retire-secs` (0 by default: removed backends go at once).
+    pub retire_secs: String,
 }
 
 impl NodeAgent {
@@ -223,6 +225,7 @@ impl NodeAgent {
             work,
             kubeconfig,
             rivorad: None,
+            retire_secs: "0".into(),
         }
     }
 
@@ -249,7 +252,7 @@ impl NodeAgent {
             "--load-balancer-class".as_ref(),
             self.class.as_ref(),
             "--backend-retire-secs".as_ref(),
-            "0".as_ref(),
+            self.retire_secs.as_ref(),
             // The node's own loopback: no other test shares it.
             "--metrics-listen".as_ref(),
             "127.0.0.1:9469".as_ref(),
