@@ -67,6 +67,18 @@ impl Kind {
         Kind::Namespace,
     ];
 
+    /// What an operator should know when the API server does not serve this kind.
+    pub fn absent_hint(self) -> &'static str {
+        match self {
+            Kind::TcpRoute | Kind::UdpRoute => {
+                "Rivora reads TCPRoute/UDPRoute gateway.networking.k8s.io/v1, which Gateway API \
+                 v1.6 and later serve (standard and experimental channels); older CRDs that \
+                 serve only v1alpha2 are not read: upgrade them"
+            }
+            _ => "install Gateway API's CRDs to use Gateways",
+        }
+    }
+
     /// Kinds a cluster may not serve (Gateway API's CRDs are optional): a 404 on their list
     /// counts as an empty list.
     pub const OPTIONAL: [Kind; 5] = [

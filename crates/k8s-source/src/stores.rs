@@ -257,7 +257,11 @@ where
                             && s.code == 404
                         {
                             if !state.absent {
-                                info!(kind = %kind, "not served by the API server (no CRD): counted as empty");
+                                warn!(
+                                    kind = %kind,
+                                    "not served by the API server (no CRD), counted as empty: {}",
+                                    kind.absent_hint()
+                                );
                             }
                             state.absent = true;
                             state.first_list.get_or_insert_with(Vec::new);
