@@ -94,7 +94,11 @@ pub struct KubernetesStatus {
     /// Failing Services by reason (e.g. `endpoint_is_vip`).
     #[serde(default)]
     pub failures: std::collections::BTreeMap<String, u64>,
-    /// The failing Services, `NAMESPACE/NAME: error` (the first few).
+    /// Gateway listeners carrying a route, by state: `programmed`, `failing`.
+    #[serde(default)]
+    pub gateway_listeners: std::collections::BTreeMap<String, u64>,
+    /// The failing Services, `NAMESPACE/NAME: error`, then the failing Gateway listeners,
+    /// `gateway NAMESPACE/NAME listener L: error` (the first few).
     #[serde(default)]
     pub failing: Vec<String>,
     /// Generation of the last desired state the cluster gave (0: none yet,

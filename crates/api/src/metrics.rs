@@ -56,6 +56,7 @@
 //! | `rivora_k8s_initial_sync_complete` | gauge (0/1) | |
 //! | `rivora_k8s_unclaimed_vips` | gauge | |
 //! | `rivora_k8s_services` | gauge | `state` (`programmed`, `refused`, `failing`) |
+//! | `rivora_k8s_gateway_listeners` | gauge | `state` (`programmed`, `failing`) |
 //! | `rivora_k8s_service_failures` | gauge | `reason` |
 //! | `rivora_k8s_watch_events_total` | counter | `kind` |
 //! | `rivora_k8s_watch_errors_total` | counter | `kind` |
@@ -686,6 +687,18 @@ fn kubernetes(enc: &mut DescriptorEncoder, k: &crate::KubernetesStatus) -> fmt::
         states
             .iter()
             .map(|st| ([("state", *st)], k.services.get(*st).copied().unwrap_or(0))),
+    )?;
+    gauges(
+        enc,
+        "rivora_k8s_gateway_listeners",
+        "Gateway listeners carrying a route, by state",
+        None,
+        ["programmed", "failing"].iter().map(|st| {
+            (
+                [("state", *st)],
+                k.gateway_listeners.get(*st).copied().unwrap_or(0),
+            )
+        }),
     )?;
     gauges(
         enc,

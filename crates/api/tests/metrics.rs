@@ -160,6 +160,7 @@ fn sample_snapshot() -> MetricsSnapshot {
             unclaimed_vips: 2,
             services: BTreeMap::from([("programmed".into(), 3), ("failing".into(), 1)]),
             failures: BTreeMap::from([("endpoint_is_vip".into(), 1)]),
+            gateway_listeners: BTreeMap::from([("programmed".into(), 2)]),
             failing: vec!["a/b: x".into()],
             offered_generation: 5,
             node_report_writes: 7,
@@ -399,6 +400,14 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
                 Kind::Gauge,
                 labels(&[("state", st)]),
                 k.services.get(st).copied().unwrap_or(0) as f64,
+            );
+        }
+        for st in ["programmed", "failing"] {
+            put(
+                "rivora_k8s_gateway_listeners",
+                Kind::Gauge,
+                labels(&[("state", st)]),
+                k.gateway_listeners.get(st).copied().unwrap_or(0) as f64,
             );
         }
         for (r, n) in &k.failures {

@@ -138,6 +138,11 @@ pub struct AgentStatus {
     pub failures: BTreeMap<&'static str, usize>,
     /// Failing Services and why (at most [`MAX_FAILING_SHOWN`]).
     pub failing: Vec<(ServiceKey, String)>,
+    /// Gateway listeners carrying a route, per state (programmed, failing).
+    pub gateway_listeners: BTreeMap<&'static str, usize>,
+    /// Failing Gateway listeners, `gateway NS/NAME listener L`, and why (at most
+    /// [`MAX_FAILING_SHOWN`]).
+    pub failing_listeners: Vec<(String, String)>,
     /// The generation of the last offer (0: none yet).
     pub offered: u64,
     /// `RivoraNode` status writes that succeeded and that failed.
@@ -595,6 +600,24 @@ impl Agent {
                 *s.failures.entry(reason(e)).or_default() += 1;
                 if s.failing.len() < MAX_FAILING_SHOWN {
                     s.failing.push((k.clone(), e.to_string()));
+                }
+            }
+        }
+        s.gateway_listeners.clear();
+        s.failing_listeners.clear();
+        for (g, o) in &self.gateways {
+            for l in &o.listeners {
+                let state = if l.result.is_ok() {
+                    "programmed"
+                } else {
+                    "failing"
+                };
+                *s.gateway_listeners.entry(state).or_default() += 1;
+                if let Err(e) = &l.result
+                    && s.failing_listeners.len() < MAX_FAILING_SHOWN
+                {
+                    s.failing_listeners
+                        .push((format!("gateway {g} listener {}", l.name), e.to_string()));
                 }
             }
         }

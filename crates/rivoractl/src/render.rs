@@ -168,6 +168,17 @@ fn kubernetes_rows(k: &rivora_api::KubernetesStatus, kv: &mut impl FnMut(&str, S
             count("failing")
         ),
     );
+    if !k.gateway_listeners.is_empty() {
+        let count = |state: &str| k.gateway_listeners.get(state).copied().unwrap_or(0);
+        kv(
+            "Gateway listeners",
+            format!(
+                "{} programmed, {} failing",
+                count("programmed"),
+                count("failing")
+            ),
+        );
+    }
     for (i, f) in k.failing.iter().enumerate() {
         kv(if i == 0 { "Failing" } else { "" }, f.clone());
     }
@@ -1401,6 +1412,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             failures: Default::default(),
+            gateway_listeners: Default::default(),
             failing: vec!["a/f: loop".into()],
             offered_generation: 4,
             node_report_writes: 3,

@@ -262,7 +262,17 @@ fn dto(a: &AgentStatus, api_server: &str, unclaimed: usize) -> rivora_api::Kuber
             .iter()
             .map(|(k, n)| (k.to_string(), *n as u64))
             .collect(),
-        failing: a.failing.iter().map(|(k, e)| format!("{k}: {e}")).collect(),
+        gateway_listeners: a
+            .gateway_listeners
+            .iter()
+            .map(|(k, n)| (k.to_string(), *n as u64))
+            .collect(),
+        failing: a
+            .failing
+            .iter()
+            .map(|(k, e)| format!("{k}: {e}"))
+            .chain(a.failing_listeners.iter().map(|(k, e)| format!("{k}: {e}")))
+            .collect(),
         offered_generation: a.offered,
         node_report_writes: a.report_writes.0,
         node_report_write_failures: a.report_writes.1,
