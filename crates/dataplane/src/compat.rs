@@ -453,6 +453,14 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
             "snat_stats_map",
         ],
     ),
+    // A VIP's refused share (VipSpec::reject_weight): backend_health_map
+    // flag REJECT (bit 4) marks the pseudo-backend whose Maglev slots are
+    // refused, and drop reason NO_BACKEND also counts those refusals; no
+    // map added. An ABI 12 program would take the pseudo-backend for a
+    // healthy one without an address (dropping its share as no_backend,
+    // never resetting), an ABI 12 rivorad would drop it at adoption: the
+    // version bump keeps both away from maps written by this one.
+    (13, &[]),
 ];
 
 /// 64-bit words of each half of `flow_filter_map` for flow tables of

@@ -115,6 +115,7 @@ pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSp
         key: VipKey::exact(addr.parse().unwrap(), port, proto),
         mode: Mode::Nat,
         backends,
+        reject_weight: 0,
         affinity_client_ip: false,
         syn_rate_limit: None,
         nat_fib: false,
