@@ -19,8 +19,6 @@ use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use rivora_abi as abi;
 use rivora_dataplane::{BackendKey, VipSpec, proto};
 
-const XDP_TX: u32 = 3;
-
 const VIP4: &str = "10.231.100.1";
 const VIP6: &str = "fd00:231:100::1";
 const CLIENT4: &str = "10.231.0.2";

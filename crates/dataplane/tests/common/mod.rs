@@ -21,6 +21,7 @@ use rivora_dataplane::{
 
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
 pub const TCX_NEXT: i32 = -1;
 
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xc1];
