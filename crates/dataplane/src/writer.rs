@@ -3868,6 +3868,36 @@ mod tests {
     }
 
     #[test]
+    fn the_refused_share_is_a_slice_member_only_with_a_weight() {
+        let mut v = spec("w", VipKey::exact(addr(), 80, 6), 80);
+        let (keys, weights) = maglev_members(&v);
+        assert_eq!((keys, weights), (vec!["10.1.0.1:80".to_string()], vec![1]));
+        v.reject_weight = 3;
+        let (keys, weights) = maglev_members(&v);
+        assert_eq!(
+            (keys, weights),
+            (
+                vec!["10.1.0.1:80".to_string(), REJECT_MAGLEV_KEY.to_string()],
+                vec![1, 3]
+            )
+        );
+        assert!(validate(std::slice::from_ref(&v)).is_ok());
+        // A VIP of nothing but a refused share is valid (it refuses all).
+        v.backends.clear();
+        assert!(validate(std::slice::from_ref(&v)).is_ok());
+        assert_eq!(maglev_members(&v).0, vec![REJECT_MAGLEV_KEY.to_string()]);
+        // The pseudo-backend counts towards the slice's 65,535 members.
+        v.backends = (0..u16::MAX as u32)
+            .map(|i| BackendSpec::new(Ipv4Addr::from(0x0a00_0000 + i).into(), 80))
+            .collect();
+        v.reject_weight = 0;
+        assert!(validate(std::slice::from_ref(&v)).is_ok());
+        v.reject_weight = 1;
+        let err = validate(&[v]).unwrap_err().to_string();
+        assert!(err.contains("too many backends"), "{err}");
+    }
+
+    #[test]
     fn validate_bounds_the_range_tries() {
         // 1-65534 takes 30 prefixes: 547 such VIPs need 16,410 > 16,384.
         let many: Vec<VipSpec> = (0..547u32)
