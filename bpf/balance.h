@@ -77,17 +77,35 @@ static __always_inline int rv_syn_hint_get(__u32 h, __u32 tick)
 	if ((__u32)(v >> 32) != (h >> 12) || ((tick - (__u32)(v >> 16)) & 0xffff) > 2)
 		return -1;
 	id = v & 0xffff;
-	state = rv_backend_state(id);
-	if (state != RV_BACKEND_HEALTHY && state != RV_BACKEND_DRAINING)
+	struct rv_backend_health *bh = bpf_map_lookup_elem(&backend_health_map, &id);
+	state = bh ? bh->state : RV_BACKEND_NONE;
+	/* A hint never names the refusing pseudo-backend (a refused SYN sets
+	 * none), unless its ID was a real backend's a tick ago. */
+	if ((state != RV_BACKEND_HEALTHY && state != RV_BACKEND_DRAINING) || (bh->flags & RV_BACKEND_F_REJECT))
 		return -1;
 	return id;
 }
 
+/* rv_maglev_pick_slot's (and rv_maglev_pick's) answers besides an ID. */
+#define RV_PICK_NONE (-1)   /* no usable backend in the probe window */
+#define RV_PICK_REFUSE (-2) /* the flow's own slot is the VIP's refused share */
+
 /* Walks at most RV_MAGLEV_PROBE_WINDOW slots of a slice from the flow's
- * slot and returns the first healthy backend's ID, or -1. Draining and down
- * backends take no new flows. `hint` (1 << 32 | the flow's 5-tuple hash; 0
- * for none): a TCP segment without an entry, which first follows its SYN's
- * backend if the SYN was just now (rv_syn_hint_get).
+ * slot and returns the first healthy backend's ID, or RV_PICK_NONE.
+ * Draining and down backends take no new flows. `hint` (1 << 32 | the
+ * flow's 5-tuple hash; 0 for none): a TCP segment without an entry, which
+ * first follows its SYN's backend if the SYN was just now
+ * (rv_syn_hint_get).
+ *
+ * The refused share (VipSpec::reject_weight: the pseudo-backend of
+ * RV_BACKEND_F_REJECT, healthy): a flow whose own slot (the first probed)
+ * names it gets RV_PICK_REFUSE, so the share refused is the pseudo-
+ * backend's weight share of the slots, as a real backend's share is its
+ * weight's. A later slot that names it is stepped over: the flows of a
+ * down or draining backend go to the next real healthy backend, so its
+ * share is redistributed over valid backends only, never refused (Gateway
+ * API: the valid backends keep their shares; the refused share does not
+ * grow because a valid backend failed).
  *
  * A global (non-inlined) function: the verifier checks it once, on its own,
  * instead of once per path of every caller. Arguments are plain scalars for
@@ -101,7 +119,7 @@ __attribute__((noinline)) int rv_maglev_pick_slot(__u32 offset, __u32 size, __u3
 			return id;
 	}
 	if (size == 0)
-		return -1;
+		return RV_PICK_NONE;
 	__u32 slot = hash % size;
 	for (__u32 i = 0; i < RV_MAGLEV_PROBE_WINDOW; i++) {
 		/* A modulo rather than a wrap-around branch keeps the verifier's
@@ -110,30 +128,37 @@ __attribute__((noinline)) int rv_maglev_pick_slot(__u32 offset, __u32 size, __u3
 		__u32 *id = bpf_map_lookup_elem(&maglev_table, &idx);
 
 		if (!id)
-			return -1;
+			return RV_PICK_NONE;
 		__u32 bid = *id;
 		struct rv_backend_health *h = bpf_map_lookup_elem(&backend_health_map, &bid);
-		if (h && h->state == RV_BACKEND_HEALTHY)
-			return bid & 0xffff;
+		if (h && h->state == RV_BACKEND_HEALTHY) {
+			if (!(h->flags & RV_BACKEND_F_REJECT))
+				return bid & 0xffff;
+			if (i == 0)
+				return RV_PICK_REFUSE;
+		}
 	}
-	return -1;
+	return RV_PICK_NONE;
 }
 
 #include "client_affinity.h"
 
 /* `client_service` (not RV_CLIENT_NONE): a ClientIP VIP's service ID, whose
  * client rv_client_set stored: its recent choice comes first when the VIP
- * has a timeout (client_affinity.h). */
+ * has a timeout (client_affinity.h). Returns 0 with *backend_id set,
+ * RV_PICK_NONE or RV_PICK_REFUSE (rv_maglev_pick_slot). backend_count
+ * counts the refusing pseudo-backend too: a VIP with only a refused share
+ * has a slice, all of it refused. */
 static __always_inline int rv_maglev_pick(const struct rv_service *svc, __u32 hash, __u32 client_service,
 					  __u64 hint, __u32 *backend_id, const int v6)
 {
 	if (svc->backend_count == 0)
-		return -1;
+		return RV_PICK_NONE;
 	int id = client_service == RV_CLIENT_NONE
 			 ? rv_maglev_pick_slot(svc->maglev_offset, svc->maglev_size, hash, hint)
 			 : rv_client_pick_slice(svc->maglev_offset, svc->maglev_size, hash, client_service, hint, v6);
 	if (id < 0)
-		return -1;
+		return id;
 	*backend_id = id;
 	return 0;
 }

@@ -37,7 +37,9 @@
 #define RV_IP6_OFFSET 0xFFF8
 /* How many VLAN tags are stepped over (802.1Q, and QinQ's outer 802.1ad). */
 #define RV_MAX_VLAN_TAGS 2
+#define RV_TCP_FLAG_FIN 0x01
 #define RV_TCP_FLAG_SYN 0x02
+#define RV_TCP_FLAG_RST 0x04
 #define RV_TCP_FLAG_ACK 0x10
 
 /* ICMP and ICMPv6 share this 8-byte header shape (linux/icmp.h is not

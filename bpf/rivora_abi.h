@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 12,
+	RV_ABI_VERSION = 13,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -168,7 +168,12 @@ enum rv_drop_reason {
 	/* vip_map matched but the service config was not active: a VIP being
 	 * removed, or maps out of step with each other. */
 	RV_DROP_NO_SERVICE = 1,
-	/* A chosen backend ID had no address entry. */
+	/* A chosen backend ID had no address entry, or the flow's Maglev
+	 * slot is the VIP's refused share (a backend with RV_BACKEND_F_REJECT:
+	 * VipSpec::reject_weight, a Gateway API backendRef that resolves to no
+	 * backend): a new TCP flow got a reset back (XDP_TX), any other packet
+	 * was dropped. Both count here, per VIP too: the share is what "no
+	 * backend" would have served. */
 	RV_DROP_NO_BACKEND = 2,
 	/* The packet could not be rewritten (bounds check failed after parse). */
 	RV_DROP_REWRITE_FAILED = 3,
@@ -358,6 +363,14 @@ enum rv_backend_flags {
 	 * node), so a RV_SVC_F_SNAT VIP's flows to it also get this node's
 	 * address and a node port as source (snat.h). */
 	RV_BACKEND_F_SNAT = 1 << 3,
+	/* Not a real backend: the pseudo-backend that owns a VIP's refused
+	 * share of the Maglev slice (VipSpec::reject_weight). It has no
+	 * address entry (backend_map(6) generation 0), state HEALTHY, and is
+	 * one ID shared by every VIP with a refused share. A new flow whose
+	 * own slot names it is refused (a TCP reset, else a drop: balance.h
+	 * rv_maglev_pick_slot); the probe past a down backend's slot steps
+	 * over it, so a down backend's share goes to real backends only. */
+	RV_BACKEND_F_REJECT = 1 << 4,
 };
 
 /* A flow as the client sent it (connection_affinity_map key, IPv4). */

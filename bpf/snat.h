@@ -47,9 +47,6 @@
 #include "guard.h"
 #include "route.h"
 
-#define RV_TCP_FLAG_FIN 0x01
-#define RV_TCP_FLAG_RST 0x04
-
 static __always_inline void rv_snat_count(__u32 counter)
 {
 	__u64 *c = bpf_map_lookup_elem(&snat_stats_map, &counter);

@@ -11,8 +11,9 @@
  * Only paths that are really rare, or too large for xdp_ingress's stack,
  * are stages: step 2's ICMP errors and later fragments, step 6's FIB slow
  * path (a natForwarding fib packet whose backend's next hop is not cached
- * this tick, about once a second per backend), and both directions of the
- * source translation of flows to other nodes' backends (snat.h). A tail
+ * this tick, about once a second per backend), both directions of the
+ * source translation of flows to other nodes' backends (snat.h), and the
+ * reset that refuses a new TCP flow of a VIP's refused share (reset.h). A tail
  * call costs the packet that takes it a few nanoseconds, so forwarding
  * modes (DSR) and IPv6 stay in xdp_ingress.
  *
@@ -60,7 +61,11 @@ enum rv_stage {
 	 * port range: a translated flow's reply, back to its client. */
 	RV_STAGE_SNAT_REPLY4 = 8,
 	RV_STAGE_SNAT_REPLY6 = 9,
-	RV_STAGE_COUNT = 10,
+	/* Step 5's refusal of a new TCP flow of a VIP's refused share: the
+	 * segment becomes a reset back to the client (reset.h). */
+	RV_STAGE_RESET4 = 10,
+	RV_STAGE_RESET6 = 11,
+	RV_STAGE_COUNT = 12,
 };
 
 struct {

@@ -39,6 +39,7 @@
 #include "snat.h"
 #include "client_affinity.h"
 #include "stages.h"
+#include "reset.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -376,6 +377,8 @@ struct rv_dsr_job {
 #define RV_ACT_ROUTE 101
 #define RV_ACT_SNAT 102
 #define RV_ACT_SNAT_REPLY 103
+/* "Refuse with a TCP reset" (the reset stage, reset.h). */
+#define RV_ACT_RESET 104
 
 static __always_inline int rv_dsr_defer(struct rv_dsr_job *job, const struct rv_service *svc, const struct rv_be *be,
 					__u32 service_id, int new_flow)
@@ -482,9 +485,16 @@ static __always_inline int rv_ingress_l4(struct xdp_md *ctx, struct rv_pkt *p, s
 		if (client_ip)
 			rv_client_set(p->src, v6);
 		__u64 hint = !opens && p->proto == IPPROTO_TCP ? (1ULL << 32) | h5 : 0;
-		if (rv_maglev_pick(svc, h, client_ip ? service_id : RV_CLIENT_NONE, hint, &backend_id, v6)) {
-			rv_count_drop(RV_DROP_NO_HEALTHY_BACKEND, service_id);
-			return XDP_DROP;
+		int picked = rv_maglev_pick(svc, h, client_ip ? service_id : RV_CLIENT_NONE, hint, &backend_id, v6);
+		if (picked) {
+			/* The VIP's refused share (balance.h) counts as no_backend
+			 * and makes no state; the reset stage answers TCP with a
+			 * reset and drops anything else (reset.h), so this path
+			 * adds one branch to xdp_ingress. One count site for both
+			 * reasons: fewer instructions to verify. */
+			int refuse = picked == RV_PICK_REFUSE;
+			rv_count_drop(refuse ? RV_DROP_NO_BACKEND : RV_DROP_NO_HEALTHY_BACKEND, service_id);
+			return refuse ? RV_ACT_RESET : XDP_DROP;
 		}
 		if (rv_backend(backend_id, be, v6)) {
 			rv_count_drop(RV_DROP_NO_BACKEND, service_id);
@@ -666,6 +676,8 @@ static __always_inline int rv_forward(struct xdp_md *ctx, struct rv_pkt *p, stru
 	}
 	if (verdict == RV_ACT_SNAT_REPLY)
 		return rv_stage_jump(ctx, v6 ? RV_STAGE_SNAT_REPLY6 : RV_STAGE_SNAT_REPLY4);
+	if (verdict == RV_ACT_RESET)
+		return rv_stage_jump(ctx, v6 ? RV_STAGE_RESET6 : RV_STAGE_RESET4);
 	if (verdict != RV_ACT_DSR)
 		return verdict;
 	if (!job->svc)
@@ -932,4 +944,18 @@ SEC("xdp")
 int xdp_stage_snat_reply6(struct xdp_md *ctx)
 {
 	return rv_stage_snat_reply(ctx, 1);
+}
+
+/* Step 5's refusal of a new TCP flow (balance.h RV_PICK_REFUSE, counted
+ * by xdp_ingress): the segment becomes the reset that refuses it. */
+SEC("xdp")
+int xdp_stage_reset4(struct xdp_md *ctx)
+{
+	return rv_tcp_reset(ctx, 0);
+}
+
+SEC("xdp")
+int xdp_stage_reset6(struct xdp_md *ctx)
+{
+	return rv_tcp_reset(ctx, 1);
 }

@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 12;
+pub const ABI_VERSION: u32 = 13;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -269,7 +269,9 @@ pub mod drop_reason {
     pub const NO_HEALTHY_BACKEND: u32 = 0;
     /// VIP matched but its service entry was not active.
     pub const NO_SERVICE: u32 = 1;
-    /// Chosen backend ID had no address entry.
+    /// Chosen backend ID had no address entry, or the flow's slot is the
+    /// VIP's refused share ([`super::backend_flags::REJECT`]): a new TCP
+    /// flow got a reset, any other packet was dropped.
     pub const NO_BACKEND: u32 = 2;
     /// Bounds check failed while rewriting.
     pub const REWRITE_FAILED: u32 = 3;
@@ -526,6 +528,11 @@ pub mod backend_flags {
     /// Not a health reason: a backend on another node, whose flows get the
     /// node's address as source in a [`super::service_flags::SNAT`] VIP.
     pub const SNAT: u32 = 1 << 3;
+    /// Not a real backend: the pseudo-backend owning VIPs' refused shares
+    /// of their Maglev slices (`VipSpec::reject_weight`). No address entry,
+    /// state healthy; a new flow whose own slot names it is refused (TCP
+    /// reset, else dropped), a down backend's probe steps over it.
+    pub const REJECT: u32 = 1 << 4;
 }
 
 /// `struct rv_flow4`: a client's flow (connection_affinity_map key).
@@ -1460,6 +1467,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_DROP_SNAT_EXHAUSTED", drop_reason::SNAT_EXHAUSTED as i64),
         ("RV_SVC_F_SNAT", service_flags::SNAT as i64),
         ("RV_BACKEND_F_SNAT", backend_flags::SNAT as i64),
+        ("RV_BACKEND_F_REJECT", backend_flags::REJECT as i64),
         ("RV_SNAT_F_ADDR4", snat_config_flags::ADDR4 as i64),
         ("RV_SNAT_F_ADDR6", snat_config_flags::ADDR6 as i64),
         ("RV_SNAT_REV_F_CLOSING", snat_rev_flags::CLOSING as i64),

@@ -453,6 +453,16 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
             "snat_stats_map",
         ],
     ),
+    // A VIP's refused share (VipSpec::reject_weight): backend_health_map
+    // flag REJECT (bit 4) marks the pseudo-backend whose Maglev slots are
+    // refused, and drop reason NO_BACKEND also counts those refusals; no
+    // map added. An ABI 12 rivorad would drop the pseudo-backend at
+    // adoption (health set, no address): the version bump keeps it away
+    // from these maps. An ABI 12 program still attached until a hot swap's
+    // link update takes the pseudo-backend for a healthy backend without an
+    // address: it drops the share as no_backend (never forwards it), where
+    // the new program resets it (docs/restarts.md, ABI 13).
+    (13, &[]),
 ];
 
 /// 64-bit words of each half of `flow_filter_map` for flow tables of

@@ -317,8 +317,31 @@ pub struct VipSpec {
     pub key: VipKey,
     /// Forwarding mode.
     pub mode: Mode,
-    /// Backends; may be empty (the VIP then drops as no_healthy_backend).
+    /// Backends; may be empty (the VIP then drops as no_healthy_backend,
+    /// or refuses every new flow with a `reject_weight`).
     pub backends: Vec<BackendSpec>,
+    /// The weight, in the units of the backends' weights, of a share of
+    /// new flows the VIP refuses: of `total = sum of weights +
+    /// reject_weight`, about `reject_weight / total` of new flows are
+    /// refused, each backend keeps its `weight / total`. A refused TCP
+    /// segment that would open a flow (or any TCP segment without a flow
+    /// entry) gets a reset back; any other packet (UDP) is dropped; both
+    /// count as the VIP's drops of reason `no_backend`.
+    ///
+    /// Why: Gateway API's TCPRoute and UDPRoute must reject the
+    /// connections (drop the packets) an invalid backendRef's weight would
+    /// have received, while the valid backends keep their shares; spreading
+    /// that share over the valid backends would silently change them.
+    ///
+    /// How: the share is a pseudo-backend in the VIP's Maglev slice
+    /// ([`crate::writer::REJECT_MAGLEV_KEY`], one backend ID with health
+    /// flag `REJECT` shared by every such VIP), so the slice stays a pure
+    /// function of the backends, their weights and this weight, the same
+    /// across restarts. Established flows (flow entries) are never
+    /// refused, whatever this becomes; a down or draining backend's share
+    /// goes to the valid backends only, never to the refused share.
+    /// 0 (the default): nothing refused, the slice exactly as without it.
+    pub reject_weight: u32,
     /// sessionAffinity clientIP: Maglev hashes the client address only
     /// (service flag `AFFINITY_CLIENT_IP`).
     pub affinity_client_ip: bool,
@@ -381,6 +404,7 @@ impl VipSpec {
             key,
             mode: Mode::Nat,
             backends,
+            reject_weight: 0,
             affinity_client_ip: false,
             affinity_timeout: None,
             syn_rate_limit: None,

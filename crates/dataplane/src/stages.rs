@@ -40,6 +40,8 @@ pub const STAGES: &[(u32, &str)] = &[
     (7, "xdp_stage_snat6"),
     (8, "xdp_stage_snat_reply4"),
     (9, "xdp_stage_snat_reply6"),
+    (10, "xdp_stage_reset4"),
+    (11, "xdp_stage_reset6"),
 ];
 
 /// The program array's name in the object.

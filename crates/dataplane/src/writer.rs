@@ -338,6 +338,9 @@ pub struct Dataplane {
     backend_filter: Option<Vec<u64>>,
     /// What src_range_map(6) hold, by key tag (service ID and bank).
     src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
+    /// The backend ID of the refusing pseudo-backend (health flag REJECT)
+    /// while some VIP has a `reject_weight`; one for all of them.
+    reject_id: Option<u32>,
 }
 
 /// An endpoint entry read back from either family's map.
@@ -388,7 +391,14 @@ impl Dataplane {
             endpoints: BTreeMap::new(),
             backend_filter: None,
             src_ranges: BTreeMap::new(),
+            reject_id: None,
         }
+    }
+
+    /// The backend ID of the pseudo-backend that owns the VIPs' refused
+    /// shares (`VipSpec::reject_weight`), while any VIP has one.
+    pub fn reject_backend_id(&self) -> Option<u32> {
+        self.reject_id
     }
 
     /// The state of the VIP index.
@@ -1035,7 +1045,7 @@ impl Dataplane {
             .vips
             .values()
             .map(|v| {
-                let weights: Vec<u32> = v.spec.backends.iter().map(|b| b.weight).collect();
+                let (_, weights) = maglev_members(&v.spec);
                 crate::imbalance::VipBalance::new(
                     &v.spec.name,
                     v.worst_imbalance,
@@ -1117,11 +1127,15 @@ impl Dataplane {
                 }
             }
         }
+        // A refused share needs the pseudo-backend (one ID for all VIPs).
+        let needs_reject = desired.values().any(|s| s.reject_weight > 0);
+        let new_reject = needs_reject && self.reject_id.is_none();
         // Retiring backends give their IDs up early when new ones need them.
         let needed = wanted
             .keys()
             .filter(|k| !self.backends.contains_key(k))
-            .count() as u32;
+            .count() as u32
+            + u32::from(new_reject);
         if needed > self.backend_ids.available() {
             let mut retiring: Vec<(Instant, BackendKey)> = self
                 .backends
@@ -1140,6 +1154,15 @@ impl Dataplane {
         let mut new_backends: Vec<(BackendKey, u32, [u8; 6])> = Vec::new();
         let mut id_of: BTreeMap<BackendKey, u32> =
             self.backends.iter().map(|(k, b)| (*k, b.id)).collect();
+        let reject_id = match self.reject_id {
+            None if new_reject => Some(backend_ids.allocate().ok_or_else(|| {
+                Error::Capacity(format!(
+                    "backends: all {} backend IDs are in use (a refused share needs one)",
+                    abi::MAX_BACKENDS
+                ))
+            })?),
+            id => id,
+        };
         for (key, mac) in &wanted {
             if !self.backends.contains_key(key) {
                 let id = backend_ids.allocate().ok_or_else(|| {
@@ -1172,7 +1195,7 @@ impl Dataplane {
             let change = match self.vips.get(key) {
                 None => VipChange::Add,
                 Some(cur) if cur.adopted => {
-                    if !self.adopted_matches(cur, spec, &id_of) {
+                    if !self.adopted_matches(cur, spec, &id_of, reject_id) {
                         VipChange::Rebuild
                     } else if same_options(&cur.spec, spec) {
                         VipChange::Adopt
@@ -1180,7 +1203,11 @@ impl Dataplane {
                         VipChange::Reconfigure
                     }
                 }
-                Some(cur) if cur.spec.backends != spec.backends || cur.spec.mode != spec.mode => {
+                Some(cur)
+                    if cur.spec.backends != spec.backends
+                        || cur.spec.reject_weight != spec.reject_weight
+                        || cur.spec.mode != spec.mode =>
+                {
                     VipChange::Rebuild
                 }
                 Some(cur) if !same_options(&cur.spec, spec) => VipChange::Reconfigure,
@@ -1227,7 +1254,7 @@ impl Dataplane {
             let target = budget.get(key).copied();
             let target = match (self.vips.get(key), target) {
                 (Some(cur), Some(t))
-                    if cur.slice.size >= spec.backends.len() as u32
+                    if cur.slice.size >= maglev_members(spec).0.len() as u32
                         && cur.slice.size.saturating_mul(2) >= t
                         && cur.slice.size <= t.saturating_mul(2) =>
                 {
@@ -1235,7 +1262,8 @@ impl Dataplane {
                 }
                 _ => target,
             };
-            let (slice, table, worst_imbalance) = plan_slice(spec, &id_of, &mut slices, target)?;
+            let (slice, table, worst_imbalance) =
+                plan_slice(spec, &id_of, reject_id, &mut slices, target)?;
             planned.push(PlannedVip {
                 spec: spec.clone(),
                 change,
@@ -1271,6 +1299,11 @@ impl Dataplane {
         self.service_ids = service_ids;
         // Slices allocated in the plan are now owned; frees happen below.
         self.slices = slices;
+        if new_reject {
+            let id = reject_id.expect("allocated in the plan");
+            self.write_reject_backend(id)?;
+            self.reject_id = Some(id);
+        }
         for (key, id, mac) in new_backends {
             let generation = self.generation();
             // A reused ID must not hand its previous owner's counts on.
@@ -1441,6 +1474,11 @@ impl Dataplane {
         for slice in old_slices {
             self.slices.release(slice);
         }
+        // No slice names the pseudo-backend any more.
+        if !needs_reject && let Some(id) = self.reject_id.take() {
+            self.set_health(id, abi::backend_state::NONE)?;
+            self.backend_ids.release(id);
+        }
         self.sync_endpoints()?;
         self.sync_backend_filter(&[])?;
         // The slices no longer name the backends that left: no new entry can
@@ -1580,6 +1618,7 @@ impl Dataplane {
         cur: &VipState,
         spec: &VipSpec,
         id_of: &BTreeMap<BackendKey, u32>,
+        reject_id: Option<u32>,
     ) -> bool {
         let same_set = cur
             .spec
@@ -1587,28 +1626,23 @@ impl Dataplane {
             .iter()
             .map(|b| b.key)
             .eq(spec.backends.iter().map(|b| b.key));
-        if cur.spec.mode != spec.mode || !same_set {
+        // An adopted spec's reject_weight only says whether the slice has
+        // a refused share (its weight is unknown, as the backends' are).
+        let same_reject = (cur.spec.reject_weight > 0) == (spec.reject_weight > 0);
+        if cur.spec.mode != spec.mode || !same_set || !same_reject {
             return false;
         }
-        if spec.backends.is_empty() {
+        let (keys, weights) = maglev_members(spec);
+        if keys.is_empty() {
             return cur.slice.size == 0;
         }
-        let keys: Vec<String> = spec.backends.iter().map(|b| b.key.to_string()).collect();
-        let mb: Vec<MaglevBackend> = keys
-            .iter()
-            .zip(&spec.backends)
-            .map(|(k, b)| MaglevBackend {
-                key: k.as_bytes(),
-                weight: b.weight,
-            })
-            .collect();
+        let mb = maglev_backends(&keys, &weights);
         let Ok(table) = maglev::build(&mb, cur.slice.size) else {
             return false;
         };
-        let want: Vec<u32> = table
-            .iter()
-            .map(|&i| id_of[&spec.backends[i as usize].key])
-            .collect();
+        let Some(want) = member_ids(spec, &table, id_of, reject_id) else {
+            return false;
+        };
         want == self.maps.maglev.read(cur.slice.offset, cur.slice.size)
     }
 
@@ -1641,6 +1675,19 @@ impl Dataplane {
                 .map_err(|e| map_err("backend_health_map", e))?;
             let state = health.state;
             if state == abi::backend_state::NONE {
+                continue;
+            }
+            if health.flags & abi::backend_flags::REJECT != 0 {
+                // The refusing pseudo-backend: no address by design. One
+                // is all a writer makes; a second is stale.
+                if dp.reject_id.is_some() {
+                    report
+                        .dropped
+                        .push(format!("backend ID {id}: a second refusing pseudo-backend"));
+                    dp.set_health(id, abi::backend_state::NONE)?;
+                } else {
+                    dp.reject_id = Some(id);
+                }
                 continue;
             }
             let b4 = dp
@@ -1859,7 +1906,16 @@ impl Dataplane {
             dp.backends.insert(key, b);
             dp.sync_health(&key)?;
         }
-        let backend_ids: BTreeSet<u32> = dp.backends.values().map(|b| b.id).collect();
+        // A pseudo-backend no adopted slice names (a VIP dropped above,
+        // an apply that did not finish) is released.
+        if let Some(id) = dp.reject_id
+            && !dp.vips.values().any(|v| v.spec.reject_weight > 0)
+        {
+            dp.set_health(id, abi::backend_state::NONE)?;
+            dp.reject_id = None;
+        }
+        let mut backend_ids: BTreeSet<u32> = dp.backends.values().map(|b| b.id).collect();
+        backend_ids.extend(dp.reject_id);
         dp.backend_ids = IdAllocator::adopt(abi::MAX_BACKENDS, &backend_ids);
         dp.service_ids = IdAllocator::adopt(abi::MAX_VIPS, &service_ids_used);
         dp.next_generation = max_generation.wrapping_add(1).max(1);
@@ -1957,7 +2013,8 @@ impl Dataplane {
                 svc.backend_count
             ));
         }
-        for id in &ids {
+        let reject = self.reject_id.filter(|r| ids.contains(r));
+        for id in ids.iter().filter(|id| Some(**id) != reject) {
             match by_id.get(id) {
                 Some(b) if b.key.addr.is_ipv6() == key.addr.is_ipv6() => {}
                 _ => {
@@ -1973,7 +2030,7 @@ impl Dataplane {
         let mut backends = Vec::new();
         let mut draining = BTreeSet::new();
         let mut snat = BTreeSet::new();
-        for id in &ids {
+        for id in ids.iter().filter(|id| Some(**id) != reject) {
             let b = by_id.get_mut(id).expect("checked above");
             b.vips.insert(key);
             backends.push(BackendSpec {
@@ -2007,6 +2064,9 @@ impl Dataplane {
                     key,
                     mode,
                     backends,
+                    // Its weight is unknown, like the backends' (0 there):
+                    // 1 says the slice has a refused share.
+                    reject_weight: u32::from(reject.is_some()),
                     affinity_client_ip: svc.flags & abi::service_flags::AFFINITY_CLIENT_IP != 0,
                     affinity_timeout,
                     syn_rate_limit,
@@ -2408,6 +2468,32 @@ impl Dataplane {
         }
     }
 
+    /// Gives backend ID `id` to the refusing pseudo-backend: no address
+    /// entry in either family (the program never forwards to it), state
+    /// healthy (its slots are picked), flag REJECT (the program refuses
+    /// what picks it; an adopting writer recognises it).
+    fn write_reject_backend(&mut self, id: u32) -> Result<(), Error> {
+        self.maps
+            .backend_map
+            .set(id, abi::Backend4::default(), 0)
+            .map_err(|e| map_err("backend_map", e))?;
+        self.maps
+            .backend_map6
+            .set(id, abi::Backend6::default(), 0)
+            .map_err(|e| map_err("backend_map6", e))?;
+        self.maps
+            .backend_health
+            .set(
+                id,
+                abi::BackendHealth {
+                    state: abi::backend_state::HEALTHY,
+                    flags: abi::backend_flags::REJECT,
+                },
+                0,
+            )
+            .map_err(|e| map_err("backend_health_map", e))
+    }
+
     fn set_health(&mut self, id: u32, state: u32) -> Result<(), Error> {
         self.maps
             .backend_health
@@ -2449,7 +2535,9 @@ impl Dataplane {
         let entry = abi::Service {
             maglev_offset: slice.offset,
             maglev_size: slice.size,
-            backend_count: spec.backends.len() as u16,
+            // The distinct IDs of the slice (Maglev gives every member a
+            // slot), the refusing pseudo-backend included.
+            backend_count: maglev_members(spec).0.len() as u16,
             mode: spec.mode.abi(),
             flags: service_flags(spec, bank),
             generation,
@@ -2964,7 +3052,10 @@ fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
                 }
             }
         }
-        if spec.backends.len() > u16::MAX as usize {
+        // The refused share is a member of the slice like a backend
+        // (backend_count counts it); its weight follows the backends'
+        // rules except that 0 means "none" instead of an error.
+        if spec.backends.len() + usize::from(spec.reject_weight > 0) > u16::MAX as usize {
             return Err(Error::Invalid(format!(
                 "VIP {}: too many backends",
                 spec.name
@@ -3360,17 +3451,10 @@ impl fmt::Display for RangePrefix {
 fn slice_budget(desired: &BTreeMap<VipKey, VipSpec>, table_len: u32) -> BTreeMap<VipKey, u32> {
     let preferred: BTreeMap<VipKey, u32> = desired
         .iter()
-        .filter(|(_, s)| !s.backends.is_empty())
+        .filter(|(_, s)| !s.backends.is_empty() || s.reject_weight > 0)
         .map(|(k, s)| {
-            let keys: Vec<String> = s.backends.iter().map(|b| b.key.to_string()).collect();
-            let mb: Vec<MaglevBackend> = keys
-                .iter()
-                .zip(&s.backends)
-                .map(|(k, b)| MaglevBackend {
-                    key: k.as_bytes(),
-                    weight: b.weight,
-                })
-                .collect();
+            let (keys, weights) = maglev_members(s);
+            let mb = maglev_backends(&keys, &weights);
             (*k, maglev::preferred_slice_size_for(&mb))
         })
         .collect();
@@ -3385,26 +3469,71 @@ fn slice_budget(desired: &BTreeMap<VipKey, VipSpec>, table_len: u32) -> BTreeMap
         .collect()
 }
 
+/// The Maglev key of a VIP's refused share (`VipSpec::reject_weight`): a
+/// fixed pseudo key, so the slice is a pure function of the backends, their
+/// weights and the refused weight, and a restarted writer builds the same
+/// slots. No backend's key can equal it: a backend's is its address and
+/// port (`10.0.0.1:80`, `[2001:db8::1]:80`). Part of the slice layout:
+/// changing it moves every refused slot (and some of the backends').
+pub const REJECT_MAGLEV_KEY: &str = "rivora:reject";
+
+/// The members of a VIP's Maglev slice, keys and weights in the same
+/// order: its backends, then the refused share's pseudo key with its
+/// weight when `reject_weight` > 0 (absent otherwise, so a VIP without one
+/// has exactly the slice it had before refused shares existed).
+pub fn maglev_members(spec: &VipSpec) -> (Vec<String>, Vec<u32>) {
+    let mut keys: Vec<String> = spec.backends.iter().map(|b| b.key.to_string()).collect();
+    let mut weights: Vec<u32> = spec.backends.iter().map(|b| b.weight).collect();
+    if spec.reject_weight > 0 {
+        keys.push(REJECT_MAGLEV_KEY.to_string());
+        weights.push(spec.reject_weight);
+    }
+    (keys, weights)
+}
+
+/// [`maglev_members`] as the Maglev builder takes them.
+fn maglev_backends<'a>(keys: &'a [String], weights: &[u32]) -> Vec<MaglevBackend<'a>> {
+    keys.iter()
+        .zip(weights)
+        .map(|(k, &weight)| MaglevBackend {
+            key: k.as_bytes(),
+            weight,
+        })
+        .collect()
+}
+
+/// The backend IDs of a table of member indices ([`maglev_members`]
+/// order): a backend's ID, or the pseudo-backend's for the refused share.
+/// None when the table has a refused share and `reject_id` is None.
+fn member_ids(
+    spec: &VipSpec,
+    table: &[u32],
+    id_of: &BTreeMap<BackendKey, u32>,
+    reject_id: Option<u32>,
+) -> Option<Vec<u32>> {
+    table
+        .iter()
+        .map(|&i| match spec.backends.get(i as usize) {
+            Some(b) => Some(id_of[&b.key]),
+            None => reject_id,
+        })
+        .collect()
+}
+
 /// Sizes, places and fills one VIP's slice (on the planning copy).
 fn plan_slice(
     spec: &VipSpec,
     id_of: &BTreeMap<BackendKey, u32>,
+    reject_id: Option<u32>,
     slices: &mut SliceAllocator,
     target: Option<u32>,
 ) -> Result<(Slice, Vec<u32>, f64), Error> {
-    if spec.backends.is_empty() {
+    let (keys, weights) = maglev_members(spec);
+    if keys.is_empty() {
         return Ok((Slice { offset: 0, size: 0 }, Vec::new(), 0.0));
     }
-    let count = spec.backends.len() as u32;
-    let keys: Vec<String> = spec.backends.iter().map(|b| b.key.to_string()).collect();
-    let mb: Vec<MaglevBackend> = keys
-        .iter()
-        .zip(&spec.backends)
-        .map(|(k, b)| MaglevBackend {
-            key: k.as_bytes(),
-            weight: b.weight,
-        })
-        .collect();
+    let count = keys.len() as u32;
+    let mb = maglev_backends(&keys, &weights);
     let want = target
         .unwrap_or_else(|| maglev::preferred_slice_size_for(&mb))
         .max(count);
@@ -3423,27 +3552,18 @@ fn plan_slice(
     let table =
         maglev::build(&mb, size).map_err(|e| Error::Invalid(format!("VIP {}: {e}", spec.name)))?;
     let worst_imbalance = maglev::worst_imbalance(&table, &mb);
-    let ids = table
-        .iter()
-        .map(|&i| id_of[&spec.backends[i as usize].key])
-        .collect();
+    let ids = member_ids(spec, &table, id_of, reject_id)
+        .expect("apply allocates the refusing pseudo-backend before planning slices");
     Ok((slice, ids, worst_imbalance))
 }
 
 /// The worst imbalance of `spec`'s table at `size` slots.
 fn imbalance_of(spec: &VipSpec, size: u32) -> f64 {
-    if spec.backends.is_empty() {
+    let (keys, weights) = maglev_members(spec);
+    if keys.is_empty() {
         return 0.0;
     }
-    let keys: Vec<String> = spec.backends.iter().map(|b| b.key.to_string()).collect();
-    let mb: Vec<MaglevBackend> = keys
-        .iter()
-        .zip(&spec.backends)
-        .map(|(k, b)| MaglevBackend {
-            key: k.as_bytes(),
-            weight: b.weight,
-        })
-        .collect();
+    let mb = maglev_backends(&keys, &weights);
     maglev::build(&mb, size)
         .map(|t| maglev::worst_imbalance(&t, &mb))
         .unwrap_or(f64::NAN)
@@ -3745,6 +3865,36 @@ mod tests {
         fib.mode = Mode::Dsr;
         let err = validate(&[fib]).unwrap_err().to_string();
         assert!(err.contains("applies to mode nat, not dsr"), "{err}");
+    }
+
+    #[test]
+    fn the_refused_share_is_a_slice_member_only_with_a_weight() {
+        let mut v = spec("w", VipKey::exact(addr(), 80, 6), 80);
+        let (keys, weights) = maglev_members(&v);
+        assert_eq!((keys, weights), (vec!["10.1.0.1:80".to_string()], vec![1]));
+        v.reject_weight = 3;
+        let (keys, weights) = maglev_members(&v);
+        assert_eq!(
+            (keys, weights),
+            (
+                vec!["10.1.0.1:80".to_string(), REJECT_MAGLEV_KEY.to_string()],
+                vec![1, 3]
+            )
+        );
+        assert!(validate(std::slice::from_ref(&v)).is_ok());
+        // A VIP of nothing but a refused share is valid (it refuses all).
+        v.backends.clear();
+        assert!(validate(std::slice::from_ref(&v)).is_ok());
+        assert_eq!(maglev_members(&v).0, vec![REJECT_MAGLEV_KEY.to_string()]);
+        // The pseudo-backend counts towards the slice's 65,535 members.
+        v.backends = (0..u16::MAX as u32)
+            .map(|i| BackendSpec::new(Ipv4Addr::from(0x0a00_0000 + i).into(), 80))
+            .collect();
+        v.reject_weight = 0;
+        assert!(validate(std::slice::from_ref(&v)).is_ok());
+        v.reject_weight = 1;
+        let err = validate(&[v]).unwrap_err().to_string();
+        assert!(err.contains("too many backends"), "{err}");
     }
 
     #[test]

@@ -49,6 +49,24 @@ enum Decision {
     Forward(IpAddr, u16),
     /// An ICMP error forwarded to this backend (quote rewritten to it).
     ForwardIcmp(IpAddr, u16),
+    /// Refused (a VIP's refused share) with this reset back to the client.
+    Reset(ResetWant),
+}
+
+/// The reset a refused TCP segment must come back as (reset.h, RFC 793
+/// section 3.4): from the VIP to the client, seq/ack from the segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ResetWant {
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    ack: u32,
+    /// The flags byte: RST, or RST|ACK.
+    flags: u8,
+    /// Ethernet and VLAN tags, IP and a bare TCP header.
+    len: usize,
 }
 
 /// (source, destination, source port, destination port, protocol): a flow
@@ -62,6 +80,8 @@ struct Svc {
     /// loadBalancerSourceRanges as (address bytes, prefix length); None:
     /// any source.
     ranges: Option<Vec<(Vec<u8>, u8)>>,
+    /// The refusing pseudo-backend's ID when the VIP has a refused share.
+    reject: Option<u32>,
 }
 
 /// Whether the first `len` bits of `a` and `prefix` agree (both of one
@@ -101,6 +121,9 @@ struct Model {
     tick: std::time::Duration,
     /// TCP segments without an entry that followed their SYN's hint.
     hinted: usize,
+    /// Frames of a refused share (reset or dropped, all counted as
+    /// no_backend).
+    rejected: usize,
 }
 
 #[derive(Default, Debug)]
@@ -112,6 +135,15 @@ struct Parsed {
     sport: u16,
     dport: u16,
     tcp_flags: u8,
+    /// TCP: sequence and acknowledgment numbers, header length in bytes,
+    /// and the L4 length the IP header claims (as the program computes it:
+    /// a u32 that wraps when the claim is smaller than the headers).
+    tcp_seq: u32,
+    tcp_ack: u32,
+    tcp_doff: u32,
+    l4_len: u32,
+    /// Offset of the IP header (after VLAN tags).
+    l3_at: usize,
     first_frag: bool,
     later_frag: bool,
     frag_id: u32,
@@ -145,7 +177,10 @@ fn parse(b: &[u8]) -> Option<Parsed> {
         et = be16(b, off + 2)?;
         off += 4;
     }
-    let mut p = Parsed::default();
+    let mut p = Parsed {
+        l3_at: off,
+        ..Parsed::default()
+    };
     let l4_at;
     match et {
         0x0800 => {
@@ -172,6 +207,8 @@ fn parse(b: &[u8]) -> Option<Parsed> {
             if l4_at > b.len() {
                 return None;
             }
+            p.l4_len =
+                u32::from(u16::from_be_bytes([h[2], h[3]])).wrapping_sub((h[0] & 0xf) as u32 * 4);
         }
         0x86dd => {
             let h = b.get(off..off + 40)?;
@@ -227,6 +264,8 @@ fn parse(b: &[u8]) -> Option<Parsed> {
             }
             p.proto = nh;
             l4_at = cur;
+            p.l4_len =
+                u32::from(u16::from_be_bytes([h[4], h[5]])).wrapping_sub((cur - off - 40) as u32);
         }
         _ => return None,
     }
@@ -272,6 +311,10 @@ fn parse(b: &[u8]) -> Option<Parsed> {
     p.dport = dp;
     if p.proto == 6 {
         p.tcp_flags = b[l4_at + 13];
+        let word = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        p.tcp_seq = word(l4_at + 4);
+        p.tcp_ack = word(l4_at + 8);
+        p.tcp_doff = u32::from(b[l4_at + 12] >> 4) * 4;
     }
     Some(p)
 }
@@ -344,12 +387,59 @@ impl Model {
     }
 
     /// Maglev: the first healthy backend within the probe window from the
-    /// flow's slot.
+    /// flow's slot. The refused share's slots are stepped over (a down
+    /// backend's flows go to valid backends only); the flow's own slot
+    /// being one is [`Model::refuses`]'s, asked first.
     fn pick(&self, svc: &Svc, h: u32) -> Option<u32> {
         let slot = h % svc.size;
         (0..rivora_abi::MAGLEV_PROBE_WINDOW)
             .map(|i| self.table[(svc.offset + (slot + i) % svc.size) as usize])
-            .find(|id| self.state(*id) == rivora_abi::backend_state::HEALTHY)
+            .find(|id| {
+                Some(*id) != svc.reject && self.state(*id) == rivora_abi::backend_state::HEALTHY
+            })
+    }
+
+    /// Whether the flow's own slot is the VIP's refused share.
+    fn refuses(&self, svc: &Svc, h: u32) -> bool {
+        svc.reject.is_some() && Some(self.table[(svc.offset + h % svc.size) as usize]) == svc.reject
+    }
+
+    /// What a refused frame becomes: a reset for a TCP segment the reset
+    /// stage can answer (not a reset, not a first fragment, lengths that
+    /// add up), else a drop.
+    fn refusal(&mut self, p: &Parsed) -> Decision {
+        self.rejected += 1;
+        if p.proto != 6
+            || p.first_frag
+            || p.tcp_flags & 0x04 != 0
+            || p.tcp_doff < 20
+            || p.l4_len < p.tcp_doff
+            || p.l4_len > 0xffff
+        {
+            return Decision::Drop(rivora_abi::drop_reason::NO_BACKEND);
+        }
+        let addr = |b: &[u8]| match b.len() {
+            4 => IpAddr::from(<[u8; 4]>::try_from(b).unwrap()),
+            _ => IpAddr::from(<[u8; 16]>::try_from(b).unwrap()),
+        };
+        let has_ack = p.tcp_flags & 0x10 != 0;
+        let seg_len = p.l4_len - p.tcp_doff
+            + u32::from(p.tcp_flags & 0x02 != 0)
+            + u32::from(p.tcp_flags & 0x01 != 0);
+        Decision::Reset(ResetWant {
+            src: addr(&p.dst),
+            dst: addr(&p.src),
+            sport: p.dport,
+            dport: p.sport,
+            seq: if has_ack { p.tcp_ack } else { 0 },
+            ack: if has_ack {
+                0
+            } else {
+                p.tcp_seq.wrapping_add(seg_len)
+            },
+            flags: if has_ack { 0x04 } else { 0x14 },
+            len: p.l3_at + if p.v6 { 60 } else { 40 },
+        })
     }
 
     /// balance.h rv_udp_seen_before: one tag per slot.
@@ -383,7 +473,7 @@ impl Model {
                     _ => {
                         let svc = &self.vips[&(isrc.clone(), *isport, *iproto)];
                         let h = flow_hash(idst, isrc, *idport, *isport, *iproto);
-                        if svc.size == 0 {
+                        if svc.size == 0 || self.refuses(svc, h) {
                             None
                         } else {
                             self.pick(svc, h)
@@ -442,6 +532,9 @@ impl Model {
                 } else {
                     None
                 };
+                if hint.is_none() && self.refuses(&svc, h) {
+                    return self.refusal(&p);
+                }
                 let Some(id) = hint.or_else(|| self.pick(&svc, h)) else {
                     return Decision::Drop(rivora_abi::drop_reason::NO_HEALTHY_BACKEND);
                 };
@@ -731,6 +824,20 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         specs.push(vip(&format!("t6{n}"), a, 80, proto::TCP, b6.clone()));
         specs.push(vip(&format!("u6{n}"), a, 443, proto::UDP, b6[1..].to_vec()));
     }
+    // Refused shares (reject_weight) on port 81: TCP and UDP, with
+    // backends (some of which drain or go down later) and without.
+    let refusing = [
+        ("r4", "10.200.100.1", proto::TCP, b4[..3].to_vec(), 2),
+        ("ru4", "10.200.100.1", proto::UDP, b4[..2].to_vec(), 1),
+        ("r4only", "10.200.100.2", proto::TCP, vec![], 1),
+        ("r6", "fd00:200:100::1", proto::TCP, b6.clone(), 3),
+        ("ru6only", "fd00:200:100::2", proto::UDP, vec![], 1),
+    ];
+    for (name, a, l4, b, w) in refusing {
+        let mut v = vip(name, a, 81, l4, b);
+        v.reject_weight = w;
+        specs.push(v);
+    }
     // Source ranges on one TCP VIP per family: the generator's clients
     // (10.200.{0,1}.{1..6}, fd00:200::{1..c}) fall on both sides.
     let ranges: HashMap<&str, Vec<(&str, u8)>> = HashMap::from([
@@ -776,6 +883,7 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
             128.0 / f64::from(rivora_dataplane::jiffies::hz().expect("the kernel's HZ")),
         ),
         hinted: 0,
+        rejected: 0,
     };
     for v in r.dataplane.vips() {
         model.vips.insert(
@@ -787,6 +895,11 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
                     l.iter()
                         .map(|(a, len)| (octets(a.parse().unwrap()), *len))
                         .collect()
+                }),
+                reject: (v.spec.reject_weight > 0).then(|| {
+                    r.dataplane
+                        .reject_backend_id()
+                        .expect("a refused share has its pseudo-backend")
                 }),
             },
         );
@@ -865,6 +978,41 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
                 let _ = reason;
                 *tally.entry("drop").or_default() += 1;
             }
+            Decision::Reset(w) => {
+                assert_eq!(verdict, XDP_TX, "{}", ctx());
+                assert_eq!(out.len(), w.len, "{}", ctx());
+                assert_eq!(checksums_valid(&out), Some(true), "{}", ctx());
+                let s = etherparse::SlicedPacket::from_ethernet(&out).expect("a reset parses");
+                let Some(etherparse::TransportSlice::Tcp(t)) = s.transport.as_ref() else {
+                    panic!("a reset is TCP; {}", ctx())
+                };
+                let got = parse(&out).expect("a reset parses");
+                let addr = |b: &[u8]| match b.len() {
+                    4 => IpAddr::from(<[u8; 4]>::try_from(b).unwrap()),
+                    _ => IpAddr::from(<[u8; 16]>::try_from(b).unwrap()),
+                };
+                assert_eq!(
+                    ResetWant {
+                        src: addr(&got.src),
+                        dst: addr(&got.dst),
+                        sport: t.source_port(),
+                        dport: t.destination_port(),
+                        seq: t.sequence_number(),
+                        ack: t.acknowledgment_number(),
+                        flags: got.tcp_flags,
+                        len: out.len(),
+                    },
+                    *w,
+                    "{}",
+                    ctx()
+                );
+                assert!(
+                    t.payload().is_empty() && t.options().is_empty(),
+                    "{}",
+                    ctx()
+                );
+                *tally.entry("reset").or_default() += 1;
+            }
             Decision::Forward(addr, _) | Decision::ForwardIcmp(addr, _) => {
                 assert_eq!(verdict, XDP_PASS, "{}", ctx());
                 assert_eq!(dst_of(&out), Some(*addr), "{}", ctx());
@@ -893,8 +1041,8 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         }
     }
     eprintln!(
-        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend; {} UDP first datagrams made no entry; {} refused by source ranges; {} TCP segments followed their SYN's hint",
-        model.stale_syns, model.udp_first, model.refused, model.hinted
+        "{FRAMES} frames, zero disagreements: {tally:?}; {} SYNs met an entry of a draining or down backend; {} UDP first datagrams made no entry; {} refused by source ranges; {} TCP segments followed their SYN's hint; {} met a refused share",
+        model.stale_syns, model.udp_first, model.refused, model.hinted, model.rejected
     );
     assert!(
         model.refused > 1000,
@@ -916,7 +1064,18 @@ fn two_hundred_thousand_frames_agree_with_the_model() {
         "too few SYNs reused a stale entry to mean anything: {}",
         model.stale_syns
     );
-    for k in ["pass", "forward", "icmp", "drop"] {
+    // Every refusal counted as no_backend (nothing else in this run has a
+    // backend ID without an address).
+    assert_eq!(
+        r.dataplane.drop_counters().unwrap()[rivora_abi::drop_reason::NO_BACKEND as usize],
+        model.rejected as u64
+    );
+    assert!(
+        model.rejected > 1000,
+        "too few frames met a refused share: {}",
+        model.rejected
+    );
+    for k in ["pass", "forward", "icmp", "drop", "reset"] {
         assert!(
             tally.get(k).copied().unwrap_or(0) > 1000,
             "too few {k} frames to mean anything: {tally:?}"

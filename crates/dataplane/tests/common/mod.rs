@@ -21,6 +21,7 @@ use rivora_dataplane::{
 
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
 pub const TCX_NEXT: i32 = -1;
 
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xc1];
@@ -115,6 +116,7 @@ pub fn vip(name: &str, addr: &str, port: u16, proto: u8, backends: Vec<BackendSp
         key: VipKey::exact(addr.parse().unwrap(), port, proto),
         mode: Mode::Nat,
         backends,
+        reject_weight: 0,
         affinity_client_ip: false,
         syn_rate_limit: None,
         nat_fib: false,

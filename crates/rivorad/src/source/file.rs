@@ -169,6 +169,8 @@ fn vip(v: &rivora_config::VipConfig) -> DesiredVip {
                 mac: b.mac.unwrap_or([0; 6]),
             })
             .collect(),
+        // A static VIP lists only real backends: nothing refused.
+        reject_weight: 0,
         affinity_client_ip: v.session_affinity == SessionAffinity::ClientIp,
         syn_rate_limit: v.syn_rate_limit.map(rate_limit),
         nat_fib: v.nat_forwarding == NatForwarding::Fib,
