@@ -233,6 +233,10 @@ pub struct VipInfo {
     pub worst_imbalance_pct: f64,
     /// Backends serving this VIP.
     pub backends: Vec<VipBackend>,
+    /// The share of new flows the VIP refuses (TCP reset, other packets dropped), in the
+    /// backends' weight units: a Gateway route's backendRefs that do not resolve. 0: none.
+    #[serde(default)]
+    pub reject_weight: u32,
     /// `none` (each flow balanced on its own) or `clientIP` (all flows of a
     /// client to one backend); empty from an older rivorad.
     #[serde(default)]

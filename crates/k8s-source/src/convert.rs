@@ -76,8 +76,11 @@ pub fn desired_vip(v: &K8sVip) -> DesiredVip {
 ///   through their own node, straight to the client; with this node's address as the flows'
 ///   source (bpf/snat.h) they come back here. They see the node's address, local endpoints
 ///   the client's, as kube-proxy does it.
+/// - `reject_weight`: a Gateway listener's share of new flows whose backendRefs do not resolve
+///   (or have no endpoint): refused by the datapath (crates/k8s-source/src/gateway.rs).
 pub fn dataplane_spec(v: &K8sVip) -> VipSpec {
     let mut spec = v.spec.clone();
+    spec.reject_weight = v.reject_weight;
     spec.affinity_timeout = v.affinity_timeout;
     spec.snat = v
         .backends
@@ -371,6 +374,13 @@ mod tests {
         );
         v.source_ranges = None;
         assert_eq!(desired_vip(&v).spec.source_ranges, None);
+        assert_eq!(desired_vip(&v).spec.reject_weight, 0);
+        v.reject_weight = 3;
+        assert_eq!(
+            desired_vip(&v).spec.reject_weight,
+            3,
+            "a Gateway listener's refused share reaches the datapath"
+        );
     }
 
     #[test]

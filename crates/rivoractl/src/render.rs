@@ -222,6 +222,17 @@ fn backend_target(b: &rivora_api::VipBackend) -> String {
     out
 }
 
+/// The BACKENDS cell: how many, and the refused share of new flows when there is one
+/// (`2, refuses 3/5`: weight 3 of a total 5 is reset or dropped).
+fn backend_count(v: &VipInfo) -> String {
+    if v.reject_weight == 0 {
+        return v.backends.len().to_string();
+    }
+    let total: u64 =
+        v.backends.iter().map(|b| u64::from(b.weight)).sum::<u64>() + u64::from(v.reject_weight);
+    format!("{}, refuses {}/{total}", v.backends.len(), v.reject_weight)
+}
+
 /// `rivoractl vips`: a VIP table, then a table of every VIP's backends.
 pub fn vips(vips: &[VipInfo]) -> String {
     if vips.is_empty() {
@@ -265,7 +276,7 @@ pub fn vips(vips: &[VipInfo]) -> String {
             or_none(&v.session_affinity),
             or_none(&v.syn_rate_limit),
             v.service_id.to_string(),
-            v.backends.len().to_string(),
+            backend_count(v),
             format!("{}+{}", v.maglev_offset, v.maglev_size),
             format!("{:.2}%", v.worst_imbalance_pct),
         ];
@@ -1313,6 +1324,7 @@ mod tests {
                 maglev_offset: 0,
                 maglev_size: 65537,
                 worst_imbalance_pct: 0.372,
+                reject_weight: 0,
                 session_affinity: "clientIP".into(),
                 nat_forwarding: "kernel".into(),
                 syn_rate_limit: "100/s burst 200".into(),
@@ -1353,6 +1365,7 @@ mod tests {
                 maglev_offset: 65537,
                 maglev_size: 251,
                 worst_imbalance_pct: 12.5,
+                reject_weight: 0,
                 session_affinity: "none".into(),
                 nat_forwarding: "kernel".into(),
                 syn_rate_limit: "none".into(),
@@ -1380,6 +1393,7 @@ mod tests {
                 maglev_offset: 65788,
                 maglev_size: 251,
                 worst_imbalance_pct: 0.0,
+                reject_weight: 0,
                 backends: vec![],
                 // As an older rivorad answers: no affinity or limit fields.
                 session_affinity: String::new(),
@@ -2453,6 +2467,17 @@ mod tests {
         assert_eq!(
             row(&out, "fd00::100"),
             ["fd00::100", "no", "-", "0", "0", "-"]
+        );
+    }
+    #[test]
+    fn a_refused_share_shows_in_the_backend_count() {
+        let mut v = sample_vips().remove(0);
+        assert_eq!(backend_count(&v), v.backends.len().to_string());
+        v.reject_weight = 2;
+        let total: u32 = v.backends.iter().map(|b| b.weight).sum::<u32>() + 2;
+        assert_eq!(
+            backend_count(&v),
+            format!("{}, refuses 2/{total}", v.backends.len())
         );
     }
 }

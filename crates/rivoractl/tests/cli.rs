@@ -167,6 +167,7 @@ impl ApiSource for Fake {
             maglev_offset: 0,
             maglev_size: 251,
             worst_imbalance_pct: 1.0,
+            reject_weight: 0,
             session_affinity: "none".into(),
             nat_forwarding: "kernel".into(),
             syn_rate_limit: "none".into(),

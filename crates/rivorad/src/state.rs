@@ -209,6 +209,7 @@ impl ApiSource for StateSource {
                     maglev_offset: v.slice.offset,
                     maglev_size: v.slice.size,
                     worst_imbalance_pct: v.worst_imbalance * 100.0,
+                    reject_weight: v.spec.reject_weight,
                     backends: v
                         .spec
                         .backends
