@@ -363,7 +363,7 @@ pub async fn write(
             return Ok(w);
         }
         let result = async {
-            let fresh = classes.get_status(&name).await?;
+            let fresh = classes.get(&name).await?;
             if fresh.metadata.generation != class.metadata.generation {
                 return Ok(false); // changed since the snapshot: the next pass sees it
             }
@@ -431,7 +431,7 @@ pub async fn write(
             return Ok(w);
         }
         let result = async {
-            let fresh = api.get_status(&key.name).await?;
+            let fresh = api.get(&key.name).await?;
             if fresh.metadata.generation != gw.metadata.generation {
                 return Ok(false);
             }
@@ -540,7 +540,7 @@ async fn write_route<R: L4Route>(
     }
     let api: Api<R> = Api::namespaced(client.clone(), &key.namespace);
     let result = async {
-        let fresh = api.get_status(&key.name).await?;
+        let fresh = api.get(&key.name).await?;
         if fresh.meta().generation != route.meta().generation {
             return Ok(false);
         }
