@@ -322,10 +322,17 @@ impl L4Route for UdpRoute {
 }
 
 /// Whether our field manager owns fields of the object's status (then it has status of ours to
-/// take back).
+/// take back). After the empty apply that takes them back the entry stays, owning only
+/// `{"f:status": {}}`: that is nothing, or every pass would apply again.
 fn has_our_status<K: ResourceExt>(o: &K) -> bool {
     o.meta().managed_fields.iter().flatten().any(|m| {
-        m.manager.as_deref() == Some(FIELD_MANAGER) && m.subresource.as_deref() == Some("status")
+        m.manager.as_deref() == Some(FIELD_MANAGER)
+            && m.subresource.as_deref() == Some("status")
+            && m.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:status"))
+                .and_then(|s| s.as_object())
+                .is_some_and(|fields| fields.keys().any(|k| k != "."))
     })
 }
 

@@ -29,7 +29,7 @@ use rivora_controller::metrics::Metrics;
 use rivora_controller::observe::{ANNOTATION_POOL, ClassConfig};
 use rivora_controller::run::{self, Settings, Stores};
 use rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME;
-use rivora_k8s_api::{AddressPool, RivoraNode, RouteParentStatus, TcpRoute};
+use rivora_k8s_api::{AddressPool, RivoraNode, RouteParentStatus, TcpRoute, UdpRoute};
 use rivora_kube_testbed::{GatewayChannel, TestBed, ensure_namespace, unique_name};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -668,12 +668,51 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
         Some(ns.as_str()),
         "the parentRef is echoed as the route wrote it"
     );
-    b.gateway_until(&attach, "attachedRoutes a=1 b=3 c=2 u=0", |gw| {
+    // A UDPRoute with no sectionName reaches the UDP listener only.
+    let udp: Api<UdpRoute> = Api::namespaced(admin.clone(), &ns);
+    let r_udp = unique_name("udp-all");
+    udp.create(
+        &pp,
+        &obj(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "UDPRoute",
+            "metadata": {"name": r_udp},
+            "spec": {"parentRefs": [{"name": attach}],
+                     "rules": [{"backendRefs": [{"name": "echo", "port": 80}]}]},
+        })),
+    )
+    .await
+    .unwrap();
+    wait("UDPRoute Accepted", async || {
+        let r = udp.get(&r_udp).await.map_err(|e| e.to_string())?;
+        let parents = r
+            .status
+            .as_ref()
+            .map(|s| &s.parents[..])
+            .unwrap_or_default();
+        let p = parents
+            .iter()
+            .find(|p| p.controller_name == GATEWAY_CONTROLLER_NAME)
+            .ok_or_else(|| format!("{parents:?}"))?;
+        expect_cond(
+            &p.conditions,
+            "Accepted",
+            r.metadata.generation,
+            ("True", "Accepted"),
+        )?;
+        expect_cond(
+            &p.conditions,
+            "ResolvedRefs",
+            r.metadata.generation,
+            ("True", "ResolvedRefs"),
+        )
+    })
+    .await;
+    b.gateway_until(&attach, "attachedRoutes a=1 b=3 c=2 u=1", |gw| {
         let ok = [("Accepted", ("True", "Accepted"))];
         expect_listener(gw, "a", 1, &["TCPRoute"], &ok)?;
         expect_listener(gw, "b", 3, &["TCPRoute"], &ok)?;
         expect_listener(gw, "c", 2, &["TCPRoute"], &ok)?;
-        expect_listener(gw, "u", 0, &["UDPRoute"], &ok)
+        expect_listener(gw, "u", 1, &["UDPRoute"], &ok)
     })
     .await;
 
@@ -755,7 +794,11 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
         if addresses(gw) == ["10.77.1.1"] {
             Ok(())
         } else {
-            Err(format!("{:?}", gw.status))
+            Err(format!(
+                "{:?} {}",
+                gw.status,
+                serde_json::to_string(&gw.metadata.managed_fields).unwrap()
+            ))
         }
     })
     .await;
@@ -814,6 +857,44 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
         .unwrap()
         .message;
     assert!(msg.contains("192.0.2.77"), "{msg}");
+    // A Gateway moved to another controller's class loses the status Rivora wrote.
+    b.gateways()
+        .patch(
+            &outside,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gatewayClassName": "someone-elses"}})),
+        )
+        .await
+        .unwrap();
+    b.gateway_until(
+        &outside,
+        "nothing of ours left once it is another class's",
+        |gw| {
+            let ours: Vec<&Condition> = gw_conditions(gw)
+                .iter()
+                .filter(|c| c.observed_generation.is_some())
+                .collect();
+            // Our manager may stay listed, owning nothing but `f:status` itself.
+            let managed = gw.metadata.managed_fields.iter().flatten().any(|m| {
+                m.manager.as_deref() == Some("rivora-controller")
+                    && m.fields_v1.as_ref().is_some_and(|f| {
+                        f.0.get("f:status")
+                            .and_then(|s| s.as_object())
+                            .is_some_and(|o| o.keys().any(|k| k != "."))
+                    })
+            });
+            if ours.is_empty() && !managed && addresses(gw).is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?} {}",
+                    gw.status,
+                    serde_json::to_string(&gw.metadata.managed_fields).unwrap()
+                ))
+            }
+        },
+    )
+    .await;
 
     // Phase 7: Programmed follows the nodes. A Ready node reporting an older generation
     // leaves it Pending; the current generation with the active route's listener programmed
@@ -1056,6 +1137,8 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
     .collect();
     let versions = async || -> BTreeMap<String, String> {
         let mut v = BTreeMap::new();
+        let u = udp.get(&r_udp).await.unwrap();
+        v.insert(format!("UDPRoute {r_udp}"), u.resource_version().unwrap());
         for g in gw_names {
             let gw = b.gateways().get(g).await.unwrap();
             v.insert(format!("Gateway {g}"), gw.resource_version().unwrap());
