@@ -183,7 +183,7 @@ impl Metrics {
                 }
             }
         }
-        // Services only: Gateways get metrics of their own when part 3 feeds them in.
+        // Services only: a Gateway's address problems are in its Programmed condition.
         let services: Vec<&crate::ipam::Assignment> = outcome
             .claims
             .iter()
