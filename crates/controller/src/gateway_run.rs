@@ -1,5 +1,5 @@
 //! The Gateway API half of the leader's pass: watch GatewayClasses, Gateways, TCPRoutes,
-//! UDPRoutes, ReferenceGrants and RivoraNodes, evaluate them ([`rivora_gateway::evaluate`]),
+//! UDPRoutes, ReferenceGrants and RivoraNodes, evaluate them ([`rivora_gateway::evaluate()`]),
 //! hand the Gateways of Rivora's accepted classes to the allocator with the Services, and write
 //! the GatewayClass, Gateway and route status that differs ([`crate::gateway_status`]).
 //!

@@ -1,6 +1,6 @@
 //! Gateway API status as rivora-controller writes it: GatewayClass `Accepted`, Gateway
 //! `status.addresses` and conditions, `status.listeners[]`, and Rivora's entries of TCPRoute and
-//! UDPRoute `status.parents[]`. Pure functions of the evaluation ([`rivora_gateway::evaluate`]),
+//! UDPRoute `status.parents[]`. Pure functions of the evaluation ([`rivora_gateway::evaluate()`]),
 //! the address assignment, the RivoraNode reports and the previous status: the API calls are in
 //! [`crate::gateway_run`].
 //!
