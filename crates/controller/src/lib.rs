@@ -1,17 +1,24 @@
-//! rivora-controller: assigns LoadBalancer addresses from AddressPools and reports whether each
-//! ServicePolicy applies to its targets, as the one leader of its replicas.
+//! rivora-controller: assigns LoadBalancer and Gateway addresses from AddressPools, reports
+//! whether each ServicePolicy applies to its targets, and writes the status of Rivora's
+//! GatewayClasses, their Gateways and the routes attached to them, as the one leader of its
+//! replicas.
 //!
-//! * [`ipam`]: the allocator, a pure function of observed pools and claimants (Services, and
-//!   Gateways once part 3 feeds them in);
+//! * [`ipam`]: the allocator, a pure function of observed pools and claimants (Services and
+//!   Gateways);
 //! * [`leader`]: leader election over a `coordination.k8s.io` Lease (kube-lease-manager);
 //! * [`observe`]: Kubernetes objects (Services, Gateways) to the allocator's views and back to
 //!   status (pure);
 //! * [`policy_status`]: ServicePolicy status, per target reference (pure);
+//! * [`gateway_status`]: GatewayClass, Gateway, listener and route status from the Gateway API
+//!   evaluation, the addresses and the RivoraNode reports (pure);
+//! * [`gateway_run`]: the Gateway API watches and status writes of the leader's pass;
 //! * [`run`]: the watches and the leader's write loop;
 //! * [`metrics`]: what `/metrics` serves.
 
 #![warn(missing_docs)]
 
+pub mod gateway_run;
+pub mod gateway_status;
 pub mod ipam;
 pub mod leader;
 pub mod metrics;

@@ -7,7 +7,8 @@
 //! | `rivora_controller_services` | gauge | `state` (`assigned`, `failed`) |
 //! | `rivora_controller_service_failures` | gauge | `reason` (Services failing for it now) |
 //! | `rivora_controller_passes_total` | counter | |
-//! | `rivora_controller_status_writes_total` | counter | `kind` (`service`, `pool`, `servicepolicy`) |
+//! | `rivora_controller_status_writes_total` | counter | `kind` (`service`, `pool`, `servicepolicy`, `gatewayclass`, `gateway`, `route`) |
+//! | `rivora_controller_gateway_status_write_failures_total` | counter | `reason` (`error`: refused and logged; `conflict`: a route changed under the write, retried next pass) |
 //!
 //! Why gauges of the current state for pools and failures: they are recomputed from the whole
 //! snapshot on every pass, so a gauge is exactly what the last pass saw (a counter of failures
@@ -68,6 +69,7 @@ pub struct Metrics {
     failures: Family<ReasonLabels, Gauge>,
     passes: Counter<u64, AtomicU64>,
     writes: Family<KindLabels, Counter<u64, AtomicU64>>,
+    gateway_failures: Family<ReasonLabels, Counter<u64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -87,6 +89,7 @@ impl Metrics {
             failures: Family::default(),
             passes: Counter::default(),
             writes: Family::default(),
+            gateway_failures: Family::default(),
             registry: Registry::default(),
         };
         registry.register("leader", "1 while this replica leads", m.leader.clone());
@@ -115,7 +118,33 @@ impl Metrics {
             "Status writes, by kind of object",
             m.writes.clone(),
         );
+        registry.register(
+            "gateway_status_write_failures",
+            "GatewayClass, Gateway and route status writes that did not go through, by reason",
+            m.gateway_failures.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Records the Gateway half of one pass (called before [`Metrics::record_pass`] counts the
+    /// pass).
+    pub fn record_gateway_writes(&self, w: &crate::gateway_run::GatewayWrites) {
+        for (kind, n) in [
+            ("gatewayclass", w.classes),
+            ("gateway", w.gateways),
+            ("route", w.routes),
+        ] {
+            self.writes
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc_by(n as u64);
+        }
+        for (reason, n) in [("error", w.errors), ("conflict", w.conflicts)] {
+            self.gateway_failures
+                .get_or_create(&ReasonLabels {
+                    reason: reason.into(),
+                })
+                .inc_by(n as u64);
+        }
     }
 
     /// Records whether this replica leads.
@@ -154,7 +183,7 @@ impl Metrics {
                 }
             }
         }
-        // Services only: Gateways get metrics of their own when part 3 feeds them in.
+        // Services only: a Gateway's address problems are in its Programmed condition.
         let services: Vec<&crate::ipam::Assignment> = outcome
             .claims
             .iter()
@@ -234,8 +263,21 @@ mod tests {
                 policy: 2,
             },
         );
+        m.record_gateway_writes(&crate::gateway_run::GatewayWrites {
+            classes: 1,
+            gateways: 2,
+            routes: 4,
+            errors: 1,
+            conflicts: 3,
+            not_leader: false,
+        });
         let text = m.encode();
         for line in [
+            "rivora_controller_status_writes_total{kind=\"gatewayclass\"} 1",
+            "rivora_controller_status_writes_total{kind=\"gateway\"} 2",
+            "rivora_controller_status_writes_total{kind=\"route\"} 4",
+            "rivora_controller_gateway_status_write_failures_total{reason=\"error\"} 1",
+            "rivora_controller_gateway_status_write_failures_total{reason=\"conflict\"} 3",
             "rivora_controller_leader 1",
             "rivora_controller_pool_addresses{pool=\"p\",family=\"ipv4\",state=\"total\"} 2",
             "rivora_controller_pool_addresses{pool=\"p\",family=\"ipv4\",state=\"used\"} 2",

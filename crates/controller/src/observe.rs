@@ -2,8 +2,8 @@
 //! Pure functions: the API calls are in [`crate::run`].
 //!
 //! Services ([`service_view`]) and Gateways ([`gateway_view`]) both become a
-//! [`ClaimView`]; the Gateway side is mapped here already so the allocator serves both kinds
-//! from the start, while watching Gateways and writing their status is part 3.
+//! [`ClaimView`], allocated in one call; the Gateway status built from the result is
+//! [`crate::gateway_status`]'s.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

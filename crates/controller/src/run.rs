@@ -1,5 +1,6 @@
-//! The API edge: watch Services, AddressPools, Namespaces and ServicePolicies, and — while this
-//! replica leads — recompute every assignment and every ServicePolicy status from the whole
+//! The API edge: watch Services, AddressPools, Namespaces and ServicePolicies (and Gateway API's
+//! kinds and RivoraNodes, in [`crate::gateway_run`]), and — while this replica leads — recompute
+//! every assignment, every ServicePolicy status and every Gateway API status from the whole
 //! snapshot and write what differs.
 //!
 //! Why "recompute everything" instead of per-event patches: the allocator is a pure function of
@@ -25,6 +26,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use crate::gateway_run::{self, GatewayWatch, GatewayWrites};
 use crate::ipam::{self, ClaimKey, ClaimView, Outcome};
 use crate::leader::Leadership;
 use crate::metrics::{Metrics, StatusWrites};
@@ -53,53 +55,66 @@ pub struct Stores {
     pools: Store<AddressPool>,
     namespaces: Store<Namespace>,
     policies: Store<ServicePolicy>,
+    gateway: Arc<GatewayWatch>,
 }
 
-/// Starts the four watches; `changed` is notified on every event.
-pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
-    fn spawn<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
-    where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-    {
-        let (store, writer) = reflector::store();
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-        tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                if let Err(e) = ev {
-                    warn!(error = %e, "watch error (retrying)");
-                }
-                changed.notify_one();
+/// Starts one watch into a store; `changed` is notified on every event (the Gateway half's
+/// watches use it too).
+pub(crate) fn spawn_watch<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                warn!(error = %e, "watch error (retrying)");
             }
-        });
-        store
-    }
+            changed.notify_one();
+        }
+    });
+    store
+}
+
+/// Starts the four watches of the Service half, and the Gateway half's once Gateway API is
+/// served ([`GatewayWatch`]); `changed` is notified on every event.
+pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
     Stores {
-        services: spawn(Api::<Service>::all(client.clone()), Arc::clone(&changed)),
-        pools: spawn(
+        services: spawn_watch(Api::<Service>::all(client.clone()), Arc::clone(&changed)),
+        pools: spawn_watch(
             Api::<AddressPool>::all(client.clone()),
             Arc::clone(&changed),
         ),
-        namespaces: spawn(Api::<Namespace>::all(client.clone()), Arc::clone(&changed)),
-        policies: spawn(Api::<ServicePolicy>::all(client.clone()), changed),
+        namespaces: spawn_watch(Api::<Namespace>::all(client.clone()), Arc::clone(&changed)),
+        policies: spawn_watch(
+            Api::<ServicePolicy>::all(client.clone()),
+            Arc::clone(&changed),
+        ),
+        gateway: Arc::new(GatewayWatch::new(client.clone(), changed)),
     }
 }
 
 impl Stores {
-    /// Waits for the first full list of every kind (before that, nothing is computed).
+    /// Waits for the first full list of every kind (before that, nothing is computed),
+    /// Gateway API's included when it is served.
     pub async fn ready(&self) -> Result<()> {
         self.services.wait_until_ready().await?;
         self.pools.wait_until_ready().await?;
         self.namespaces.wait_until_ready().await?;
         self.policies.wait_until_ready().await?;
+        if let Some(gw) = self.gateway.stores(true).await? {
+            gw.ready().await?;
+        }
         Ok(())
     }
 }
@@ -118,8 +133,19 @@ pub struct PassReport {
     /// ServicePolicy status writes the API server refused (logged; the pass goes on, so one
     /// policy cannot hold up the others or the address assignments).
     pub policy_write_errors: usize,
+    /// What the Gateway half wrote (GatewayClass, Gateway, route status).
+    pub gateway: GatewayWrites,
     /// Whether the pass stopped because leadership could not be confirmed.
     pub not_leader: bool,
+}
+
+impl PassReport {
+    fn wrote_or_failed(&self) -> bool {
+        let g = &self.gateway;
+        self.service_writes + self.pool_writes + self.policy_writes > 0
+            || self.policy_write_errors > 0
+            || g.classes + g.gateways + g.routes + g.errors + g.conflicts > 0
+    }
 }
 
 /// What a replica does for its whole life: wait for leadership, lead until it cannot confirm it
@@ -178,9 +204,7 @@ async fn lead_passes(
             info!("leadership not confirmed; stopping writes");
             return Ok(());
         }
-        if report.service_writes + report.pool_writes + report.policy_writes > 0
-            || report.policy_write_errors > 0
-        {
+        if report.wrote_or_failed() {
             info!(?report, "pass");
         }
         let _ = tokio::time::timeout(settings.resync, changed.notified()).await;
@@ -230,6 +254,17 @@ pub async fn pass(
         ours.push(Arc::clone(svc));
     }
     report.services = ours.len();
+    // The Gateway half: its Gateways claim addresses in the same allocation as the Services,
+    // so whichever kind holds an address in its status keeps it (import first).
+    let gateway = match stores.gateway.stores(false).await? {
+        Some(gw) => {
+            gw.ready().await?;
+            let snap = gw.snapshot(&stores.namespaces.state(), &all_services, &ns_labels);
+            views.extend(snap.claims.iter().cloned());
+            Some(snap)
+        }
+        None => None,
+    };
     let pools = stores.pools.state();
     let pool_views: Vec<ipam::PoolView> = pools.iter().map(|p| observe::pool_view(p)).collect();
     let outcome: Outcome = ipam::allocate(&pool_views, &views);
@@ -362,6 +397,15 @@ pub async fn pass(
                 warn!(policy = %k, error = %e, "could not write the ServicePolicy status");
                 report.policy_write_errors += 1;
             }
+        }
+    }
+    if let Some(snap) = &gateway {
+        report.gateway =
+            gateway_run::write(client, leadership, &mut confirmed_at, snap, &outcome).await?;
+        settings.metrics.record_gateway_writes(&report.gateway);
+        if report.gateway.not_leader {
+            report.not_leader = true;
+            return Ok(report);
         }
     }
     settings.metrics.record_pass(

@@ -248,21 +248,30 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
                 active,
             });
         }
-        let valid = listeners.iter().filter(|l| l.accepted.status).count();
-        let accepted = if valid == listeners.len() {
+        // A Gateway whose listeners are all of protocols Rivora does not serve is still
+        // Accepted (True, ListenersNotValid): Gateway API lets ListenersNotValid go with True
+        // or False, and its conformance suite waits for every Gateway of the infrastructure
+        // namespace to be Accepted and Programmed, including the HTTP-only and TLS-only ones
+        // of TCPRouteInvalidNonTCPListener and UDPRouteNotAllowedByListeners. It gets its
+        // address; its listeners say why they carry nothing.
+        let invalid: Vec<&str> = listeners
+            .iter()
+            .filter(|l| !l.accepted.status)
+            .map(|l| l.name.as_str())
+            .collect();
+        let accepted = if invalid.is_empty() {
             Condition::yes("Accepted", "Accepted", "every listener is valid")
-        } else if valid > 0 {
+        } else {
             Condition::yes(
                 "Accepted",
                 "ListenersNotValid",
                 format!(
-                    "{} of {} listeners are not valid",
-                    listeners.len() - valid,
-                    listeners.len()
+                    "{} of {} listeners are not valid: {}",
+                    invalid.len(),
+                    listeners.len(),
+                    invalid.join(", ")
                 ),
             )
-        } else {
-            Condition::no("Accepted", "ListenersNotValid", "no listener is valid")
         };
         out.gateways.insert(
             gw.key.clone(),

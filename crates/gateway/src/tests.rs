@@ -569,3 +569,37 @@ fn a_backend_that_is_not_a_service_is_invalid_kind() {
         p.resolved_refs.message
     );
 }
+
+/// TCPRouteInvalidNonTCPListener: the Gateway has one HTTP listener only, and the suite waits
+/// for it to be Accepted (any reason) before checking the route.
+#[test]
+fn a_gateway_with_only_unsupported_listeners_is_accepted_with_listeners_not_valid() {
+    let mut w = World::new();
+    w.gateways[0].listeners = vec![ListenerView {
+        kinds: vec![(GATEWAY_GROUP.into(), "HTTPRoute".into())],
+        ..listener("only-allow-http-routes", 5300, "HTTP")
+    }];
+    w.routes.push(route(
+        RouteKind::Tcp,
+        "gw",
+        "r",
+        1,
+        vec![parent(Some("only-allow-http-routes"), None)],
+        vec![backend("gw", "web", 1)],
+    ));
+    let e = w.eval();
+    let gw = &e.gateways[&ObjKey::new("gw", "gw")];
+    assert_eq!(reasons(&gw.accepted), (true, "ListenersNotValid"));
+    assert!(
+        gw.accepted.message.contains("only-allow-http-routes"),
+        "{}",
+        gw.accepted.message
+    );
+    let l = listener_of(&e, "only-allow-http-routes");
+    assert_eq!(reasons(&l.accepted), (false, "UnsupportedProtocol"));
+    assert_eq!((l.attached_routes, l.supported_kinds.len()), (0, 0));
+    assert_eq!(
+        reasons(&parent_of(&e, RouteKind::Tcp, "gw", "r").accepted),
+        (false, "NotAllowedByListeners")
+    );
+}

@@ -1,6 +1,6 @@
 //! rivora-controller: assigns addresses from AddressPools to Rivora's LoadBalancer Services and
-//! writes ServicePolicy status. Run two replicas; one leads through a Lease and is the only
-//! writer.
+//! Gateways, and writes ServicePolicy and Gateway API (GatewayClass, Gateway, route) status.
+//! Run two replicas; one leads through a Lease and is the only writer.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,497 @@
+//! The status rules of [`super`], from objects as the API server returns them.
+
+use super::*;
+use crate::ipam::blocks::Family;
+use rivora_gateway::{Evaluation, Snapshot, evaluate};
+use rivora_k8s_api::gateway_view;
+use rivora_k8s_api::{ListenerReport, TcpRoute};
+use serde_json::{Value, json};
+
+fn t(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn gateway(listeners: Value) -> Gateway {
+    serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"namespace": "gw", "name": "edge", "generation": 2},
+        "spec": {"gatewayClassName": "rivora", "listeners": listeners},
+    }))
+    .unwrap()
+}
+
+fn class(params: bool) -> GatewayClass {
+    let mut spec = json!({"controllerName": GATEWAY_CONTROLLER_NAME});
+    if params {
+        spec["parametersRef"] = json!({"group": "", "kind": "ConfigMap", "name": "x"});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": "rivora", "generation": 1},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn tcp_route(name: &str, parents: Value) -> TcpRoute {
+    serde_json::from_value(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "TCPRoute",
+        "metadata": {"namespace": "gw", "name": name, "generation": 3,
+                     "creationTimestamp": "2026-12-01T00:00:00Z"},
+        "spec": {"parentRefs": parents, "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]},
+    }))
+    .unwrap()
+}
+
+fn eval(gw: &Gateway, routes: &[TcpRoute]) -> Evaluation {
+    let classes = vec![gateway_view::class_view(&class(false))];
+    let gateways = vec![gateway_view::gateway_view(gw)];
+    let routes: Vec<_> = routes.iter().map(gateway_view::tcp_route_view).collect();
+    let services = vec![rivora_gateway::ServiceView {
+        key: ObjKey::new("gw", "web"),
+        ports: vec![80],
+    }];
+    evaluate(&Snapshot {
+        controller_name: GATEWAY_CONTROLLER_NAME,
+        classes: &classes,
+        gateways: &gateways,
+        routes: &routes,
+        grants: &[],
+        namespaces: &[],
+        services: &services,
+    })
+}
+
+fn key() -> ObjKey {
+    ObjKey::new("gw", "edge")
+}
+
+fn assigned(ip: &str) -> Addressing {
+    Addressing::Assigned(Assignment {
+        addresses: vec![(ip.parse().unwrap(), "pool".into())],
+        failures: vec![],
+    })
+}
+
+fn node(name: &str, ready: bool, reports: Vec<GatewayReport>) -> NodeView {
+    NodeView {
+        name: name.into(),
+        ready,
+        gateways: reports
+            .into_iter()
+            .map(|r| (ObjKey::new(&r.namespace, &r.name), r))
+            .collect(),
+    }
+}
+
+fn report(generation: i64, listeners: Vec<ListenerReport>) -> GatewayReport {
+    GatewayReport {
+        namespace: "gw".into(),
+        name: "edge".into(),
+        generation,
+        listeners,
+    }
+}
+
+fn programmed_listener(name: &str, route: &str, vips: &[&str], ok: bool) -> ListenerReport {
+    ListenerReport {
+        name: name.into(),
+        route: Some(route.into()),
+        vips: vips.iter().map(|v| v.to_string()).collect(),
+        ready_backends: 1,
+        programmed: ok,
+        message: (!ok).then(|| "the key 10.0.0.1:8080/TCP is held by Service x/y".into()),
+    }
+}
+
+fn cond<'a>(cs: &'a [Condition], type_: &str) -> &'a Condition {
+    cs.iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} in {cs:?}"))
+}
+
+fn gw_cond<'a>(s: &'a GatewayStatus, type_: &str) -> (&'a str, &'a str) {
+    let c = cond(s.conditions.as_deref().unwrap(), type_);
+    (c.status.as_str(), c.reason.as_str())
+}
+
+fn listener_cond<'a>(s: &'a GatewayStatus, listener: &str, type_: &str) -> (&'a str, &'a str) {
+    let l = s
+        .listeners
+        .as_deref()
+        .unwrap()
+        .iter()
+        .find(|l| l.name == listener)
+        .unwrap();
+    let c = cond(&l.conditions, type_);
+    (c.status.as_str(), c.reason.as_str())
+}
+
+fn tcp_listeners() -> Value {
+    json!([{"name": "tcp", "port": 8080, "protocol": "TCP"},
+           {"name": "idle", "port": 9090, "protocol": "TCP"}])
+}
+
+#[test]
+fn a_gateway_class_is_accepted_unless_it_has_parameters() {
+    let now = t("2026-12-01T10:00:00Z");
+    let e = evaluate(&Snapshot {
+        controller_name: GATEWAY_CONTROLLER_NAME,
+        classes: &[gateway_view::class_view(&class(true))],
+        gateways: &[],
+        routes: &[],
+        grants: &[],
+        namespaces: &[],
+        services: &[],
+    });
+    let s = class_status(&class(true), &e.classes["rivora"], now);
+    let c = &s.conditions.as_ref().unwrap()[0];
+    assert_eq!(
+        (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+        ("Accepted", "False", "InvalidParameters")
+    );
+    assert_eq!(c.observed_generation, Some(1));
+    let accepted = eval(&gateway(tcp_listeners()), &[]).classes["rivora"].clone();
+    let mut gc = class(false);
+    let s = class_status(&gc, &accepted, now);
+    assert!(!class_status_is_current(&gc, &s));
+    gc.status = Some(s.clone());
+    let later = class_status(&gc, &accepted, t("2026-12-01T11:00:00Z"));
+    assert_eq!(later, s, "the transition time is kept");
+    assert!(class_status_is_current(&gc, &later));
+}
+
+#[test]
+fn without_an_address_the_gateway_is_not_programmed_and_says_why() {
+    let gw = gateway(tcp_listeners());
+    let e = &eval(&gw, &[]).gateways[&key()];
+    let now = t("2026-12-01T10:00:00Z");
+    for (addressing, reason) in [
+        (
+            Addressing::Assigned(Assignment {
+                addresses: vec![],
+                failures: vec![Failure::PoolExhausted(Family::V4)],
+            }),
+            "AddressNotAssigned",
+        ),
+        (
+            Addressing::Assigned(Assignment {
+                addresses: vec![],
+                failures: vec![Failure::NoPool(Family::V4)],
+            }),
+            "AddressNotAssigned",
+        ),
+        (
+            Addressing::Assigned(Assignment::default()),
+            "AddressNotAssigned",
+        ),
+        (
+            Addressing::Assigned(Assignment {
+                addresses: vec![],
+                failures: vec![Failure::AddressOutsidePools("192.0.2.1".parse().unwrap())],
+            }),
+            "AddressNotUsable",
+        ),
+        (
+            Addressing::Refused("spec.addresses[0].value \"ten\" is not an IP address".into()),
+            "AddressNotUsable",
+        ),
+    ] {
+        let s = gateway_status(&gw, e, &addressing, &[], now);
+        assert_eq!(gw_cond(&s, "Accepted"), ("True", "Accepted"));
+        assert_eq!(
+            gw_cond(&s, "Programmed"),
+            ("False", reason),
+            "{addressing:?}"
+        );
+        assert_eq!(s.addresses.as_deref(), Some(&[][..]));
+        assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Pending"));
+        let c = cond(s.conditions.as_deref().unwrap(), "Programmed");
+        assert!(!c.message.is_empty());
+        assert_eq!(c.observed_generation, Some(2));
+    }
+}
+
+#[test]
+fn an_unsupported_address_type_is_not_accepted() {
+    let gw = gateway(tcp_listeners());
+    let e = &eval(&gw, &[]).gateways[&key()];
+    let a = Addressing::Assigned(Assignment {
+        addresses: vec![],
+        failures: vec![Failure::UnsupportedAddressType("Hostname".into())],
+    });
+    let s = gateway_status(&gw, e, &a, &[], t("2026-12-01T10:00:00Z"));
+    assert_eq!(gw_cond(&s, "Accepted"), ("False", "UnsupportedAddress"));
+    assert_eq!(gw_cond(&s, "Programmed"), ("False", "Invalid"));
+    assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Invalid"));
+}
+
+#[test]
+fn programmed_waits_for_every_ready_node_at_the_current_generation() {
+    let gw = gateway(tcp_listeners());
+    let route = tcp_route("r", json!([{"name": "edge", "sectionName": "tcp"}]));
+    let e = &eval(&gw, std::slice::from_ref(&route)).gateways[&key()];
+    let now = t("2026-12-01T10:00:00Z");
+    let a = assigned("10.0.0.1");
+    let good = || programmed_listener("tcp", "gw/r", &["10.0.0.1:8080/TCP"], true);
+
+    // No node at all, then a node that is not Ready: Pending.
+    let s = gateway_status(&gw, e, &a, &[], now);
+    assert_eq!(gw_cond(&s, "Programmed"), ("False", "Pending"));
+    assert_eq!(
+        s.addresses.as_ref().unwrap()[0],
+        GatewayStatusAddresses {
+            r#type: Some("IPAddress".into()),
+            value: "10.0.0.1".into()
+        }
+    );
+    let down = node("n0", false, vec![report(2, vec![good()])]);
+    let s = gateway_status(&gw, e, &a, std::slice::from_ref(&down), now);
+    assert_eq!(gw_cond(&s, "Programmed"), ("False", "Pending"));
+
+    // A Ready node at an older generation, or without the listener, or with the VIP of an
+    // old address: Pending, naming the node.
+    for lagging in [
+        report(1, vec![good()]),
+        report(2, vec![]),
+        report(
+            2,
+            vec![programmed_listener(
+                "tcp",
+                "gw/r",
+                &["10.0.0.9:8080/TCP"],
+                true,
+            )],
+        ),
+        report(
+            2,
+            vec![programmed_listener(
+                "tcp",
+                "gw/other",
+                &["10.0.0.1:8080/TCP"],
+                true,
+            )],
+        ),
+    ] {
+        let nodes = [node("n1", true, vec![lagging.clone()]), down.clone()];
+        let s = gateway_status(&gw, e, &a, &nodes, now);
+        assert_eq!(
+            gw_cond(&s, "Programmed"),
+            ("False", "Pending"),
+            "{lagging:?}"
+        );
+        assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Pending"));
+        let m = &cond(s.conditions.as_deref().unwrap(), "Programmed").message;
+        assert!(m.contains("RivoraNode n1"), "{m}");
+    }
+
+    // Every Ready node programs it: True, the idle listener (no route) too.
+    let nodes = [
+        node("n1", true, vec![report(2, vec![good()])]),
+        node("n2", true, vec![report(2, vec![good()])]),
+        down.clone(),
+    ];
+    let s = gateway_status(&gw, e, &a, &nodes, now);
+    assert_eq!(gw_cond(&s, "Programmed"), ("True", "Programmed"));
+    assert_eq!(
+        listener_cond(&s, "tcp", "Programmed"),
+        ("True", "Programmed")
+    );
+    assert_eq!(
+        listener_cond(&s, "idle", "Programmed"),
+        ("True", "Programmed")
+    );
+    let l = &s.listeners.as_ref().unwrap()[0];
+    assert_eq!(l.attached_routes, 1);
+    assert_eq!(
+        l.supported_kinds.as_deref().unwrap(),
+        [GatewayStatusListenersSupportedKinds {
+            group: Some(GATEWAY_GROUP.into()),
+            kind: "TCPRoute".into()
+        }]
+    );
+
+    // One node fails the listener: Invalid, with its message, on the listener and the Gateway.
+    let nodes = [
+        node("n1", true, vec![report(2, vec![good()])]),
+        node(
+            "n2",
+            true,
+            vec![report(
+                2,
+                vec![programmed_listener("tcp", "gw/r", &[], false)],
+            )],
+        ),
+    ];
+    let s = gateway_status(&gw, e, &a, &nodes, now);
+    assert_eq!(gw_cond(&s, "Programmed"), ("False", "Invalid"));
+    assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Invalid"));
+    let m = &cond(s.conditions.as_deref().unwrap(), "Programmed").message;
+    assert!(m.contains("n2") && m.contains("held by Service x/y"), "{m}");
+    assert_eq!(
+        listener_cond(&s, "idle", "Programmed"),
+        ("True", "Programmed")
+    );
+}
+
+#[test]
+fn an_ipv6_vip_is_matched_in_socket_address_form() {
+    let gw = gateway(json!([{"name": "dns", "port": 53, "protocol": "UDP"}]));
+    let route: TcpRoute = tcp_route("r", json!([{"name": "edge"}]));
+    // A TCPRoute on a UDP listener attaches to nothing: use an idle listener plus a node report.
+    let e = &eval(&gw, &[route]).gateways[&key()];
+    let a = assigned("fd00::1");
+    let nodes = [node("n1", true, vec![report(2, vec![])])];
+    let s = gateway_status(&gw, e, &a, &nodes, t("2026-12-01T10:00:00Z"));
+    assert_eq!(gw_cond(&s, "Programmed"), ("True", "Programmed"));
+    assert_eq!(s.addresses.as_ref().unwrap()[0].value, "fd00::1");
+    // With a route the VIP must read [fd00::1]:53/UDP.
+    let mut listener = e.listeners[0].clone();
+    listener.active = Some(rivora_gateway::ActiveRoute {
+        route: ObjKey::new("gw", "u"),
+        backends: vec![],
+    });
+    let ips = ["fd00::1".parse().unwrap()];
+    let ok = [node(
+        "n1",
+        true,
+        vec![report(
+            2,
+            vec![programmed_listener(
+                "dns",
+                "gw/u",
+                &["[fd00::1]:53/UDP"],
+                true,
+            )],
+        )],
+    )];
+    assert_eq!(
+        on_nodes(&key(), 2, Some(&listener), &ips, &ok),
+        OnNodes::Programmed(1)
+    );
+}
+
+#[test]
+fn an_unaccepted_listener_is_invalid_while_the_rest_of_the_gateway_is_programmed() {
+    let gw = gateway(json!([
+        {"name": "tcp", "port": 8080, "protocol": "TCP"},
+        {"name": "web", "port": 80, "protocol": "HTTP"},
+    ]));
+    let route = tcp_route("r", json!([{"name": "edge", "sectionName": "web"}]));
+    let ev = eval(&gw, std::slice::from_ref(&route));
+    let e = &ev.gateways[&key()];
+    let nodes = [node("n1", true, vec![report(2, vec![])])];
+    let s = gateway_status(
+        &gw,
+        e,
+        &assigned("10.0.0.1"),
+        &nodes,
+        t("2026-12-01T10:00:00Z"),
+    );
+    assert_eq!(gw_cond(&s, "Accepted"), ("True", "ListenersNotValid"));
+    assert_eq!(gw_cond(&s, "Programmed"), ("True", "Programmed"));
+    assert_eq!(
+        listener_cond(&s, "web", "Accepted"),
+        ("False", "UnsupportedProtocol")
+    );
+    assert_eq!(listener_cond(&s, "web", "Programmed"), ("False", "Invalid"));
+    assert_eq!(
+        listener_cond(&s, "tcp", "Programmed"),
+        ("True", "Programmed")
+    );
+    let web = &s.listeners.as_ref().unwrap()[1];
+    assert_eq!(web.attached_routes, 0);
+    assert_eq!(web.supported_kinds.as_deref(), Some(&[][..]));
+}
+
+#[test]
+fn an_unchanged_status_keeps_its_times_and_is_current() {
+    let mut gw = gateway(tcp_listeners());
+    let e = eval(&gw, &[]).gateways[&key()].clone();
+    let nodes = [node("n1", true, vec![report(2, vec![])])];
+    let a = assigned("10.0.0.1");
+    let s0 = gateway_status(&gw, &e, &a, &nodes, t("2026-12-01T10:00:00Z"));
+    assert!(!gateway_status_is_current(&gw, &s0));
+    gw.status = Some(s0.clone());
+    let s1 = gateway_status(&gw, &e, &a, &nodes, t("2026-12-01T11:00:00Z"));
+    assert_eq!(s1, s0, "every lastTransitionTime kept");
+    assert!(gateway_status_is_current(&gw, &s1));
+    // A node going away: Programmed flips (new time), the rest keeps its times.
+    let s2 = gateway_status(&gw, &e, &a, &[], t("2026-12-01T12:00:00Z"));
+    assert!(!gateway_status_is_current(&gw, &s2));
+    let p = cond(s2.conditions.as_deref().unwrap(), "Programmed");
+    assert_eq!(p.last_transition_time.0, t("2026-12-01T12:00:00Z"));
+    let acc = cond(s2.conditions.as_deref().unwrap(), "Accepted");
+    assert_eq!(acc.last_transition_time.0, t("2026-12-01T10:00:00Z"));
+}
+
+fn parent_status(controller: &str, name: &str, status: &str) -> RouteParentStatus {
+    serde_json::from_value(json!({
+        "parentRef": {"group": GATEWAY_GROUP, "kind": "Gateway", "name": name},
+        "controllerName": controller,
+        "conditions": [{"type": "Accepted", "status": status, "reason": "Whatever",
+                        "message": "", "observedGeneration": 1,
+                        "lastTransitionTime": "2026-11-01T00:00:00Z"}],
+    }))
+    .unwrap()
+}
+
+#[test]
+fn route_parents_keep_other_controllers_entries_and_replace_ours() {
+    let route = tcp_route(
+        "r",
+        json!([{"name": "edge", "sectionName": "tcp"}, {"name": "theirs"}]),
+    );
+    let gw = gateway(tcp_listeners());
+    let ev = eval(&gw, std::slice::from_ref(&route));
+    let ours = ev
+        .routes
+        .get(&(RouteKind::Tcp, ObjKey::new("gw", "r")))
+        .map(Vec::as_slice);
+    let theirs = parent_status("example.com/other", "theirs", "True");
+    // A controllerName that differs only in a trailing slash is someone else's.
+    let lookalike = parent_status(&format!("{GATEWAY_CONTROLLER_NAME}/"), "edge", "False");
+    let stale_ours = parent_status(GATEWAY_CONTROLLER_NAME, "gone", "True");
+    let current = vec![theirs.clone(), stale_ours, lookalike.clone()];
+    let now = t("2026-12-01T10:00:00Z");
+    let spec = &route.spec.parent_refs;
+    let want = route_parents("gw", 3, spec, &current, ours, now).expect("ours are missing");
+    assert_eq!(want.len(), 3);
+    assert_eq!(want[0], theirs, "untouched, byte for byte");
+    assert_eq!(want[1], lookalike);
+    let mine = &want[2];
+    assert_eq!(mine.controller_name, GATEWAY_CONTROLLER_NAME);
+    assert_eq!(
+        mine.parent_ref,
+        ParentReference {
+            group: Some(GATEWAY_GROUP.into()),
+            kind: Some("Gateway".into()),
+            namespace: None,
+            name: "edge".into(),
+            section_name: Some("tcp".into()),
+            port: None,
+        }
+    );
+    let types: Vec<_> = mine
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str(), c.observed_generation))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("Accepted", "True", Some(3)),
+            ("ResolvedRefs", "True", Some(3))
+        ]
+    );
+    // Written: nothing more to write, even later.
+    assert_eq!(
+        route_parents("gw", 3, spec, &want, ours, t("2026-12-01T11:00:00Z")),
+        None
+    );
+    // The route stops naming our Gateway: our entry goes, theirs stays.
+    let dropped = route_parents("gw", 4, spec, &want, None, now).unwrap();
+    assert_eq!(dropped, vec![theirs.clone(), lookalike]);
+    // Nothing of ours and nothing to say: nothing written.
+    assert_eq!(route_parents("gw", 4, spec, &[theirs], None, now), None);
+}
