@@ -34,7 +34,6 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use rivora_gateway::{Evaluation, ObjKey, RouteKind, Snapshot, evaluate};
-use rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME;
 use rivora_k8s_api::gateway_view;
 use rivora_k8s_api::{ParentReference, RivoraNode, RouteParentStatus, TcpRoute, UdpRoute};
 use serde_json::json;
@@ -168,6 +167,8 @@ pub struct GatewaySnapshot {
     tcp_routes: Vec<Arc<TcpRoute>>,
     udp_routes: Vec<Arc<UdpRoute>>,
     nodes: Vec<gateway_status::NodeView>,
+    /// The controllerName of Rivora's GatewayClasses (`--gateway-controller-name`).
+    controller_name: String,
     /// The evaluation.
     pub eval: Evaluation,
     /// The allocator's views of the Gateways of Rivora's accepted classes (allocated with the
@@ -185,6 +186,7 @@ impl GatewayStores {
     /// any); `ns_labels` feed pool selectors.
     pub fn snapshot(
         &self,
+        controller_name: &str,
         namespaces: &[Arc<Namespace>],
         services: &[Arc<Service>],
         ns_labels: &BTreeMap<String, BTreeMap<String, String>>,
@@ -217,7 +219,7 @@ impl GatewayStores {
             .map(|s| gateway_view::service_view(s))
             .collect();
         let eval = evaluate(&Snapshot {
-            controller_name: GATEWAY_CONTROLLER_NAME,
+            controller_name,
             classes: &class_views,
             gateways: &gateway_views,
             routes: &route_views,
@@ -248,6 +250,7 @@ impl GatewayStores {
             tcp_routes,
             udp_routes,
             nodes: gateway_status::node_views(self.nodes.state().iter().map(|n| n.as_ref())),
+            controller_name: controller_name.to_string(),
             eval,
             claims,
             refused,
@@ -470,7 +473,7 @@ pub async fn write(
             leadership,
             confirmed_at,
             r.as_ref(),
-            &snap.eval,
+            snap,
             now,
             &mut w,
         )
@@ -485,7 +488,7 @@ pub async fn write(
             leadership,
             confirmed_at,
             r.as_ref(),
-            &snap.eval,
+            snap,
             now,
             &mut w,
         )
@@ -522,14 +525,19 @@ async fn write_route<R: L4Route>(
     leadership: &Leadership,
     confirmed_at: &mut Instant,
     route: &R,
-    eval: &Evaluation,
+    snap: &GatewaySnapshot,
     now: Timestamp,
     w: &mut GatewayWrites,
 ) -> Result<bool> {
     let key = obj_key(route);
-    let ours = eval.routes.get(&(R::KIND, key.clone())).map(Vec::as_slice);
+    let ours = snap
+        .eval
+        .routes
+        .get(&(R::KIND, key.clone()))
+        .map(Vec::as_slice);
     let generation = route.meta().generation.unwrap_or(0);
     if gateway_status::route_parents(
+        &snap.controller_name,
         &key.namespace,
         generation,
         route.parent_refs(),
@@ -552,6 +560,7 @@ async fn write_route<R: L4Route>(
             return Ok(false);
         }
         let Some(parents) = gateway_status::route_parents(
+            &snap.controller_name,
             &key.namespace,
             generation,
             fresh.parent_refs(),

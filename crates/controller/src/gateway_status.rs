@@ -66,7 +66,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use rivora_gateway::view::GATEWAY_GROUP;
 use rivora_gateway::{GatewayEval, ListenerEval, ObjKey, RouteKind, RouteParentEval};
-use rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME;
 use rivora_k8s_api::rivora_node::condition::READY;
 use rivora_k8s_api::{GatewayReport, ParentReference, RivoraNode, RouteParentStatus};
 
@@ -546,10 +545,12 @@ fn names(p: &ParentReference, route_ns: &str, e: &RouteParentEval) -> bool {
 /// Most entries of `status.parents` (the CRD's `maxItems`).
 pub const MAX_PARENTS: usize = rivora_k8s_api::route::MAX_PARENTS;
 
-/// The route's whole `status.parents` with Rivora's entries as they should be, or None when
+/// The route's whole `status.parents` with the entries of `controller_name` (Rivora's) as they
+/// should be, or None when
 /// they already are (then nothing is written). `ours` is the evaluation's entries for the route
 /// (None: no parent of it names a Gateway of Rivora's classes).
 pub fn route_parents(
+    controller_name: &str,
     route_ns: &str,
     generation: i64,
     spec_parents: &[ParentReference],
@@ -559,7 +560,7 @@ pub fn route_parents(
 ) -> Option<Vec<RouteParentStatus>> {
     let (mine, others): (Vec<&RouteParentStatus>, Vec<&RouteParentStatus>) = current
         .iter()
-        .partition(|p| p.controller_name == GATEWAY_CONTROLLER_NAME);
+        .partition(|p| p.controller_name == controller_name);
     let mut want: Vec<RouteParentStatus> = Vec::new();
     for e in ours.unwrap_or_default() {
         let Some(spec) = spec_parents.iter().find(|p| names(p, route_ns, e)) else {
@@ -573,7 +574,7 @@ pub fn route_parents(
             .unwrap_or_default();
         want.push(RouteParentStatus {
             parent_ref,
-            controller_name: GATEWAY_CONTROLLER_NAME.into(),
+            controller_name: controller_name.into(),
             conditions: vec![
                 from_eval(&e.accepted, generation, &previous, now),
                 from_eval(&e.resolved_refs, generation, &previous, now),

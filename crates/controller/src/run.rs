@@ -259,7 +259,12 @@ pub async fn pass(
     let gateway = match stores.gateway.stores(false).await? {
         Some(gw) => {
             gw.ready().await?;
-            let snap = gw.snapshot(&stores.namespaces.state(), &all_services, &ns_labels);
+            let snap = gw.snapshot(
+                &settings.class.gateway_controller,
+                &stores.namespaces.state(),
+                &all_services,
+                &ns_labels,
+            );
             views.extend(snap.claims.iter().cloned());
             Some(snap)
         }

@@ -44,6 +44,10 @@ struct Args {
     /// Also serve LoadBalancer Services without a loadBalancerClass (Rivora is the default).
     #[arg(long)]
     default_class: bool,
+    /// spec.controllerName of the GatewayClasses this controller serves (their Gateways get
+    /// addresses and status; the nodes' rivorad takes the same flag).
+    #[arg(long, default_value = rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME)]
+    gateway_controller_name: String,
     /// Address of the HTTP server with /metrics (Prometheus) and /healthz.
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_address: std::net::SocketAddr,
@@ -81,7 +85,7 @@ async fn run_main(args: Args) -> Result<()> {
         class: ClassConfig {
             class: args.load_balancer_class,
             default_class: args.default_class,
-            ..ClassConfig::default()
+            gateway_controller: args.gateway_controller_name,
         },
         identity: identity.clone(),
         debounce: Duration::from_millis(50),

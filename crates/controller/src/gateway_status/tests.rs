@@ -3,6 +3,7 @@
 use super::*;
 use crate::ipam::blocks::Family;
 use rivora_gateway::{Evaluation, Snapshot, evaluate};
+use rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME;
 use rivora_k8s_api::gateway_view;
 use rivora_k8s_api::{ListenerReport, TcpRoute};
 use serde_json::{Value, json};
@@ -455,7 +456,8 @@ fn route_parents_keep_other_controllers_entries_and_replace_ours() {
     let current = vec![theirs.clone(), stale_ours, lookalike.clone()];
     let now = t("2026-12-01T10:00:00Z");
     let spec = &route.spec.parent_refs;
-    let want = route_parents("gw", 3, spec, &current, ours, now).expect("ours are missing");
+    let want = route_parents(GATEWAY_CONTROLLER_NAME, "gw", 3, spec, &current, ours, now)
+        .expect("ours are missing");
     assert_eq!(want.len(), 3);
     assert_eq!(want[0], theirs, "untouched, byte for byte");
     assert_eq!(want[1], lookalike);
@@ -486,12 +488,23 @@ fn route_parents_keep_other_controllers_entries_and_replace_ours() {
     );
     // Written: nothing more to write, even later.
     assert_eq!(
-        route_parents("gw", 3, spec, &want, ours, t("2026-12-01T11:00:00Z")),
+        route_parents(
+            GATEWAY_CONTROLLER_NAME,
+            "gw",
+            3,
+            spec,
+            &want,
+            ours,
+            t("2026-12-01T11:00:00Z")
+        ),
         None
     );
     // The route stops naming our Gateway: our entry goes, theirs stays.
-    let dropped = route_parents("gw", 4, spec, &want, None, now).unwrap();
+    let dropped = route_parents(GATEWAY_CONTROLLER_NAME, "gw", 4, spec, &want, None, now).unwrap();
     assert_eq!(dropped, vec![theirs.clone(), lookalike]);
     // Nothing of ours and nothing to say: nothing written.
-    assert_eq!(route_parents("gw", 4, spec, &[theirs], None, now), None);
+    assert_eq!(
+        route_parents(GATEWAY_CONTROLLER_NAME, "gw", 4, spec, &[theirs], None, now),
+        None
+    );
 }
