@@ -249,7 +249,10 @@ impl GatewayStores {
             gateways,
             tcp_routes,
             udp_routes,
-            nodes: gateway_status::node_views(self.nodes.state().iter().map(|n| n.as_ref())),
+            nodes: gateway_status::node_views(
+                controller_name,
+                self.nodes.state().iter().map(|n| n.as_ref()),
+            ),
             controller_name: controller_name.to_string(),
             eval,
             claims,

@@ -83,10 +83,21 @@ pub struct NodeView {
     pub gateways: BTreeMap<ObjKey, GatewayReport>,
 }
 
-/// The nodes' reports, sorted by node name (so messages name the same node every pass).
-pub fn node_views<'a>(nodes: impl IntoIterator<Item = &'a RivoraNode>) -> Vec<NodeView> {
+/// The reports of the nodes that serve `controller_name` (their `gatewayController`), sorted
+/// by node name (so messages name the same node every pass). Nodes of another installation,
+/// and nodes whose rivorad does not serve Gateways, are not waited for.
+pub fn node_views<'a>(
+    controller_name: &str,
+    nodes: impl IntoIterator<Item = &'a RivoraNode>,
+) -> Vec<NodeView> {
     let mut out: Vec<NodeView> = nodes
         .into_iter()
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.gateway_controller.as_deref())
+                == Some(controller_name)
+        })
         .map(|n| {
             let status = n.status.as_ref();
             NodeView {

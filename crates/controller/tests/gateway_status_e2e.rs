@@ -920,6 +920,7 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
                 &node,
                 &PatchParams::default(),
                 &Patch::Merge(json!({"status": {"conditions": ready_condition(),
+                                                "gatewayController": GATEWAY_CONTROLLER_NAME,
                                                 "gateways": reports}})),
             )
             .await

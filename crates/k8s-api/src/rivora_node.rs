@@ -73,6 +73,12 @@ pub struct RivoraNodeStatus {
     /// How many Services of ours there are; more than `services` lists when capped.
     #[serde(default)]
     pub services_total: i64,
+    /// The GatewayClass `controllerName` this node serves (`--gateway-controller-name`): the
+    /// controller of that name waits for this node's reports, and only that one (a node of
+    /// another installation is not expected to program its Gateways). Absent from a rivorad
+    /// without Gateway support.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_controller: Option<String>,
     /// Gateways of Rivora's GatewayClasses this node programs, by namespace and name (the
     /// first 256): what rivora-controller reads to set their `Programmed` conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -638,6 +638,7 @@ impl Agent {
         report::status(&report::Inputs {
             results: &self.results,
             gateways: &self.gateways,
+            gateway_controller: &self.config.class.gateway_controller,
             gate_open: self.gate.is_open(),
             blockers: &blockers,
             applied: self.applied.clone(),

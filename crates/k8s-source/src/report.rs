@@ -25,6 +25,8 @@ pub struct Inputs<'a> {
     pub results: &'a BTreeMap<ServiceKey, Outcome>,
     /// The Gateways' results of the same snapshot.
     pub gateways: &'a BTreeMap<ObjKey, GatewayOutcome>,
+    /// The GatewayClass controllerName this node serves.
+    pub gateway_controller: &'a str,
     /// Whether the gate is open, and what holds it when not.
     pub gate_open: bool,
     /// The gate's blockers, as shown.
@@ -158,6 +160,7 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
         unclaimed_vips: i.unclaimed as i64,
         services,
         services_total: total as i64,
+        gateway_controller: Some(i.gateway_controller.to_string()),
         gateways: gateway_reports(i, apply_ok),
         gateways_total: i.gateways.len() as i64,
     }
@@ -275,6 +278,7 @@ mod tests {
         let inputs = || Inputs {
             results: &results,
             gateways: &no_gateways,
+            gateway_controller: "rivora.dev/gateway-controller",
             gate_open: false,
             blockers: &blockers,
             applied: Some(Ok(())),
@@ -330,6 +334,7 @@ mod tests {
         let s = status(&Inputs {
             results: &results,
             gateways: &no_gateways,
+            gateway_controller: "rivora.dev/gateway-controller",
             gate_open: true,
             blockers: &[],
             applied: None,

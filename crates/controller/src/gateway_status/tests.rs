@@ -5,7 +5,7 @@ use crate::ipam::blocks::Family;
 use rivora_gateway::{Evaluation, Snapshot, evaluate};
 use rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME;
 use rivora_k8s_api::gateway_view;
-use rivora_k8s_api::{ListenerReport, TcpRoute};
+use rivora_k8s_api::{ListenerReport, RivoraNode, TcpRoute};
 use serde_json::{Value, json};
 
 fn t(s: &str) -> Timestamp {
@@ -507,4 +507,32 @@ fn route_parents_keep_other_controllers_entries_and_replace_ours() {
         route_parents(GATEWAY_CONTROLLER_NAME, "gw", 4, spec, &[theirs], None, now),
         None
     );
+}
+
+#[test]
+fn only_nodes_serving_our_controller_name_are_waited_for() {
+    let rivora_node = |name: &str, controller: Option<&str>| -> RivoraNode {
+        serde_json::from_value(json!({
+            "apiVersion": "rivora.dev/v1alpha1", "kind": "RivoraNode",
+            "metadata": {"name": name}, "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Applied",
+                                       "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"}],
+                       "gatewayController": controller},
+        }))
+        .unwrap()
+    };
+    let nodes = [
+        rivora_node("b", Some(GATEWAY_CONTROLLER_NAME)),
+        rivora_node("other", Some("example.com/another-install")),
+        rivora_node("old", None),
+        rivora_node("a", Some(GATEWAY_CONTROLLER_NAME)),
+    ];
+    let views = node_views(GATEWAY_CONTROLLER_NAME, nodes.iter());
+    let names: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["a", "b"],
+        "sorted, and only nodes serving our Gateways"
+    );
+    assert!(views.iter().all(|v| v.ready));
 }
