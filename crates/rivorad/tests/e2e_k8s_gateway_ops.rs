@@ -176,6 +176,10 @@ async fn two_listeners_per_family_forward_and_route_changes_move_only_new_flows(
     )
     .await;
     let report = long.stop();
+    eprintln!(
+        "long-lived: {} connections, {} exchanges, {} failed, per backend {:?}",
+        report.connections, report.exchanges, report.failed_connections, report.per_backend
+    );
     assert!(
         report.all_ok(),
         "every established connection keeps its backend: {report:?}"
@@ -353,9 +357,67 @@ async fn failures_are_reported_precisely_the_rest_forwards_and_a_new_leader_rewr
     )
     .await;
     let after = versions(&g).await;
+    eprintln!(
+        "new leader: {} passes, {} objects' resourceVersions compared",
+        g.passes(),
+        after.len()
+    );
     assert_eq!(
         before, after,
         "no status written a second time by the new leader"
     );
     still_forwards("after the leader changed");
+
+    // Acceptance 5: the roles are enough (all of the above ran under them) and no broader.
+    let forbidden = |what: &str, r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("{what} must be forbidden, got {other:?}"),
+    };
+    let status = json!({"status": {"conditions": []}});
+    let merge = kube::api::Patch::Merge(&status);
+    let pp = kube::api::PatchParams::default();
+    let gws = |c: &kube::Client| Api::<gateway_api::gateways::Gateway>::namespaced(c.clone(), &ns);
+    let routes = |c: &kube::Client| Api::<TcpRoute>::namespaced(c.clone(), &ns);
+    // rivorad reads Gateway API objects and writes none of them.
+    assert!(gws(&g.t.rivorad).list(&Default::default()).await.is_ok());
+    forbidden(
+        "rivorad: gateways/status",
+        gws(&g.t.rivorad)
+            .patch_status("good", &pp, &merge)
+            .await
+            .map(drop),
+    );
+    forbidden(
+        "rivorad: tcproutes/status",
+        routes(&g.t.rivorad)
+            .patch_status("good", &pp, &merge)
+            .await
+            .map(drop),
+    );
+    // The controller writes status only: not a Gateway's or a route's spec, and no deletes.
+    let spec = json!({"spec": {"listeners": []}});
+    forbidden(
+        "controller: gateways (spec)",
+        gws(&g.controller_client)
+            .patch("good", &pp, &kube::api::Patch::Merge(&spec))
+            .await
+            .map(drop),
+    );
+    forbidden(
+        "controller: delete tcproutes",
+        routes(&g.controller_client)
+            .delete("good", &Default::default())
+            .await
+            .map(drop),
+    );
+    forbidden(
+        "controller: referencegrants writes",
+        Api::<gateway_api::referencegrants::ReferenceGrant>::namespaced(
+            g.controller_client.clone(),
+            &ns,
+        )
+        .delete("none", &Default::default())
+        .await
+        .map(drop),
+    );
 }

@@ -44,9 +44,10 @@ pub struct GatewayTest {
     pub pool: String,
     lease_ns: String,
     controller: Option<tokio::task::JoinHandle<()>>,
+    /// A client with the controller's identity (deploy/rbac/rivora-controller.yaml).
+    pub controller_client: Client,
     /// The running replica's metrics.
     metrics: Arc<rivora_controller::metrics::Metrics>,
-    controller_client: Client,
     _serial: MutexGuard<'static, ()>,
 }
 

@@ -359,6 +359,8 @@ pub struct K8sTest {
     pub admin: Client,
     /// A token of the rivorad ServiceAccount (deploy/rbac/rivorad.yaml).
     pub token: String,
+    /// A client with that identity.
+    pub rivorad: Client,
     /// The test's namespace (its Services and slices).
     pub ns: String,
     /// The `--load-balancer-class` its Services and node agents use.
@@ -383,7 +385,7 @@ impl K8sTest {
         let admin = bed.admin_client().await.unwrap();
         install_shipped_crds(bed).await;
         let sa_ns = unique_name("rvd");
-        let (token, _) = rivorad_identity(bed, &admin, &sa_ns).await;
+        let (token, rivorad) = rivorad_identity(bed, &admin, &sa_ns).await;
         let ns = unique_name(tag);
         rivora_kube_testbed::ensure_namespace(&admin, &ns)
             .await
@@ -392,6 +394,7 @@ impl K8sTest {
             bed,
             admin,
             token,
+            rivorad,
             class: format!("rivora.dev/{ns}"),
             ns,
         }
