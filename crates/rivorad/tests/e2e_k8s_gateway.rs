@@ -347,9 +347,10 @@ async fn a_cross_namespace_backend_needs_a_reference_grant_and_loses_it_with_the
 }
 
 /// TCPRouteInvalidNonTCPListener / UDPRouteNotAllowedByListeners: a route whose sectionName
-/// names a listener that cannot carry it (an HTTP listener; a TCP listener for a UDPRoute) is
-/// Accepted=False, NotAllowedByListeners, and that listener counts no route; the HTTP listener
-/// itself is Accepted=False, UnsupportedProtocol while the Gateway's TCP listener forwards.
+/// names a listener that cannot carry it (an HTTP listener for a TCPRoute, a TLS passthrough
+/// listener for a UDPRoute) is Accepted=False, NotAllowedByListeners, and those listeners count
+/// no route; they are Accepted=False, UnsupportedProtocol while the Gateway's TCP listener
+/// forwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_forwards() {
     let g = GatewayTest::new("gwna", &["10.99.18.16/30"]).await;
@@ -363,6 +364,8 @@ async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_f
         json!([
             {"name": "only-allow-http-routes", "port": 5300, "protocol": "HTTP",
              "allowedRoutes": {"kinds": [{"kind": "HTTPRoute"}]}},
+            {"name": "tls", "port": 443, "protocol": "TLS", "tls": {"mode": "Passthrough"},
+             "allowedRoutes": {"namespaces": {"from": "Same"}}},
             listener("tcp", 9300, "TCP"),
         ]),
         json!({}),
@@ -381,9 +384,9 @@ async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_f
     g.route(
         "UDPRoute",
         &ns,
-        "to-tcp",
+        "to-tls",
         route_spec(
-            json!({"name": "gw", "sectionName": "tcp"}),
+            json!({"name": "gw", "sectionName": "tls"}),
             json!([{"name": "echo", "port": 3000}]),
         ),
     )
@@ -413,7 +416,7 @@ async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_f
     g.route_condition(
         "UDPRoute",
         &ns,
-        "to-tcp",
+        "to-tls",
         "gw",
         None,
         "Accepted",
@@ -430,6 +433,8 @@ async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_f
         0,
     )
     .await;
+    g.listener_condition("gw", "tls", "Accepted", "False", "UnsupportedProtocol", 0)
+        .await;
     g.listener_condition("gw", "tcp", "Accepted", "True", "Accepted", 1)
         .await;
     lab.programmed(addr, 9300, "TCP", &[lab.pod(0)]).await;
@@ -437,8 +442,8 @@ async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_f
     all_to("the TCP listener forwards", &r, &lab.pod_name(0));
     let vips = lab.agents[0].vips().await.unwrap();
     assert!(
-        !vips.iter().any(|v| v.port == 5300 || v.protocol == "udp"),
-        "nothing is programmed for the HTTP listener or the refused UDPRoute: {:?}",
+        !vips.iter().any(|v| v.port == 5300 || v.port == 443),
+        "nothing is programmed for the HTTP and TLS listeners: {:?}",
         k8s_common::gateway::vip_names(&vips)
     );
 }
