@@ -148,6 +148,28 @@ impl PassReport {
     }
 }
 
+/// A whole replica, as the binary runs it: the watches, the Lease election and [`serve`], until
+/// `shutdown` resolves; then it releases the Lease so another replica leads at once. Tests run
+/// replicas with this too (with `std::future::pending()` and a task abort for a crash), so the
+/// start-up order they prove is the one deployed.
+pub async fn replica(
+    client: Client,
+    leader: crate::leader::LeaderConfig,
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let changed = Arc::new(Notify::new());
+    let stores = watch_all(&client, Arc::clone(&changed));
+    let mut leadership = Leadership::start(client.clone(), leader).await?;
+    info!(identity = %settings.identity, "waiting for leadership");
+    tokio::select! {
+        r = serve(client.clone(), &mut leadership, &stores, &changed, &settings) => r?,
+        _ = shutdown => {}
+    }
+    info!("stopping; releasing the Lease");
+    leadership.step_down().await
+}
+
 /// What a replica does for its whole life: wait for leadership, lead until it cannot confirm it
 /// (or a write fails), pause briefly, and start over. Never returns unless the election ends.
 pub async fn serve(

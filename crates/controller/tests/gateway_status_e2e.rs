@@ -24,15 +24,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use rivora_controller::leader::{LeaderConfig, Leadership};
 use rivora_controller::metrics::Metrics;
-use rivora_controller::observe::{ANNOTATION_POOL, ClassConfig};
-use rivora_controller::run::{self, Settings, Stores};
+use rivora_controller::observe::ANNOTATION_POOL;
 use rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME;
 use rivora_k8s_api::{AddressPool, RivoraNode, RouteParentStatus, TcpRoute, UdpRoute};
 use rivora_kube_testbed::{GatewayChannel, TestBed, ensure_namespace, unique_name};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 
 mod common;
 use common::controller_identity;
@@ -47,30 +44,7 @@ async fn start_controller(
     identity: &str,
     metrics: Arc<Metrics>,
 ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
-    let mut leadership = Leadership::start(
-        client.clone(),
-        LeaderConfig {
-            lease_name: "rivora-controller".into(),
-            namespace: lease_ns.into(),
-            identity: identity.into(),
-            duration: Duration::from_secs(4),
-            grace: Duration::from_secs(1),
-        },
-    )
-    .await
-    .unwrap();
-    let settings = Settings {
-        class: ClassConfig::default(),
-        identity: identity.into(),
-        debounce: Duration::from_millis(20),
-        resync: Duration::from_secs(5),
-        metrics,
-    };
-    tokio::spawn(async move {
-        let changed = Arc::new(Notify::new());
-        let stores: Stores = run::watch_all(&client, Arc::clone(&changed));
-        run::serve(client, &mut leadership, &stores, &changed, &settings).await
-    })
+    common::spawn_replica(client, lease_ns, identity, metrics)
 }
 
 /// Polls `check` every 100 ms until it returns Ok; panics after [`LIMIT`] with the last Err.

@@ -18,13 +18,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use rivora_controller::ipam::blocks::Block;
-use rivora_controller::leader::{LeaderConfig, Leadership};
-use rivora_controller::observe::{self, ANNOTATION_POOL, ClassConfig, LOAD_BALANCER_CLASS};
-use rivora_controller::run::{self, Settings, Stores};
+use rivora_controller::observe::{self, ANNOTATION_POOL, LOAD_BALANCER_CLASS};
 use rivora_k8s_api::AddressPool;
 use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
 use serde_json::json;
-use tokio::sync::Notify;
 
 mod common;
 use common::controller_identity;
@@ -34,31 +31,10 @@ struct Controller {
 }
 
 async fn start_controller(client: Client, lease_ns: &str, identity: &str) -> Controller {
-    let mut leadership = Leadership::start(
-        client.clone(),
-        LeaderConfig {
-            lease_name: "rivora-controller".into(),
-            namespace: lease_ns.into(),
-            identity: identity.into(),
-            duration: Duration::from_secs(4),
-            grace: Duration::from_secs(1),
-        },
-    )
-    .await
-    .unwrap();
-    let settings = Settings {
-        class: ClassConfig::default(),
-        identity: identity.into(),
-        debounce: Duration::from_millis(20),
-        resync: Duration::from_secs(5),
-        metrics: Arc::new(rivora_controller::metrics::Metrics::new()),
-    };
-    let task = tokio::spawn(async move {
-        let changed = Arc::new(Notify::new());
-        let stores: Stores = run::watch_all(&client, Arc::clone(&changed));
-        run::serve(client, &mut leadership, &stores, &changed, &settings).await
-    });
-    Controller { task }
+    let metrics = Arc::new(rivora_controller::metrics::Metrics::new());
+    Controller {
+        task: common::spawn_replica(client, lease_ns, identity, metrics),
+    }
 }
 
 fn pool(name: &str, addresses: &[&str], want: Option<&str>, auto: bool) -> AddressPool {

@@ -16,14 +16,11 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use rivora_controller::leader::{LeaderConfig, Leadership};
 use rivora_controller::metrics::Metrics;
-use rivora_controller::observe::{ClassConfig, LOAD_BALANCER_CLASS};
-use rivora_controller::run::{self, Settings, Stores};
+use rivora_controller::observe::LOAD_BALANCER_CLASS;
 use rivora_k8s_api::ServicePolicy;
 use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 
 mod common;
 use common::controller_identity;
@@ -36,30 +33,7 @@ async fn start_controller(
     lease_ns: &str,
     metrics: Arc<Metrics>,
 ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
-    let mut leadership = Leadership::start(
-        client.clone(),
-        LeaderConfig {
-            lease_name: "rivora-controller".into(),
-            namespace: lease_ns.into(),
-            identity: "policy-replica".into(),
-            duration: Duration::from_secs(4),
-            grace: Duration::from_secs(1),
-        },
-    )
-    .await
-    .unwrap();
-    let settings = Settings {
-        class: ClassConfig::default(),
-        identity: "policy-replica".into(),
-        debounce: Duration::from_millis(20),
-        resync: Duration::from_secs(5),
-        metrics,
-    };
-    tokio::spawn(async move {
-        let changed = Arc::new(Notify::new());
-        let stores: Stores = run::watch_all(&client, Arc::clone(&changed));
-        run::serve(client, &mut leadership, &stores, &changed, &settings).await
-    })
+    common::spawn_replica(client, lease_ns, "policy-replica", metrics)
 }
 
 fn service(name: &str, spec: Value) -> Service {

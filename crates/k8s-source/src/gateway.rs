@@ -491,20 +491,7 @@ fn service_backends(
         },
         family,
     )?;
-    for e in &joined {
-        if vip_addrs.contains(&e.addr) {
-            return Err(TranslateError::EndpointIsVip {
-                endpoint: e.addr,
-                slice: e.slice.clone(),
-            });
-        }
-        if node.addresses.contains(&e.addr) {
-            return Err(TranslateError::EndpointIsNode {
-                endpoint: e.addr,
-                slice: e.slice.clone(),
-            });
-        }
-    }
+    crate::translate::refuse_loops(&joined, vip_addrs, node)?;
     Ok(select::categorize(&joined, policy, &node.name)
         .into_iter()
         .map(|s| BackendMeta {

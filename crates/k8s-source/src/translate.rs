@@ -682,20 +682,7 @@ fn translate_service(
         for &addr in &addresses {
             let family = Family::of(addr);
             let joined = endpoints::join(&slices, selector, family)?;
-            for e in &joined {
-                if vip_addrs.contains(&e.addr) {
-                    return Err(TranslateError::EndpointIsVip {
-                        endpoint: e.addr,
-                        slice: e.slice.clone(),
-                    });
-                }
-                if node.addresses.contains(&e.addr) {
-                    return Err(TranslateError::EndpointIsNode {
-                        endpoint: e.addr,
-                        slice: e.slice.clone(),
-                    });
-                }
-            }
+            refuse_loops(&joined, vip_addrs, node)?;
             let mut backends: Vec<BackendMeta> =
                 select::categorize(&joined, traffic_policy, &node.name)
                     .into_iter()
@@ -796,6 +783,30 @@ fn translate_service(
         warnings,
         health_check,
     })
+}
+
+/// Refuses endpoints a rewritten packet would loop through: a VIP address (balanced again) or
+/// this node's own address (sent back to this node).
+pub(crate) fn refuse_loops(
+    joined: &[endpoints::Endpoint],
+    vip_addrs: &BTreeSet<IpAddr>,
+    node: &NodeIdentity,
+) -> Result<(), TranslateError> {
+    for e in joined {
+        if vip_addrs.contains(&e.addr) {
+            return Err(TranslateError::EndpointIsVip {
+                endpoint: e.addr,
+                slice: e.slice.clone(),
+            });
+        }
+        if node.addresses.contains(&e.addr) {
+            return Err(TranslateError::EndpointIsNode {
+                endpoint: e.addr,
+                slice: e.slice.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn port_label(port: &ServicePort) -> String {

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use rivora_controller::leader::{LeaderConfig, Leadership};
+use rivora_controller::leader::LeaderConfig;
 use rivora_controller::metrics::Metrics;
 use rivora_controller::observe::{ClassConfig, LOAD_BALANCER_CLASS};
 use rivora_controller::run::{self, Settings};
-use tokio::sync::Notify;
 use tracing::{error, info};
 
 /// Assigns addresses from Rivora's AddressPools to LoadBalancer Services and writes
@@ -92,26 +91,21 @@ async fn run_main(args: Args) -> Result<()> {
         resync: Duration::from_secs(30),
         metrics,
     };
-    let changed = Arc::new(Notify::new());
-    let stores = run::watch_all(&client, Arc::clone(&changed));
-    let mut leadership = Leadership::start(
-        client.clone(),
+    run::replica(
+        client,
         LeaderConfig {
             lease_name: args.lease_name,
             namespace: args.lease_namespace,
-            identity: identity.clone(),
+            identity,
             duration: Duration::from_secs(args.lease_duration),
             grace: Duration::from_secs(args.lease_grace),
         },
+        settings,
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        },
     )
-    .await?;
-    info!(%identity, "waiting for leadership");
-    tokio::select! {
-        r = run::serve(client.clone(), &mut leadership, &stores, &changed, &settings) => r?,
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    info!("stopping; releasing the Lease");
-    leadership.step_down().await
+    .await
 }
 
 /// Serves /metrics and /healthz on `addr` in the background.

@@ -84,3 +84,36 @@ pub async fn controller_identity(bed: &TestBed, admin: &Client, lease_ns: &str) 
     }
     client
 }
+
+/// Runs a controller replica (`run::replica`, as the binary does) in a task: Lease
+/// `rivora-controller` in `lease_ns` (4 s, renewed 1 s before expiry), Services of the default
+/// class, short debounce and resync. Abort the task for a crash. (Not every test binary that
+/// shares this module runs a replica in process.)
+#[allow(dead_code)]
+pub fn spawn_replica(
+    client: Client,
+    lease_ns: &str,
+    identity: &str,
+    metrics: std::sync::Arc<rivora_controller::metrics::Metrics>,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let leader = rivora_controller::leader::LeaderConfig {
+        lease_name: "rivora-controller".into(),
+        namespace: lease_ns.into(),
+        identity: identity.into(),
+        duration: Duration::from_secs(4),
+        grace: Duration::from_secs(1),
+    };
+    let settings = rivora_controller::run::Settings {
+        class: rivora_controller::observe::ClassConfig::default(),
+        identity: identity.into(),
+        debounce: Duration::from_millis(20),
+        resync: Duration::from_secs(5),
+        metrics,
+    };
+    tokio::spawn(rivora_controller::run::replica(
+        client,
+        leader,
+        settings,
+        std::future::pending(),
+    ))
+}

@@ -16,13 +16,13 @@ use std::time::Duration;
 use gateway_api::gateways::Gateway;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use rivora_controller::leader::{LeaderConfig, Leadership};
+use rivora_controller::leader::LeaderConfig;
 use rivora_controller::run::{self, Settings};
 use rivora_k8s_api::class::ClassConfig;
 use rivora_k8s_api::{AddressPool, TcpRoute, UdpRoute};
 use rivora_kube_testbed::{GatewayChannel, unique_name};
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, MutexGuard, Notify};
+use tokio::sync::{Mutex, MutexGuard};
 
 use super::{FM, K8sTest, WAIT, wait_for};
 
@@ -118,19 +118,13 @@ impl GatewayTest {
 
     /// Starts a controller replica named `identity` (it leads once the Lease is free).
     pub async fn start_controller(&mut self, identity: &str) {
-        let client = self.controller_client.clone();
-        let mut leadership = Leadership::start(
-            client.clone(),
-            LeaderConfig {
-                lease_name: "rivora-controller".into(),
-                namespace: self.lease_ns.clone(),
-                identity: identity.into(),
-                duration: Duration::from_secs(4),
-                grace: Duration::from_secs(1),
-            },
-        )
-        .await
-        .unwrap();
+        let leader = LeaderConfig {
+            lease_name: "rivora-controller".into(),
+            namespace: self.lease_ns.clone(),
+            identity: identity.into(),
+            duration: Duration::from_secs(4),
+            grace: Duration::from_secs(1),
+        };
         let settings = Settings {
             class: ClassConfig {
                 class: self.t.class.clone(),
@@ -143,11 +137,14 @@ impl GatewayTest {
             metrics: Arc::new(rivora_controller::metrics::Metrics::new()),
         };
         self.metrics = Arc::clone(&settings.metrics);
+        let replica = run::replica(
+            self.controller_client.clone(),
+            leader,
+            settings,
+            std::future::pending(),
+        );
         self.controller = Some(tokio::spawn(async move {
-            let changed = Arc::new(Notify::new());
-            let stores = run::watch_all(&client, Arc::clone(&changed));
-            if let Err(e) = run::serve(client, &mut leadership, &stores, &changed, &settings).await
-            {
+            if let Err(e) = replica.await {
                 panic!("rivora-controller stopped: {e:#}");
             }
         }));
