@@ -252,6 +252,7 @@ impl GatewayStores {
             nodes: gateway_status::node_views(
                 controller_name,
                 self.nodes.state().iter().map(|n| n.as_ref()),
+                Timestamp::now(),
             ),
             controller_name: controller_name.to_string(),
             eval,

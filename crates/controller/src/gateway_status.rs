@@ -66,6 +66,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use rivora_gateway::view::GATEWAY_GROUP;
 use rivora_gateway::{GatewayEval, ListenerEval, ObjKey, RouteKind, RouteParentEval};
+use rivora_k8s_api::rivora_node::STALE_AFTER_SECS;
 use rivora_k8s_api::rivora_node::condition::READY;
 use rivora_k8s_api::{GatewayReport, ParentReference, RivoraNode, RouteParentStatus};
 
@@ -85,10 +86,13 @@ pub struct NodeView {
 
 /// The reports of the nodes that serve `controller_name` (their `gatewayController`), sorted
 /// by node name (so messages name the same node every pass). Nodes of another installation,
-/// and nodes whose rivorad does not serve Gateways, are not waited for.
+/// and nodes whose rivorad does not serve Gateways, are not waited for; a node whose heartbeat
+/// is older than [`STALE_AFTER_SECS`] at `now` counts as not Ready (its rivorad is gone: it
+/// must not hold every Gateway's `Programmed` back).
 pub fn node_views<'a>(
     controller_name: &str,
     nodes: impl IntoIterator<Item = &'a RivoraNode>,
+    now: Timestamp,
 ) -> Vec<NodeView> {
     let mut out: Vec<NodeView> = nodes
         .into_iter()
@@ -103,9 +107,14 @@ pub fn node_views<'a>(
             NodeView {
                 name: n.metadata.name.clone().unwrap_or_default(),
                 ready: status.is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == READY && c.status == "True")
+                    let fresh = s
+                        .heartbeat_time
+                        .as_ref()
+                        .is_none_or(|t| now.as_second() - t.0.as_second() <= STALE_AFTER_SECS);
+                    fresh
+                        && s.conditions
+                            .iter()
+                            .any(|c| c.type_ == READY && c.status == "True")
                 }),
                 gateways: status
                     .map(|s| {

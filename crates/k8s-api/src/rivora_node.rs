@@ -19,6 +19,12 @@ pub const FIELD_MANAGER: &str = "rivorad";
 pub const MAX_REPORTED_SERVICES: usize = 512;
 /// Most VIPs listed per Service.
 pub const MAX_REPORTED_VIPS: usize = 16;
+/// How often rivorad writes its report even when nothing changed (`status.heartbeatTime`).
+pub const HEARTBEAT_SECS: i64 = 30;
+/// A report whose heartbeat is older than this is stale: its rivorad is gone (or cut off), and
+/// rivora-controller no longer waits for it. Three missed heartbeats and then some, so a slow
+/// write never makes a node flap in and out.
+pub const STALE_AFTER_SECS: i64 = 100;
 /// Most blockers of the initial sync listed.
 pub const MAX_REPORTED_BLOCKERS: usize = 16;
 /// Most Gateways listed in [`RivoraNodeStatus::gateways`] (the rest are counted only, in
@@ -73,6 +79,10 @@ pub struct RivoraNodeStatus {
     /// How many Services of ours there are; more than `services` lists when capped.
     #[serde(default)]
     pub services_total: i64,
+    /// When rivorad last wrote this status: at least every [`HEARTBEAT_SECS`], so a report
+    /// older than [`STALE_AFTER_SECS`] is known to be stale. Absent from an older rivorad.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// The GatewayClass `controllerName` this node serves (`--gateway-controller-name`): the
     /// controller of that name waits for this node's reports, and only that one (a node of
     /// another installation is not expected to program its Gateways). Absent from a rivorad

@@ -666,7 +666,12 @@ pub fn reason(e: &TranslateError) -> &'static str {
     }
 }
 
-/// Writes the `RivoraNode` status whenever it changes, at most once per `interval`: the object
+/// How often the report is written even when nothing changed (its `heartbeatTime`), so
+/// rivora-controller can tell a node whose rivorad is gone from one with nothing new to say.
+const HEARTBEAT: Duration = Duration::from_secs(rivora_k8s_api::rivora_node::HEARTBEAT_SECS as u64);
+
+/// Writes the `RivoraNode` status whenever it changes, at most once per `interval`, and at
+/// least every [`HEARTBEAT`] (with `heartbeatTime` set to the time of the write): the object
 /// is created (empty spec, owned by the Node once its uid is known) by server-side apply, then
 /// its status applied, both as [`FIELD_MANAGER`]. A failed write is retried after `interval`.
 async fn write_reports(
@@ -682,17 +687,26 @@ async fn write_reports(
     // The owner the object was last applied with (None: not applied yet).
     let mut created: Option<Option<String>> = None;
     let mut written: Option<RivoraNodeStatus> = None;
+    // The last successful write: the heartbeat is due HEARTBEAT after it.
+    let mut last_ok: Option<Instant> = None;
     loop {
-        if reports.changed().await.is_err() {
-            return;
+        let due = last_ok.map(|t| tokio::time::Instant::from_std(t + HEARTBEAT));
+        tokio::select! {
+            r = reports.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {}
         }
         loop {
             let Some((next, owner)) = reports.borrow_and_update().clone() else {
                 break;
             };
-            if written.as_ref() == Some(&next) && created.as_ref() == Some(&owner) {
+            let beat_due = last_ok.is_none_or(|t| t.elapsed() >= HEARTBEAT);
+            if written.as_ref() == Some(&next) && created.as_ref() == Some(&owner) && !beat_due {
                 break;
             }
+            let mut body = next.clone();
+            body.heartbeat_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                Timestamp::now(),
+            ));
             let outcome = async {
                 if created.as_ref() != Some(&owner) {
                     let mut metadata = json!({"name": node});
@@ -721,7 +735,7 @@ async fn write_reports(
                     &Patch::Apply(json!({
                         "apiVersion": api_version,
                         "kind": "RivoraNode",
-                        "status": next,
+                        "status": body,
                     })),
                 )
                 .await
@@ -730,7 +744,10 @@ async fn write_reports(
             }
             .await;
             match &outcome {
-                Ok(()) => written = Some(next),
+                Ok(()) => {
+                    written = Some(next);
+                    last_ok = Some(Instant::now());
+                }
                 Err(e) => {
                     warn!("{e}");
                     // Recreate next time: the object may have been deleted.

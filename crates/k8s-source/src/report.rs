@@ -160,6 +160,8 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
         unclaimed_vips: i.unclaimed as i64,
         services,
         services_total: total as i64,
+        // Set by the writer at the time of each write (agent.rs).
+        heartbeat_time: None,
         gateway_controller: Some(i.gateway_controller.to_string()),
         gateways: gateway_reports(i, apply_ok),
         gateways_total: i.gateways.len() as i64,

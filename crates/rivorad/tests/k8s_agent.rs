@@ -238,6 +238,29 @@ async fn services_and_slices_become_vips_and_follow_changes() {
     );
     let dp = report.datapath.as_ref().expect("datapath reported");
     assert_eq!((dp.interface.as_str(), dp.persistent), ("up0", false));
+    // The report carries a heartbeat, written again within the heartbeat period with nothing
+    // changed (so rivora-controller can tell a gone rivorad from a quiet one).
+    let first_beat = report.heartbeat_time.clone().expect("heartbeatTime set");
+    assert_eq!(
+        report.gateway_controller.as_deref(),
+        Some(rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME)
+    );
+    let beat = wait_for(
+        "a heartbeat with nothing changed",
+        Duration::from_secs(rivora_k8s_api::rivora_node::HEARTBEAT_SECS as u64 + 15),
+        || async {
+            let s = rivora_node(&admin, &node.name).await?;
+            match s.heartbeat_time {
+                Some(t) if t.0 > first_beat.0 => Ok(t),
+                other => Err(format!("heartbeat {other:?}, first {first_beat:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "heartbeat after {} s",
+        beat.0.as_second() - first_beat.0.as_second()
+    );
     let managers: Vec<String> = Api::<RivoraNode>::all(admin.clone())
         .get(&node.name)
         .await

@@ -527,12 +527,31 @@ fn only_nodes_serving_our_controller_name_are_waited_for() {
         rivora_node("old", None),
         rivora_node("a", Some(GATEWAY_CONTROLLER_NAME)),
     ];
-    let views = node_views(GATEWAY_CONTROLLER_NAME, nodes.iter());
+    let now: Timestamp = "2026-12-01T10:05:00Z".parse().unwrap();
+    let views = node_views(GATEWAY_CONTROLLER_NAME, nodes.iter(), now);
     let names: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(
         names,
         ["a", "b"],
         "sorted, and only nodes serving our Gateways"
     );
-    assert!(views.iter().all(|v| v.ready));
+    assert!(
+        views.iter().all(|v| v.ready),
+        "no heartbeat (an older rivorad): Ready counts"
+    );
+
+    // A heartbeat 100 s old still counts; 101 s old, the node's rivorad is gone.
+    let at = |t: &str| {
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            t.parse().unwrap(),
+        ))
+    };
+    let mut beating = rivora_node("c", Some(GATEWAY_CONTROLLER_NAME));
+    beating.status.as_mut().unwrap().heartbeat_time = at("2026-12-01T10:03:20Z");
+    assert!(node_views(GATEWAY_CONTROLLER_NAME, [&beating], now)[0].ready);
+    beating.status.as_mut().unwrap().heartbeat_time = at("2026-12-01T10:03:19Z");
+    assert!(
+        !node_views(GATEWAY_CONTROLLER_NAME, [&beating], now)[0].ready,
+        "a stale report"
+    );
 }
