@@ -10,7 +10,10 @@
 //!   from a namespace the listener does not allow (NotAllowedByListeners), each with its
 //!   condition and reason while the working Gateway keeps forwarding;
 //! - the controller's leader replaced after all that: no Gateway, GatewayClass or route
-//!   changes its resourceVersion (no address and no status is written a second time).
+//!   changes its resourceVersion (no address and no status is written a second time);
+//! - the node agent SIGKILLed under traffic with `--persist-datapath` and a Gateway deleted
+//!   while it is down: nothing fails, the deleted Gateway's VIP goes only after the initial
+//!   sync, the other Gateway's `Programmed` never changes.
 //!
 //! The test plays the controller-manager (EndpointSlices of the backend Services). Needs root
 //! and the test dependencies (scripts/build-testdeps.sh).
@@ -420,4 +423,117 @@ async fn failures_are_reported_precisely_the_rest_forwards_and_a_new_leader_rewr
         .await
         .map(drop),
     );
+}
+
+/// The part-2 restart rules hold for Gateways: with `--persist-datapath`, SIGKILL the node
+/// agent under traffic to a Gateway and delete another Gateway while it is down. Through the
+/// kill and the restart every new and long-lived connection to the first Gateway succeeds,
+/// the deleted Gateway's VIP is adopted and kept until the initial sync is complete, then
+/// removed, and the first Gateway's `Programmed` never changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_agent_keeps_gateways_forwarding_and_prunes_only_after_a_full_pass() {
+    let g = GatewayTest::new("gwrs", &["10.99.18.60/30"]).await;
+    let mut lab = GwLab::start(&g, "gwrs", &[2], 0, &["--persist-datapath"]).await;
+    let ns = g.t.ns.clone();
+    g.backend(&ns, "echo", 3000, "TCP").await;
+    g.endpoints(
+        &ns,
+        "echo",
+        "TCP",
+        &[
+            (lab.pod(0), lab.node.as_str()),
+            (lab.pod(1), lab.node.as_str()),
+        ],
+    )
+    .await;
+    for gw in ["kept", "gone"] {
+        g.gateway(gw, json!([listener("tcp", 9300, "TCP")]), json!({}))
+            .await;
+        g.route(
+            "TCPRoute",
+            &ns,
+            gw,
+            route_spec(json!({"name": gw}), json!([{"name": "echo", "port": 3000}])),
+        )
+        .await;
+    }
+    let kept = g.addresses("kept", 1).await[0];
+    let gone = g.addresses("gone", 1).await[0];
+    for (gw, addr) in [("kept", kept), ("gone", gone)] {
+        lab.programmed(addr, 9300, "TCP", &[lab.pod(0), lab.pod(1)])
+            .await;
+        g.gateway_condition(gw, "Programmed", "True", "Programmed")
+            .await;
+    }
+    let programmed_at = |gw: gateway_api::gateways::Gateway| {
+        gw.status
+            .and_then(|s| s.conditions)
+            .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Programmed"))
+            .map(|c| (c.status, c.last_transition_time))
+    };
+    let before = programmed_at(g.get_gateway("kept").await.unwrap());
+
+    let target = SocketAddr::new(kept, 9300);
+    lab.lab.route_vip_via(kept, 1).unwrap();
+    let timeout = Duration::from_secs(2);
+    let long = LongLivedTcp::start(
+        &lab.lab.client,
+        target,
+        10,
+        Duration::from_millis(100),
+        timeout,
+    )
+    .unwrap();
+    let churn = rivora_lab::ConnectionChurn::start(&lab.lab.client2, target, 20, timeout).unwrap();
+
+    // Down: Gateway "gone" deleted.
+    lab.agents[0].kill();
+    Api::<gateway_api::gateways::Gateway>::namespaced(g.t.admin.clone(), &ns)
+        .delete("gone", &Default::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let args: Vec<&str> = g
+        .agent_args()
+        .into_iter()
+        .chain(["--persist-datapath"])
+        .collect();
+    lab.agents[0].start_in(&lab.lab.nodes[0].ns, &args);
+
+    // The deleted Gateway's VIP stays until the initial sync is complete, then goes.
+    wait_for(
+        "the initial sync completes and the deleted Gateway's VIP goes",
+        WAIT,
+        || async {
+            let k = lab.agents[0].kubernetes().await?;
+            let vips = lab.agents[0].vips().await?;
+            let gone_there = vips.iter().any(|v| v.address == gone.to_string());
+            if k.initial_sync_complete && !gone_there {
+                Ok(())
+            } else {
+                Err(format!(
+                    "sync {}, gone's VIP there {gone_there}, blocking {:?}",
+                    k.initial_sync_complete, k.blocking
+                ))
+            }
+        },
+    )
+    .await;
+    lab.programmed(kept, 9300, "TCP", &[lab.pod(0), lab.pod(1)])
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let churn = churn.stop();
+    let long = long.stop();
+    eprintln!("gateway restart: churn {churn}\nlong-lived {long:?}");
+    assert!(
+        churn.all_ok(),
+        "new connections through kill and restart: {churn}"
+    );
+    assert!(churn.attempted >= 40, "{churn}");
+    assert!(
+        long.all_ok(),
+        "long-lived connections through kill and restart: {long:?}"
+    );
+    let after = programmed_at(g.get_gateway("kept").await.unwrap());
+    assert_eq!(before, after, "the kept Gateway's Programmed never changed");
 }

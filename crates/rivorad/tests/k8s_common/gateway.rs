@@ -491,7 +491,7 @@ pub struct GwLab {
 impl GwLab {
     /// `pods[i]` pods on node i+1; agents keep removed backends for `--backend-retire-secs 0`.
     pub async fn new(g: &GatewayTest, tag: &str, pods: &[usize]) -> GwLab {
-        Self::with_retire(g, tag, pods, 0).await
+        Self::start(g, tag, pods, 0, &[]).await
     }
 
     /// As [`GwLab::new`], removed backends draining for `retire_secs`.
@@ -501,13 +501,26 @@ impl GwLab {
         pods: &[usize],
         retire_secs: u64,
     ) -> GwLab {
+        Self::start(g, tag, pods, retire_secs, &[]).await
+    }
+
+    /// As [`GwLab::with_retire`], the agents started with `extra` flags too.
+    pub async fn start(
+        g: &GatewayTest,
+        tag: &str,
+        pods: &[usize],
+        retire_secs: u64,
+        extra: &[&str],
+    ) -> GwLab {
         let lab = rivora_lab::cluster::Cluster::build(tag, pods).expect("building the cluster lab");
         let servers = lab.nodes.iter().flat_map(super::identity_servers).collect();
         let mut agents = Vec::new();
         for n in 1..=lab.nodes.len() {
             let mut agent = g.t.agent(&lab, n).await;
             agent.retire_secs = retire_secs.to_string();
-            agent.start_in(&lab.nodes[n - 1].ns, &g.agent_args());
+            let mut args = g.agent_args().to_vec();
+            args.extend_from_slice(extra);
+            agent.start_in(&lab.nodes[n - 1].ns, &args);
             agents.push(agent);
         }
         let node = agents[0].name.clone();
