@@ -138,7 +138,7 @@ async fn two_listeners_per_family_forward_and_route_changes_move_only_new_flows(
         &lab.pod_name(2),
     );
 
-    // Weights: blue 1, green 3; new connections split about 1:3 (100 flows), the old ones stay.
+    // Weights: blue 1, green 3; new connections split about 1:3 (400 flows), the old ones stay.
     g.route(
         "TCPRoute",
         &ns,
@@ -159,6 +159,10 @@ async fn two_listeners_per_family_forward_and_route_changes_move_only_new_flows(
     let r = lab.round("TCP", target.ip(), 80, first, 400);
     assert!(r.all_ok(), "{r}");
     let green = r.shares().get(&lab.pod_name(2)).copied().unwrap_or(0.0);
+    eprintln!(
+        "weights blue 1 / green 3: green took {:.1}% of 400 new connections",
+        green * 100.0
+    );
     assert!(
         (green - 0.75).abs() <= 0.05,
         "green's share {green:.3}, want 0.75 +- 0.05: {r}"
