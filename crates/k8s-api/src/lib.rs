@@ -29,6 +29,7 @@ pub mod policy_check;
 pub mod rivora_node;
 pub mod route;
 mod schema;
+pub mod selector;
 pub mod service_policy;
 pub mod tcp_route;
 pub mod udp_route;

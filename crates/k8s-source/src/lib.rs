@@ -9,6 +9,7 @@
 //! whole desired state is recomputed from each snapshot, as rivora-controller does, so no
 //! event ordering can leave a stale VIP behind.
 //!
+//! - [`bgp_peers`]: BGPPeers to this node's speaker configuration (not wired yet).
 //! - [`endpoints`]: the EndpointSlice join (kube-proxy's EndpointSliceCache).
 //! - [`select`]: which endpoints take traffic (kube-proxy's CategorizeEndpoints).
 //! - [`translate`]: a snapshot to VIPs per Service, with policies, conflicts and failures.
@@ -24,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod bgp_peers;
 pub mod convert;
 pub mod endpoints;
 pub mod gateway;

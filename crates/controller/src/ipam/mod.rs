@@ -24,7 +24,8 @@
 //! 4. the rest get the first free address of the best pool for each missing family.
 
 pub mod blocks;
-pub mod selector;
+/// Label-selector matching, shared with the nodes (BGPPeer node selectors).
+pub use rivora_k8s_api::selector;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

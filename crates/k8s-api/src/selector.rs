@@ -1,4 +1,5 @@
-//! Kubernetes label-selector matching (`matchLabels` and `matchExpressions`).
+//! Kubernetes label-selector matching (`matchLabels` and `matchExpressions`), one definition for
+//! rivora-controller (AddressPool selectors) and the nodes (BGPPeer node selectors).
 
 use std::collections::BTreeMap;
 
