@@ -210,19 +210,7 @@ pub fn gateway_view(
 
 /// The IP addresses in a Gateway's `status.addresses` (other types are not ours to import).
 pub fn current_gateway_addresses(gw: &Gateway) -> Vec<IpAddr> {
-    gw.status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .map(|list| {
-            list.iter()
-                .filter(|a| {
-                    a.r#type.as_deref().unwrap_or(GATEWAY_ADDRESS_TYPE_IP)
-                        == GATEWAY_ADDRESS_TYPE_IP
-                })
-                .filter_map(|a| a.value.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    rivora_k8s_api::gateway_view::status_ip_addresses(gw)
 }
 
 /// The addresses in `status.loadBalancer.ingress`.

@@ -33,6 +33,20 @@ fn created(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
         .map(|t| Timestamp::as_second(t.0))
 }
 
+/// The IP addresses in a Gateway's `status.addresses` (entries of type `IPAddress`, the
+/// default, whose value parses), in order: what rivora-controller bound, read back by the
+/// controller (imported before anything new is allocated) and by the nodes (their VIPs).
+pub fn status_ip_addresses(g: &Gateway) -> Vec<std::net::IpAddr> {
+    g.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.r#type.as_deref().unwrap_or("IPAddress") == "IPAddress")
+        .filter_map(|a| a.value.parse().ok())
+        .collect()
+}
+
 /// A GatewayClass.
 pub fn class_view(c: &GatewayClass) -> GatewayClassView {
     GatewayClassView {

@@ -102,18 +102,8 @@ impl GatewayOutcome {
 /// in order, without repeats.
 pub fn gateway_addresses(gw: &Gateway) -> Vec<IpAddr> {
     let mut out = Vec::new();
-    for a in gw
-        .status
-        .iter()
-        .filter_map(|s| s.addresses.as_ref())
-        .flatten()
-    {
-        if a.r#type.as_deref().unwrap_or("IPAddress") != "IPAddress" {
-            continue;
-        }
-        if let Ok(ip) = a.value.parse::<IpAddr>()
-            && !out.contains(&ip)
-        {
+    for ip in gateway_view::status_ip_addresses(gw) {
+        if !out.contains(&ip) {
             out.push(ip);
         }
     }
