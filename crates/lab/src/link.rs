@@ -104,6 +104,15 @@ pub fn up(ns: &Netns, ifname: &str) -> Result<()> {
     Ok(())
 }
 
+/// Sets `ifname` administratively down.
+///
+/// Why: tests cut a link this way (the far end of a veth loses its
+/// carrier) to see how a daemon behind it reacts.
+pub fn down(ns: &Netns, ifname: &str) -> Result<()> {
+    ns.run(&["ip", "link", "set", "dev", ifname, "down"])?;
+    Ok(())
+}
+
 /// Adds (or replaces) a route `dst` (CIDR or `default`) via gateway `via`.
 ///
 /// Why the family comes from `via`: `default` alone is ambiguous between

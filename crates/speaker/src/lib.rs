@@ -45,5 +45,6 @@ mod responder;
 
 pub use frame::MacAddr;
 pub use responder::{
-    DEFAULT_ANNOUNCE_INTERVAL, InvalidVip, Responder, ResponderOptions, VipAnnounceStatus,
+    BURST_SPACING, DEFAULT_ANNOUNCE_INTERVAL, DEFAULT_TAKEOVER_BURST, InvalidVip, Responder,
+    ResponderOptions, VipAnnounceStatus,
 };

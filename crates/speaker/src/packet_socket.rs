@@ -241,6 +241,32 @@ pub(crate) fn interface_mac(fd: RawFd, name: &str) -> io::Result<MacAddr> {
     Ok(MacAddr(mac))
 }
 
+/// Whether `name` is administratively up and has carrier (`IFF_UP` and
+/// `IFF_RUNNING`), read with `SIOCGIFFLAGS` on `fd` (any socket of the
+/// interface's network namespace).
+pub(crate) fn interface_running(fd: RawFd, name: &str) -> io::Result<bool> {
+    let c = c_ifname(name)?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { mem::zeroed() };
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(c.as_bytes_with_nul()) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: ifr is a valid ifreq with a NUL-terminated name; the kernel
+    // fills ifru_flags.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &raw mut ifr) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("reading the flags of {name:?}: {e}"),
+        ));
+    }
+    // SAFETY: SIOCGIFFLAGS succeeded, so the flags member is the one set.
+    let flags = i32::from(unsafe { ifr.ifr_ifru.ifru_flags });
+    let want = libc::IFF_UP | libc::IFF_RUNNING;
+    Ok(flags & want == want)
+}
+
 fn c_ifname(name: &str) -> io::Result<std::ffi::CString> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['/', ' ']) {
         return Err(io::Error::new(

@@ -31,6 +31,18 @@ pub const DEFAULT_ANNOUNCE_INTERVAL: Duration = Duration::from_secs(60);
 /// announced promptly once the link works again.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
+/// The default [`ResponderOptions::takeover_burst`]: three more
+/// announcements after the first.
+pub const DEFAULT_TAKEOVER_BURST: u32 = 3;
+
+/// Spacing of the takeover burst's announcements.
+///
+/// Why a second: a neighbour or switch that dropped the first frame (a
+/// queue full during the failover, an FDB being flushed) gets another
+/// chance well within the time a client retries its connection, and three
+/// repeats cost a handful of frames per VIP once per takeover.
+pub const BURST_SPACING: Duration = Duration::from_secs(1);
+
 /// Frames handled per wake-up of one socket before the task looks at its
 /// other sockets and timers again, so a flood on one cannot starve the rest.
 const RECV_BUDGET: usize = 64;
@@ -55,6 +67,14 @@ pub struct ResponderOptions {
     /// speaker) is corrected within one interval, without waiting for its
     /// entry to age out.
     pub announce_interval: Duration,
+    /// How many extra announcements follow the first one when a VIP starts
+    /// being answered (on takeover, or when it is added), [`BURST_SPACING`]
+    /// apart, before the periodic `announce_interval` takes over.
+    ///
+    /// Why: one gratuitous ARP is easily lost during exactly the event that
+    /// needs it (a failover); neighbours that miss it would keep sending to
+    /// the previous speaker until their entry goes stale.
+    pub takeover_burst: u32,
 }
 
 impl Default for ResponderOptions {
@@ -62,6 +82,7 @@ impl Default for ResponderOptions {
     fn default() -> Self {
         ResponderOptions {
             announce_interval: DEFAULT_ANNOUNCE_INTERVAL,
+            takeover_burst: DEFAULT_TAKEOVER_BURST,
         }
     }
 }
@@ -121,6 +142,8 @@ pub struct InvalidVip {
 pub struct Responder {
     inner: Arc<Inner>,
     task: Option<JoinHandle<()>>,
+    /// The task applying a gate ([`Responder::follow`]).
+    follower: Option<JoinHandle<()>>,
 }
 
 #[derive(Debug)]
@@ -129,6 +152,7 @@ struct Inner {
     ifindex: u32,
     mac: MacAddr,
     interval: Duration,
+    burst: u32,
     arp: AsyncFd<PacketSocket>,
     nd: AsyncFd<PacketSocket>,
     state: Mutex<State>,
@@ -140,6 +164,11 @@ struct Inner {
 #[derive(Debug, Default)]
 struct State {
     active: bool,
+    /// While active: the moment answering must stop unless it is extended
+    /// ([`Responder::set_active_until`]); `None`: no deadline.
+    active_until: Option<Instant>,
+    /// How often a deadline ran out (the holder fenced itself).
+    fenced: u64,
     stopped: bool,
     /// The configured set, answered or not.
     vips: BTreeSet<IpAddr>,
@@ -158,6 +187,8 @@ struct Answering {
     last_announce: Option<SystemTime>,
     /// When the next periodic announcement is due; `None`: never.
     next_announce: Option<Instant>,
+    /// Announcements of the takeover burst still to send.
+    burst_left: u32,
 }
 
 impl Responder {
@@ -216,6 +247,7 @@ impl Responder {
             ifindex,
             mac,
             interval: options.announce_interval,
+            burst: options.takeover_burst,
             arp: arp.into_async()?,
             nd: nd.into_async()?,
             state: Mutex::new(State::default()),
@@ -231,6 +263,7 @@ impl Responder {
         Ok(Responder {
             inner,
             task: Some(task),
+            follower: None,
         })
     }
 
@@ -269,28 +302,81 @@ impl Responder {
     /// a previous speaker). Setting the current value again is a no-op, so
     /// it can be called on every Lease renewal.
     pub fn set_active(&self, active: bool) {
-        let mut st = self.inner.lock();
-        if st.stopped || st.active == active {
-            return;
+        self.set_state(active, None);
+    }
+
+    /// Makes this node the speaker until `until` (monotonic clock), or not
+    /// at all (`None`); each call replaces the previous deadline.
+    ///
+    /// Why a deadline: with Kubernetes the speaker is the holder of a Lease
+    /// that another node may take once it has not been renewed for its
+    /// duration. The holder must stop answering *before* that, even if the
+    /// task that renews the Lease is stuck or the API server unreachable;
+    /// no fencing token exists, so the responder fences itself: before
+    /// every answer and announcement it checks the deadline, and when it
+    /// has passed it goes inactive on its own (counted in
+    /// [`Responder::fenced`]). Extending the deadline while active announces
+    /// nothing; becoming active again after it ran out announces at once.
+    pub fn set_active_until(&self, until: Option<Instant>) {
+        self.inner.set_until(until);
+    }
+
+    /// Follows `gate` from now on: each value is applied as by
+    /// [`Responder::set_active_until`]; when the sender goes away the
+    /// responder goes inactive. Replaces an earlier gate.
+    ///
+    /// Why: the Lease election publishes "answer until" on a watch
+    /// channel; following it here keeps the fence inside the responder,
+    /// whoever owns the responder.
+    pub fn follow(&mut self, mut gate: tokio::sync::watch::Receiver<Option<Instant>>) {
+        let inner = Arc::clone(&self.inner);
+        let task = tokio::spawn(async move {
+            loop {
+                let until = *gate.borrow_and_update();
+                inner.set_until(until);
+                if gate.changed().await.is_err() {
+                    inner.set_until(None);
+                    return;
+                }
+            }
+        });
+        if let Some(old) = self.follower.replace(task) {
+            old.abort();
         }
-        st.active = active;
-        info!(
-            interface = %self.inner.interface,
-            active,
-            vips = st.vips.len(),
-            "L2 speaker {}",
-            if active { "active" } else { "inactive" }
-        );
-        self.inner.reconcile(&mut st);
-        drop(st);
-        self.inner.wake.notify_one();
+    }
+
+    /// How often a deadline given to [`Responder::set_active_until`] ran
+    /// out before it was extended.
+    ///
+    /// Why: a holder that fences itself is a sign of a slow or unreachable
+    /// API server; status output shows it.
+    pub fn fenced(&self) -> u64 {
+        self.inner.lock().fenced
+    }
+
+    /// Whether `interface` is up with carrier (`IFF_UP` and `IFF_RUNNING`).
+    ///
+    /// Why: a node whose link is down cannot be the speaker; the Lease
+    /// holder checks this and steps down so that another node takes over
+    /// at once instead of after the Lease runs out.
+    pub fn link_running(&self) -> io::Result<bool> {
+        packet_socket::interface_running(
+            self.inner.arp.get_ref().as_raw_fd(),
+            &self.inner.interface,
+        )
+    }
+
+    fn set_state(&self, active: bool, until: Option<Instant>) {
+        self.inner.set_state(active, until);
     }
 
     /// Whether this responder is active (see [`Responder::set_active`]).
     ///
     /// Why: status output distinguishes "speaker" from "standby".
     pub fn is_active(&self) -> bool {
-        self.inner.lock().active
+        let mut st = self.inner.lock();
+        self.inner.fence(&mut st, Instant::now());
+        st.active
     }
 
     /// The configured VIP set, answered or not.
@@ -351,7 +437,10 @@ impl Responder {
         }
     }
 
-    fn shutdown(&self) {
+    fn shutdown(&mut self) {
+        if let Some(f) = self.follower.take() {
+            f.abort();
+        }
         let mut st = self.inner.lock();
         if !st.stopped {
             st.stopped = true;
@@ -395,10 +484,57 @@ fn check_vip(address: IpAddr) -> Result<(), InvalidVip> {
 }
 
 impl Inner {
+    fn set_until(&self, until: Option<Instant>) {
+        match until {
+            Some(t) if t > Instant::now() => self.set_state(true, Some(t)),
+            _ => self.set_state(false, None),
+        }
+    }
+
+    fn set_state(&self, active: bool, until: Option<Instant>) {
+        let mut st = self.lock();
+        if st.stopped {
+            return;
+        }
+        st.active_until = if active { until } else { None };
+        if st.active == active {
+            drop(st);
+            // A new deadline: the task's timer must follow it.
+            self.wake.notify_one();
+            return;
+        }
+        st.active = active;
+        info!(
+            interface = %self.interface,
+            active,
+            vips = st.vips.len(),
+            "L2 speaker {}",
+            if active { "active" } else { "inactive" }
+        );
+        self.reconcile(&mut st);
+        drop(st);
+        self.wake.notify_one();
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave State inconsistent in
         // a way that matters more than stopping to answer would.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Goes inactive if the deadline of [`Responder::set_active_until`] has
+    /// passed. Called under the lock before anything is sent.
+    fn fence(&self, st: &mut State, now: Instant) {
+        if st.active && st.active_until.is_some_and(|t| now >= t) {
+            st.active = false;
+            st.active_until = None;
+            st.fenced += 1;
+            warn!(
+                interface = %self.interface,
+                "L2 speaker: the Lease was not renewed in time; no longer answering (self-fence)"
+            );
+            self.reconcile(st);
+        }
     }
 
     /// Brings `answered` (and the multicast groups) in line with `vips`,
@@ -440,6 +576,7 @@ impl Inner {
                 announcements_sent: 0,
                 last_announce: None,
                 next_announce: None,
+                burst_left: self.burst,
             };
             info!(interface = %self.interface, %vip, mac = %self.mac, "answering for VIP");
             self.announce(vip, &mut a, now);
@@ -489,7 +626,12 @@ impl Inner {
             Ok(()) => {
                 a.announcements_sent += 1;
                 a.last_announce = Some(SystemTime::now());
-                a.next_announce = now.checked_add(self.interval);
+                a.next_announce = if a.burst_left > 0 {
+                    a.burst_left -= 1;
+                    now.checked_add(BURST_SPACING.min(self.interval))
+                } else {
+                    now.checked_add(self.interval)
+                };
                 debug!(interface = %self.interface, %vip, "announced VIP");
             }
             Err(e) => {
@@ -503,6 +645,7 @@ impl Inner {
     fn announce_due(&self) {
         let mut st = self.lock();
         let now = Instant::now();
+        self.fence(&mut st, now);
         for (vip, a) in st.answered.iter_mut() {
             if a.next_announce.is_some_and(|t| t <= now) {
                 self.announce(*vip, a, now);
@@ -510,11 +653,15 @@ impl Inner {
         }
     }
 
+    /// The next moment the task must act: an announcement, or the fence
+    /// deadline.
     fn next_due(&self) -> Option<Instant> {
-        self.lock()
-            .answered
+        let st = self.lock();
+        let fence = st.active_until.filter(|_| st.active);
+        st.answered
             .values()
             .filter_map(|a| a.next_announce)
+            .chain(fence)
             .min()
     }
 
@@ -541,6 +688,7 @@ impl Inner {
             return; // our own frame
         }
         let mut st = self.lock();
+        self.fence(&mut st, Instant::now());
         if st.answered.contains_key(&IpAddr::V4(req.sender_ip)) {
             warn!(
                 interface = %self.interface,
@@ -595,6 +743,7 @@ impl Inner {
             return; // our own frame
         }
         let mut st = self.lock();
+        self.fence(&mut st, Instant::now());
         let Some(a) = st.answered.get_mut(&IpAddr::V6(ns.target)) else {
             return;
         };
@@ -722,6 +871,7 @@ mod tests {
     async fn start_rejects_bad_arguments() {
         let zero = ResponderOptions {
             announce_interval: Duration::ZERO,
+            ..ResponderOptions::default()
         };
         let e = Responder::start("lo", zero).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);

@@ -137,7 +137,20 @@ struct Speaker {
 }
 
 impl Speaker {
+    /// A responder announcing every `interval`, without a takeover burst
+    /// (so tests count exactly one announcement per start of answering).
     fn start(ns: &Netns, interface: &'static str, interval: Duration) -> Speaker {
+        Speaker::start_with(
+            ns,
+            interface,
+            ResponderOptions {
+                announce_interval: interval,
+                takeover_burst: 0,
+            },
+        )
+    }
+
+    fn start_with(ns: &Netns, interface: &'static str, options: ResponderOptions) -> Speaker {
         let (tx, rx) = mpsc::channel();
         let (back, back_rx) = tokio::sync::oneshot::channel::<Responder>();
         let thread = ns.enter_thread(move || {
@@ -146,9 +159,6 @@ impl Speaker {
                 .build()
                 .expect("tokio runtime");
             rt.block_on(async move {
-                let options = ResponderOptions {
-                    announce_interval: interval,
-                };
                 match Responder::start(interface, options) {
                     Ok(r) => {
                         let _ = tx.send(Ok(r));
@@ -830,4 +840,127 @@ fn start_fails_for_unknown_interface() {
         })
         .unwrap();
     assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}");
+}
+
+#[test]
+fn takeover_burst_repeats_announcements_then_waits_for_the_interval() {
+    let lab = Lab::new(false);
+    let cap = Capture::open(&lab.client, "eth0");
+    let speaker = Speaker::start_with(
+        &lab.lb,
+        "eth0",
+        ResponderOptions {
+            announce_interval: Duration::from_secs(60),
+            takeover_burst: 3,
+        },
+    );
+    speaker
+        .set_vips(vips(&[IpAddr::V4(VIP4), IpAddr::V6(VIP6)]))
+        .unwrap();
+    let t0 = Instant::now();
+    speaker.set_active(true);
+    // The burst is 1 + 3 announcements one BURST_SPACING apart; after it
+    // the next one is a minute away, so a window of 4.5 s holds exactly 4.
+    let frames = cap.collect(Duration::from_millis(4500));
+    for vip in [IpAddr::V4(VIP4), IpAddr::V6(VIP6)] {
+        let times: Vec<Duration> = frames
+            .iter()
+            .filter(|f| match vip {
+                IpAddr::V4(v) => arp_of(&f.bytes).is_some_and(|a| a.spa == v && a.tpa == v),
+                IpAddr::V6(v) => na_of(&f.bytes).is_some_and(|n| n.target == v && !n.solicited),
+            })
+            .map(|f| f.at - t0)
+            .collect();
+        assert_eq!(times.len(), 4, "{vip}: announcements at {times:?}");
+        assert!(times[0] < Duration::from_millis(300), "{vip}: {times:?}");
+        for w in times.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(
+                gap >= rivora_speaker::BURST_SPACING - Duration::from_millis(100)
+                    && gap < rivora_speaker::BURST_SPACING * 2,
+                "{vip}: gaps of the burst {times:?}"
+            );
+        }
+    }
+    for s in speaker.answered() {
+        assert_eq!(s.announcements_sent, 4, "{s:?}");
+    }
+}
+
+#[test]
+fn a_deadline_that_runs_out_silences_the_responder() {
+    let lab = Lab::new(false);
+    let speaker = Speaker::start(&lab.lb, "eth0", Duration::from_secs(60));
+    speaker
+        .set_vips(vips(&[IpAddr::V4(VIP4), IpAddr::V6(VIP6)]))
+        .unwrap();
+    let cap = Capture::open(&lab.client, "eth0");
+    // Renewed every 100 ms with 400 ms of validity, as a Lease holder
+    // would: active throughout, announced once (no announcement per
+    // renewal).
+    let renewing = Instant::now();
+    while renewing.elapsed() < Duration::from_millis(1200) {
+        speaker.set_active_until(Some(Instant::now() + Duration::from_millis(400)));
+        assert!(speaker.is_active());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_resolves(&lab.client, IpAddr::V4(VIP4), &lab.lb_mac);
+    assert_resolves(&lab.client, IpAddr::V6(VIP6), &lab.lb_mac);
+    speaker.set_active_until(Some(Instant::now() + Duration::from_millis(400)));
+    for s in speaker.answered() {
+        assert_eq!(s.announcements_sent, 1, "{s:?}");
+    }
+    assert_eq!(speaker.fenced(), 0);
+
+    // The renewals stop: once the last deadline passes, nothing is
+    // answered, without anyone calling set_active(false).
+    let deadline = Instant::now() + Duration::from_millis(400);
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+    let _ = cap.collect(Duration::from_millis(50)); // what came before
+    assert!(!speaker.is_active());
+    assert_eq!(speaker.fenced(), 1);
+    assert!(speaker.answered().is_empty());
+    assert!(!lab.lb_maddr().contains(VIP6_GROUP));
+    lab.client
+        .run(&["ip", "neigh", "flush", "dev", "eth0"])
+        .unwrap();
+    assert_unresolved(&lab.client, IpAddr::V4(VIP4));
+    assert_unresolved(&lab.client, IpAddr::V6(VIP6));
+    let frames = cap.collect(Duration::from_millis(300));
+    assert_eq!(about(&frames, IpAddr::V4(VIP4)), Vec::<String>::new());
+    assert_eq!(about(&frames, IpAddr::V6(VIP6)), Vec::<String>::new());
+
+    // A deadline already in the past is inactive; a new one announces again.
+    speaker.set_active_until(Some(Instant::now() - Duration::from_millis(1)));
+    assert!(!speaker.is_active());
+    speaker.set_active_until(Some(Instant::now() + Duration::from_secs(30)));
+    assert_resolves(&lab.client, IpAddr::V4(VIP4), &lab.lb_mac);
+    assert_resolves(&lab.client, IpAddr::V6(VIP6), &lab.lb_mac);
+}
+
+#[test]
+fn link_running_follows_the_carrier() {
+    let lab = Lab::new(false);
+    let speaker = Speaker::start(&lab.lb, "eth0", Duration::from_secs(60));
+    assert!(speaker.link_running().unwrap());
+    // The far end of the veth goes down: the lb's eth0 loses its carrier.
+    link::down(&lab.client, "eth0").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = speaker.link_running();
+    while last.as_ref().is_ok_and(|up| *up) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        last = speaker.link_running();
+    }
+    assert!(
+        !last.unwrap(),
+        "carrier still reported 5 s after the peer went down"
+    );
+    link::up(&lab.client, "eth0").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = speaker.link_running();
+    while last.as_ref().is_ok_and(|up| !*up) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        last = speaker.link_running();
+    }
+    assert!(last.unwrap(), "carrier not back 5 s after the peer came up");
 }
