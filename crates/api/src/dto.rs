@@ -118,6 +118,21 @@ pub struct KubernetesStatus {
     /// healthCheckNodePort requests answered, by status code (`200`, `503`).
     #[serde(default)]
     pub health_check_requests: std::collections::BTreeMap<String, u64>,
+    /// `--announce`: `none`, `bgp` or `l2`.
+    #[serde(default)]
+    pub announce: String,
+    /// BGP mode: the BGPPeer of each session of `GET /v1/bgp`, in the same order.
+    #[serde(default)]
+    pub bgp_peers: Vec<String>,
+    /// BGP mode: BGPPeers selected for this node and refused, and why.
+    #[serde(default)]
+    pub bgp_problems: Vec<String>,
+    /// L2 mode: the holder of the speaker Lease as this node last saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_holder: Option<String>,
+    /// L2 mode: why this node does not compete for the Lease now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_ineligible: Option<String>,
 }
 
 /// One healthCheckNodePort.
@@ -618,6 +633,13 @@ pub struct SpeakerStatus {
     pub vips: Vec<SpeakerVipInfo>,
     /// Why the responder is not running (e.g. the interface is missing).
     pub error: Option<String>,
+    /// Whether the interface is up with carrier (None: not known, no responder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_up: Option<bool>,
+    /// How often the responder stopped answering on its own because the Lease's renew
+    /// deadline passed (Kubernetes L2 mode; a sign of a slow or unreachable API server).
+    #[serde(default)]
+    pub fenced: u64,
 }
 
 /// One VIP address of the L2 responder.

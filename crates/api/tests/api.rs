@@ -310,6 +310,8 @@ fn sample_speaker() -> SpeakerStatus {
             last_announce_unix: Some(1_700_000_000),
         }],
         error: None,
+        link_up: None,
+        fenced: 0,
     }
 }
 

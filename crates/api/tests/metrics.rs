@@ -168,6 +168,11 @@ fn sample_snapshot() -> MetricsSnapshot {
             node_report_error: None,
             health_check_node_ports: Vec::new(),
             health_check_requests: BTreeMap::from([("200".into(), 4), ("503".into(), 1)]),
+            announce: "bgp".into(),
+            bgp_peers: Vec::new(),
+            bgp_problems: Vec::new(),
+            l2_holder: None,
+            l2_ineligible: None,
         }),
     }
 }

@@ -96,6 +96,78 @@ pub struct RivoraNodeStatus {
     /// How many Gateways of ours there are; more than `gateways` lists when capped.
     #[serde(default)]
     pub gateways_total: i64,
+    /// How this node announces its VIPs (`rivorad --announce`) and how that goes: its BGP
+    /// sessions, or its part in the L2 Lease. Absent from a rivorad without announcing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announce: Option<AnnounceReport>,
+}
+
+/// Most BGP sessions listed in [`AnnounceReport::bgp_sessions`] and refused BGPPeers in
+/// [`AnnounceReport::bgp_problems`].
+pub const MAX_REPORTED_PEERS: usize = 64;
+
+/// How a node announces its VIPs.
+///
+/// Why in the node's report: a router that does not see a route, or a client whose ARP goes
+/// unanswered, is explained node by node (which session is down and why, which node holds the
+/// L2 Lease), without a shell on the node; `rivora status` and the controller read it here.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnounceReport {
+    /// `bgp`, `l2` or `none`.
+    pub mode: String,
+    /// The Node carries `node.kubernetes.io/exclude-from-external-load-balancers`: BGP
+    /// sessions stay up but announce nothing; the node never takes the L2 Lease.
+    #[serde(default)]
+    pub excluded: bool,
+    /// One per BGPPeer configured on this node's speaker (BGP mode; the first 64).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bgp_sessions: Vec<BgpSessionReport>,
+    /// BGPPeers selected for this node and refused, each with the field and the reason (the
+    /// first 64).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bgp_problems: Vec<String>,
+    /// Host routes (/32, /128) this node announces (BGP mode).
+    #[serde(default)]
+    pub announced_routes: i64,
+    /// The holder of the L2 Lease as this node last saw it (L2 mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_holder: Option<String>,
+    /// Whether this node answers ARP/NDP for the VIPs now (L2 mode: it holds the Lease and is
+    /// within its renew deadline).
+    #[serde(default)]
+    pub l2_answering: bool,
+    /// Why this node does not compete for the L2 Lease now (excluded, no carrier on its
+    /// interface, no responder, before its initial sync); absent when it competes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_ineligible: Option<String>,
+    /// The last failed request on the L2 Lease (absent once one succeeds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_error: Option<String>,
+}
+
+/// One BGP session of a node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BgpSessionReport {
+    /// The BGPPeer.
+    pub peer: String,
+    /// The peer's address.
+    pub address: String,
+    /// The peer's port.
+    pub port: i32,
+    /// The BGP FSM state (`Idle`, `Connect`, `Active`, `OpenSent`, `OpenConfirm`,
+    /// `Established`).
+    pub state: String,
+    /// When the session entered `state`, as this node saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Prefixes sent to the peer (Established only).
+    #[serde(default)]
+    pub prefixes_sent: i64,
+    /// The last error (a NOTIFICATION, a refused connection, a wrong TCP-MD5 key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// One Gateway as this node programs it.
@@ -189,4 +261,7 @@ pub mod condition {
     pub const READY: &str = "Ready";
     /// The initial sync is complete.
     pub const INITIAL_SYNC_COMPLETE: &str = "InitialSyncComplete";
+    /// BGP mode only: every BGPPeer selected for this node has its session Established
+    /// (reasons `Established`, `SessionsDown`, `PeersRefused`, `NoPeers`).
+    pub const BGP_ESTABLISHED: &str = "BGPEstablished";
 }

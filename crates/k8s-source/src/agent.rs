@@ -30,10 +30,12 @@ use serde_json::json;
 use tokio::sync::{Notify, mpsc, watch};
 use tracing::{info, warn};
 
+use crate::bgp_peers::{NodeBgp, Passwords, node_bgp};
 use crate::convert::{LastGood, desired_state};
 use crate::gateway::{GatewayObjects, GatewayOutcome};
 use crate::healthz_server::{Answer, HealthzServer, PortState};
 use crate::initsync::{InitialSync, Kind};
+use crate::l2_lease::{self, Election, LeaseConfig, LeaseTiming};
 use crate::report;
 use crate::stores::{Stores, WatchState};
 use crate::translate::{
@@ -57,6 +59,46 @@ pub struct Config {
     pub max_delay: Duration,
     /// Least time between two `RivoraNode` status writes.
     pub report_interval: Duration,
+    /// How this node announces its VIPs (`--announce`).
+    pub announce: AnnounceMode,
+}
+
+/// How a node announces its VIPs (`rivorad --announce`): chosen per deployment, as the spec
+/// has it (BGP from every node, or one L2 speaker; they are alternatives).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AnnounceMode {
+    /// Nothing announces (routes to the VIPs are someone else's business).
+    #[default]
+    None,
+    /// Every node runs the BGP speaker with the BGPPeers that select it and announces the VIPs
+    /// it can serve.
+    Bgp {
+        /// The namespace whose Secrets hold the peers' passwords (the only one rivorad's RBAC
+        /// lets it read Secrets in).
+        secrets_namespace: String,
+    },
+    /// The holder of one cluster-wide Lease answers ARP and NDP for every VIP.
+    L2 {
+        /// The Lease's namespace (rivorad's own) and name.
+        namespace: String,
+        /// The Lease's name.
+        lease: String,
+        /// The Lease's timing.
+        timing: LeaseTiming,
+        /// How often the holder announces every VIP again unasked.
+        refresh: Duration,
+    },
+}
+
+impl AnnounceMode {
+    /// `none`, `bgp` or `l2` (the flag's value, the report's `mode`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AnnounceMode::None => "none",
+            AnnounceMode::Bgp { .. } => "bgp",
+            AnnounceMode::L2 { .. } => "l2",
+        }
+    }
 }
 
 impl Config {
@@ -69,6 +111,7 @@ impl Config {
             debounce: Duration::from_millis(50),
             max_delay: Duration::from_millis(200),
             report_interval: Duration::from_secs(1),
+            announce: AnnounceMode::None,
         }
     }
 }
@@ -106,6 +149,37 @@ pub enum Feedback {
         /// Why.
         error: String,
     },
+    /// What the announcers do now (sent when it changes).
+    Announcing(Announcing),
+}
+
+/// What rivorad's announcers report: the BGP sessions and routes, the L2 responder.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Announcing {
+    /// Every BGP session, in the speaker's configuration order.
+    pub sessions: Vec<SessionState>,
+    /// Host routes handed to the speaker.
+    pub routes: usize,
+    /// Whether the ARP/NDP responder answers now.
+    pub l2_answering: bool,
+    /// Why this node cannot be the L2 speaker now (its interface has no carrier, the
+    /// responder could not start, ...): the election releases the Lease while set.
+    pub l2_problem: Option<String>,
+}
+
+/// One BGP session as the speaker reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionState {
+    /// The peer's address.
+    pub address: IpAddr,
+    /// Its port.
+    pub port: u16,
+    /// The FSM state.
+    pub state: String,
+    /// Prefixes sent.
+    pub prefixes_sent: u64,
+    /// The last error.
+    pub last_error: Option<String>,
 }
 
 /// One watch as the status shows it.
@@ -151,6 +225,16 @@ pub struct AgentStatus {
     pub report_error: Option<String>,
     /// The healthCheckNodePorts served (or that cannot be).
     pub health_ports: Vec<PortState>,
+    /// `--announce`.
+    pub announce_mode: &'static str,
+    /// BGPPeers selected for this node and refused, and why.
+    pub bgp_problems: Vec<String>,
+    /// The BGPPeer of each session, in the speaker's order.
+    pub bgp_peer_names: Vec<String>,
+    /// L2 mode: the Lease's holder as last read.
+    pub l2_holder: Option<String>,
+    /// L2 mode: why this node does not compete for the Lease.
+    pub l2_ineligible: Option<String>,
 }
 
 /// Most failing Services named in [`AgentStatus::failing`].
@@ -166,13 +250,37 @@ pub struct Handles {
     pub feedback: mpsc::UnboundedSender<Feedback>,
     /// healthCheckNodePort requests answered 200 and 503 so far (read live).
     pub health_requests: Arc<[std::sync::atomic::AtomicU64; 2]>,
+    /// L2 mode: the election's output and its stop switch.
+    pub l2: Option<L2Handles>,
+}
+
+/// What rivorad needs of the L2 speaker election.
+pub struct L2Handles {
+    /// Until when this node may answer ARP/NDP (None: not at all): the responder follows it.
+    pub answer_until: watch::Receiver<Option<Instant>>,
+    /// The election's state (holder, errors), for status output.
+    pub state: watch::Receiver<Election>,
+    /// Set to true on shutdown: the elector releases the Lease and ends.
+    pub stop: watch::Sender<bool>,
+    /// The elector task (await it after `stop` for the release to be written).
+    pub task: tokio::task::JoinHandle<()>,
 }
 
 /// Starts the watches, the run loop and the report writer on the current tokio runtime.
 /// Returns at once: nothing here waits for the API server.
 pub fn start(client: Client, config: Config) -> Handles {
     let changed = Arc::new(Notify::new());
-    let stores = Stores::watch(&client, &config.node_name, Arc::clone(&changed));
+    let bgp_secrets = match &config.announce {
+        AnnounceMode::Bgp { secrets_namespace } => Some(secrets_namespace.as_str()),
+        _ => None,
+    };
+    let stores = Stores::watch(
+        &client,
+        &config.node_name,
+        Arc::clone(&changed),
+        bgp_secrets,
+    );
+    let gate = InitialSync::new(stores.kinds());
     let (offer_tx, offers) = watch::channel(None);
     let (status_tx, status) = watch::channel(AgentStatus {
         node: config.node_name.clone(),
@@ -183,6 +291,36 @@ pub fn start(client: Client, config: Config) -> Handles {
     let (writes_tx, writes_rx) = mpsc::unbounded_channel();
     let healthz = HealthzServer::default();
     let health_requests = Arc::clone(&healthz.requests);
+    let election = match &config.announce {
+        AnnounceMode::L2 {
+            namespace,
+            lease,
+            timing,
+            ..
+        } => Some(l2_lease::start(
+            client.clone(),
+            LeaseConfig {
+                namespace: namespace.clone(),
+                name: lease.clone(),
+                identity: config.node_name.clone(),
+                timing: *timing,
+            },
+        )),
+        _ => None,
+    };
+    let (l2, l2_ineligible, l2_state) = match election {
+        Some(e) => (
+            Some(L2Handles {
+                answer_until: e.answer_until,
+                state: e.state.clone(),
+                stop: e.stop,
+                task: e.task,
+            }),
+            Some(e.ineligible),
+            Some(e.state),
+        ),
+        None => (None, None, None),
+    };
     tokio::spawn(write_reports(
         client,
         config.node_name.clone(),
@@ -194,7 +332,11 @@ pub fn start(client: Client, config: Config) -> Handles {
         config,
         stores,
         changed,
-        gate: InitialSync::new(Kind::ALL),
+        gate,
+        bgp: NodeBgp::default(),
+        logged_bgp_problems: Vec::new(),
+        announcing: Announcing::default(),
+        sessions_since: BTreeMap::new(),
         last_good: LastGood::default(),
         results: BTreeMap::new(),
         gateways: BTreeMap::new(),
@@ -210,6 +352,8 @@ pub fn start(client: Client, config: Config) -> Handles {
         logged_blockers: Vec::new(),
         logged_failing: BTreeMap::new(),
         status: AgentStatus::default(),
+        l2_ineligible,
+        l2_state,
     };
     tokio::spawn(agent.run(offer_tx, status_tx, feedback_rx, report_tx, writes_rx));
     Handles {
@@ -217,6 +361,7 @@ pub fn start(client: Client, config: Config) -> Handles {
         status,
         feedback,
         health_requests,
+        l2,
     }
 }
 
@@ -248,6 +393,18 @@ struct Agent {
     logged_blockers: Vec<String>,
     logged_failing: BTreeMap<ServiceKey, String>,
     status: AgentStatus,
+    /// This node's BGP configuration of the last pass (BGP mode).
+    bgp: NodeBgp,
+    /// Refused BGPPeers as last logged.
+    logged_bgp_problems: Vec<String>,
+    /// What rivorad's announcers last reported.
+    announcing: Announcing,
+    /// When each session (address, port) entered its current state.
+    sessions_since: BTreeMap<(IpAddr, u16), (String, Timestamp)>,
+    /// L2 mode: why this node may not compete for the Lease (the elector reads it).
+    l2_ineligible: Option<watch::Sender<Option<String>>>,
+    /// L2 mode: the election's state.
+    l2_state: Option<watch::Receiver<Election>>,
 }
 
 /// The result of a report write, for the status.
@@ -266,8 +423,14 @@ impl Agent {
         report: watch::Sender<Option<Report>>,
         mut writes: mpsc::UnboundedReceiver<WriteResult>,
     ) {
+        let mut election = self.l2_state.clone();
         loop {
             tokio::select! {
+                Some(r) = async { match &mut election { Some(e) => Some(e.changed().await), None => None } } => {
+                    if r.is_err() {
+                        election = None;
+                    }
+                }
                 _ = self.changed.notified() => {
                     self.settle().await;
                     if let Some(offer) = self.pass() {
@@ -299,6 +462,7 @@ impl Agent {
                 }
             }
             self.serve_health_checks();
+            self.l2_eligibility();
             self.publish(&status);
             // Only once rivorad said what became of the last offer: before that, what the
             // dataplane holds is not known, and a report would say the wrong thing.
@@ -380,7 +544,8 @@ impl Agent {
         self.last_good.record_gateways(&t.gateways);
         self.log_failures(&t.services);
         self.log_gateway_failures(&t.gateways);
-        let desired = desired_state(&t, &self.last_good, self.snat_addresses());
+        let mut desired = desired_state(&t, &self.last_good, self.snat_addresses());
+        self.announce_settings(&mut desired);
         self.results = t.services;
         self.gateways = t.gateways;
         let mode = if self.gate.is_open() {
@@ -400,6 +565,49 @@ impl Agent {
             desired: next.0,
             mode: next.1,
         })
+    }
+
+    /// The node's announcing settings into `desired`: in BGP mode the speaker's configuration
+    /// from the BGPPeers that select this Node; on a Node labelled
+    /// [`crate::bgp_peers::EXCLUDE_LABEL`] no VIP is advertised (BGP sessions stay, no routes;
+    /// no L2 answers).
+    fn announce_settings(&mut self, desired: &mut DesiredState) {
+        let node = self.stores.nodes.state().first().cloned();
+        let excluded = self.excluded();
+        self.bgp = match (
+            &self.config.announce,
+            &self.stores.bgp_peers,
+            &self.stores.secrets,
+        ) {
+            (AnnounceMode::Bgp { secrets_namespace }, Some(peers), Some(secrets)) => node_bgp(
+                &peers.state(),
+                node.as_deref(),
+                &self.config.node_name,
+                &Passwords::new(secrets_namespace, &secrets.state()),
+            ),
+            _ => NodeBgp::default(),
+        };
+        desired.node.bgp = self.bgp.config.clone();
+        desired.node.l2 = match &self.config.announce {
+            AnnounceMode::L2 { refresh, .. } => Some(rivora_desired::L2Settings {
+                interface: None,
+                announce_interval: *refresh,
+            }),
+            _ => None,
+        };
+        if excluded {
+            for v in &mut desired.vips {
+                v.announce.advertise = false;
+            }
+        }
+        let problems: Vec<String> = self.bgp.problems.iter().map(|p| p.to_string()).collect();
+        for p in problems
+            .iter()
+            .filter(|p| !self.logged_bgp_problems.contains(p))
+        {
+            warn!("BGP: {p}");
+        }
+        self.logged_bgp_problems = problems;
     }
 
     /// This node's Node's addresses of the `types` (InternalIP, ...), in its order.
@@ -530,6 +738,20 @@ impl Agent {
                     self.applied = Some(Err(error));
                 }
             }
+            Feedback::Announcing(a) => {
+                let now = Timestamp::now();
+                let mut since = BTreeMap::new();
+                for s in &a.sessions {
+                    let key = (s.address, s.port);
+                    let entry = match self.sessions_since.remove(&key) {
+                        Some((state, t)) if state == s.state => (state, t),
+                        _ => (s.state.clone(), now),
+                    };
+                    since.insert(key, entry);
+                }
+                self.sessions_since = since;
+                self.announcing = a;
+            }
         }
     }
 
@@ -623,6 +845,14 @@ impl Agent {
         }
         s.offered = self.generation;
         s.health_ports = self.healthz.ports();
+        s.announce_mode = self.config.announce.as_str();
+        s.bgp_problems = self.logged_bgp_problems.clone();
+        s.bgp_peer_names = self.bgp.peers.clone();
+        if let Some(e) = &self.l2_state {
+            let e = e.borrow();
+            s.l2_holder = e.holder.clone();
+            s.l2_ineligible = e.ineligible.clone();
+        }
         status.send_if_modified(|old| {
             if *old == self.status {
                 false
@@ -647,7 +877,66 @@ impl Agent {
             unclaimed: self.counts.1,
             previous: &self.conditions,
             now: Timestamp::now(),
+            announce: self.announce_report(),
         })
+    }
+
+    /// The report's `announce` (None without announcing).
+    fn announce_report(&self) -> Option<rivora_k8s_api::AnnounceReport> {
+        let mode = self.config.announce.as_str();
+        if self.config.announce == AnnounceMode::None {
+            return None;
+        }
+        let election = self.l2_state.as_ref().map(|e| e.borrow().clone());
+        Some(report::announce(&report::AnnounceInputs {
+            mode,
+            bgp: &self.bgp,
+            excluded: self.excluded(),
+            announcing: &self.announcing,
+            since: &self.sessions_since,
+            election: election.as_ref(),
+        }))
+    }
+
+    /// Tells the L2 elector whether this node may hold the Lease: not when its Node is
+    /// excluded, before the initial sync and the datapath, or when rivorad reports a problem
+    /// (no carrier, no responder).
+    fn l2_eligibility(&self) {
+        let Some(tx) = &self.l2_ineligible else {
+            return;
+        };
+        let why = if self.excluded() {
+            Some(format!(
+                "the Node is labelled {}",
+                crate::bgp_peers::EXCLUDE_LABEL
+            ))
+        } else if !self.gate.is_open() {
+            Some("the initial sync is not complete".to_string())
+        } else if self.datapath.is_none() {
+            Some("the datapath is not attached".to_string())
+        } else if self.applied.is_none() {
+            Some("no desired state applied yet".to_string())
+        } else {
+            self.announcing.l2_problem.clone()
+        };
+        tx.send_if_modified(|cur| {
+            if *cur == why {
+                false
+            } else {
+                *cur = why;
+                true
+            }
+        });
+    }
+
+    /// Whether this node's Node carries the exclusion label.
+    fn excluded(&self) -> bool {
+        self.stores
+            .nodes
+            .state()
+            .first()
+            .and_then(|n| n.metadata.labels.clone())
+            .is_some_and(|l| l.contains_key(crate::bgp_peers::EXCLUDE_LABEL))
     }
 }
 
@@ -670,10 +959,18 @@ pub fn reason(e: &TranslateError) -> &'static str {
 /// rivora-controller can tell a node whose rivorad is gone from one with nothing new to say.
 const HEARTBEAT: Duration = Duration::from_secs(rivora_k8s_api::rivora_node::HEARTBEAT_SECS as u64);
 
+/// Longest a single report write may take before it counts as failed and is retried (a
+/// request stuck on a dead connection must not silence the heartbeat).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Writes the `RivoraNode` status whenever it changes, at most once per `interval`, and at
 /// least every [`HEARTBEAT`] (with `heartbeatTime` set to the time of the write): the object
 /// is created (empty spec, owned by the Node once its uid is known) by server-side apply, then
-/// its status applied, both as [`FIELD_MANAGER`]. A failed write is retried after `interval`.
+/// its status applied, both as [`FIELD_MANAGER`]. A failed or timed-out write
+/// ([`WRITE_TIMEOUT`]) is retried after `interval`.
+///
+/// One deadline drives the loop: the next heartbeat after a success, the retry after a
+/// failure; a change of the report wakes it earlier.
 async fn write_reports(
     client: Client,
     node: String,
@@ -687,80 +984,88 @@ async fn write_reports(
     // The owner the object was last applied with (None: not applied yet).
     let mut created: Option<Option<String>> = None;
     let mut written: Option<RivoraNodeStatus> = None;
-    // The last successful write: the heartbeat is due HEARTBEAT after it.
-    let mut last_ok: Option<Instant> = None;
+    // When the next heartbeat is due (pushed on by every successful write).
+    let mut beat_at = tokio::time::Instant::now();
+    // When to look again without a change: the heartbeat, or a retry.
+    let mut wake_at = beat_at + HEARTBEAT;
     loop {
-        let due = last_ok.map(|t| tokio::time::Instant::from_std(t + HEARTBEAT));
         tokio::select! {
             r = reports.changed() => if r.is_err() { return },
-            _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {}
+            _ = tokio::time::sleep_until(wake_at) => {}
         }
-        loop {
-            let Some((next, owner)) = reports.borrow_and_update().clone() else {
-                break;
-            };
-            let beat_due = last_ok.is_none_or(|t| t.elapsed() >= HEARTBEAT);
-            if written.as_ref() == Some(&next) && created.as_ref() == Some(&owner) && !beat_due {
-                break;
-            }
-            let mut body = next.clone();
-            body.heartbeat_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                Timestamp::now(),
-            ));
-            let outcome = async {
-                if created.as_ref() != Some(&owner) {
-                    let mut metadata = json!({"name": node});
-                    if let Some(uid) = &owner {
-                        metadata["ownerReferences"] = json!([{
-                            "apiVersion": "v1", "kind": "Node", "name": node, "uid": uid,
-                        }]);
-                    }
-                    api.patch(
-                        &node,
-                        &pp,
-                        &Patch::Apply(json!({
-                            "apiVersion": api_version,
-                            "kind": "RivoraNode",
-                            "metadata": metadata,
-                            "spec": {},
-                        })),
-                    )
-                    .await
-                    .map_err(|e| format!("creating RivoraNode {node}: {e}"))?;
-                    created = Some(owner.clone());
+        let Some((next, owner)) = reports.borrow_and_update().clone() else {
+            wake_at = tokio::time::Instant::now() + HEARTBEAT;
+            continue;
+        };
+        let beat_due = tokio::time::Instant::now() >= beat_at;
+        if written.as_ref() == Some(&next) && created.as_ref() == Some(&owner) && !beat_due {
+            wake_at = beat_at;
+            continue;
+        }
+        let mut body = next.clone();
+        body.heartbeat_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::now(),
+        ));
+        let write = async {
+            if created.as_ref() != Some(&owner) {
+                let mut metadata = json!({"name": node});
+                if let Some(uid) = &owner {
+                    metadata["ownerReferences"] = json!([{
+                        "apiVersion": "v1", "kind": "Node", "name": node, "uid": uid,
+                    }]);
                 }
-                api.patch_status(
+                api.patch(
                     &node,
                     &pp,
                     &Patch::Apply(json!({
                         "apiVersion": api_version,
                         "kind": "RivoraNode",
-                        "status": body,
+                        "metadata": metadata,
+                        "spec": {},
                     })),
                 )
                 .await
-                .map_err(|e| format!("writing the status of RivoraNode {node}: {e}"))?;
-                Ok::<(), String>(())
+                .map_err(|e| format!("creating RivoraNode {node}: {e}"))?;
+                created = Some(owner.clone());
             }
-            .await;
-            match &outcome {
-                Ok(()) => {
-                    written = Some(next);
-                    last_ok = Some(Instant::now());
-                }
-                Err(e) => {
-                    warn!("{e}");
-                    // Recreate next time: the object may have been deleted.
-                    created = None;
-                }
+            api.patch_status(
+                &node,
+                &pp,
+                &Patch::Apply(json!({
+                    "apiVersion": api_version,
+                    "kind": "RivoraNode",
+                    "status": body,
+                })),
+            )
+            .await
+            .map_err(|e| format!("writing the status of RivoraNode {node}: {e}"))?;
+            Ok::<(), String>(())
+        };
+        let outcome = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "writing RivoraNode {node}: no answer within {} s",
+                WRITE_TIMEOUT.as_secs()
+            )),
+        };
+        let now = tokio::time::Instant::now();
+        match &outcome {
+            Ok(()) => {
+                written = Some(next);
+                beat_at = now + HEARTBEAT;
+                wake_at = beat_at;
             }
-            if results.send(outcome.clone()).is_err() {
-                return;
-            }
-            tokio::time::sleep(interval).await;
-            if outcome.is_ok() && !reports.has_changed().unwrap_or(false) {
-                break;
+            Err(e) => {
+                warn!("{e}");
+                // Recreate next time: the object may have been deleted.
+                created = None;
+                wake_at = now + interval;
             }
         }
+        if results.send(outcome).is_err() {
+            return;
+        }
+        // At most one write per interval, however often the report changes.
+        tokio::time::sleep(interval).await;
     }
 }

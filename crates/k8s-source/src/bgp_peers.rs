@@ -1,5 +1,5 @@
-//! BGPPeers to this node's BGP speaker configuration (pure; issue 19's first piece, not wired
-//! into the agent yet).
+//! BGPPeers to this node's BGP speaker configuration (pure; the agent calls it on every pass
+//! in BGP mode).
 //!
 //! Why a pure function of (BGPPeers, this node's Node, Secrets): every rule here (which peers
 //! a node's selector picks, where the password comes from, what is refused and why) is tested
@@ -161,9 +161,34 @@ pub fn router_id(node: Option<&Node>, node_name: &str) -> Ipv4Addr {
     Ipv4Addr::from(if h == 0 { 1 } else { h })
 }
 
+/// The Secrets passwords may come from: those of the one namespace rivorad may read Secrets in
+/// (its RBAC Role), as the watch delivered them.
+#[derive(Clone, Copy, Debug)]
+pub struct Passwords<'a> {
+    /// The namespace (`rivorad --namespace`).
+    pub namespace: &'a str,
+    /// Its Secrets.
+    pub secrets: &'a [Arc<Secret>],
+}
+
+impl<'a> Passwords<'a> {
+    /// The Secrets `secrets` of `namespace`.
+    pub fn new(namespace: &'a str, secrets: &'a [Arc<Secret>]) -> Self {
+        Passwords { namespace, secrets }
+    }
+}
+
 /// The password of a `passwordSecretRef`, or why there is none.
-fn password(secrets: &[Arc<Secret>], r: &rivora_k8s_api::SecretKeyRef) -> Result<String, String> {
-    let secret = secrets
+fn password(from: &Passwords<'_>, r: &rivora_k8s_api::SecretKeyRef) -> Result<String, String> {
+    if r.namespace != from.namespace {
+        return Err(format!(
+            "rivorad reads the BGP passwords' Secrets only in namespace {} (--namespace, \
+             the namespace its RBAC Role grants): move the Secret there",
+            from.namespace
+        ));
+    }
+    let secret = from
+        .secrets
         .iter()
         .find(|s| {
             s.metadata.namespace.as_deref() == Some(r.namespace.as_str())
@@ -201,7 +226,7 @@ fn password(secrets: &[Arc<Secret>], r: &rivora_k8s_api::SecretKeyRef) -> Result
 fn peer_config(
     p: &BGPPeer,
     name: &str,
-    secrets: &[Arc<Secret>],
+    secrets: &Passwords<'_>,
 ) -> Result<(PeerConfig, u32), PeerProblem> {
     let bad = |field: &'static str, reason: String| PeerProblem::BadField {
         peer: name.to_string(),
@@ -283,7 +308,7 @@ pub fn node_bgp(
     peers: &[Arc<BGPPeer>],
     node: Option<&Node>,
     node_name: &str,
-    secrets: &[Arc<Secret>],
+    secrets: &Passwords<'_>,
 ) -> NodeBgp {
     let labels: BTreeMap<String, String> = node
         .and_then(|n| n.metadata.labels.clone())

@@ -50,10 +50,14 @@ pub enum Kind {
     ReferenceGrant,
     /// core/v1 Namespace (labels, for `allowedRoutes` selectors).
     Namespace,
+    /// rivora.dev BGPPeer (BGP mode only).
+    BgpPeer,
+    /// core/v1 Secret of the BGP passwords' namespace (BGP mode only).
+    Secret,
 }
 
 impl Kind {
-    /// The kinds the node agent watches.
+    /// The kinds the node agent always watches.
     pub const ALL: [Kind; 10] = [
         Kind::Service,
         Kind::EndpointSlice,
@@ -66,6 +70,11 @@ impl Kind {
         Kind::ReferenceGrant,
         Kind::Namespace,
     ];
+
+    /// The kinds watched besides [`Kind::ALL`] when the node announces by BGP: the peers and
+    /// the Secrets of their passwords. Listed before the first offer, so a speaker never starts
+    /// from a partial list (a peer seen before its Secret would come up without its password).
+    pub const BGP: [Kind; 2] = [Kind::BgpPeer, Kind::Secret];
 
     /// What an operator should know when the API server does not serve this kind.
     pub fn absent_hint(self) -> &'static str {
@@ -103,6 +112,8 @@ impl fmt::Display for Kind {
             Kind::UdpRoute => "UDPRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
             Kind::Namespace => "Namespace",
+            Kind::BgpPeer => "BGPPeer",
+            Kind::Secret => "Secret",
         })
     }
 }

@@ -32,6 +32,7 @@ pub mod gateway;
 pub mod healthz;
 pub mod healthz_server;
 pub mod initsync;
+pub mod l2_lease;
 pub mod report;
 pub mod select;
 pub mod stores;

@@ -4,19 +4,24 @@
 //! without an API server.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use rivora_gateway::ObjKey;
 use rivora_k8s_api::rivora_node::{
-    MAX_REPORTED_BLOCKERS, MAX_REPORTED_GATEWAYS, MAX_REPORTED_SERVICES, MAX_REPORTED_VIPS,
-    condition,
+    MAX_REPORTED_BLOCKERS, MAX_REPORTED_GATEWAYS, MAX_REPORTED_PEERS, MAX_REPORTED_SERVICES,
+    MAX_REPORTED_VIPS, condition,
 };
 use rivora_k8s_api::{
-    DatapathSummary, GatewayReport, ListenerReport, RivoraNodeStatus, ServiceReport,
+    AnnounceReport, BgpSessionReport, DatapathSummary, GatewayReport, ListenerReport,
+    RivoraNodeStatus, ServiceReport,
 };
 
+use crate::agent::Announcing;
+use crate::bgp_peers::NodeBgp;
 use crate::gateway::GatewayOutcome;
+use crate::l2_lease::Election;
 use crate::translate::{Outcome, ServiceKey};
 
 /// Everything the report is made of.
@@ -44,6 +49,117 @@ pub struct Inputs<'a> {
     pub previous: &'a [Condition],
     /// Now.
     pub now: Timestamp,
+    /// How the node announces (None: `--announce none`).
+    pub announce: Option<AnnounceReport>,
+}
+
+/// What the `announce` part of the report is made of.
+pub struct AnnounceInputs<'a> {
+    /// `--announce`.
+    pub mode: &'static str,
+    /// The node's BGP configuration from the cluster.
+    pub bgp: &'a NodeBgp,
+    /// The Node carries the exclusion label.
+    pub excluded: bool,
+    /// What rivorad's announcers last said.
+    pub announcing: &'a Announcing,
+    /// Per session, its state and since when (the agent's record).
+    pub since: &'a BTreeMap<(IpAddr, u16), (String, Timestamp)>,
+    /// L2 mode: the Lease election's state.
+    pub election: Option<&'a Election>,
+}
+
+/// The report's `announce`: sessions named by their BGPPeer (the speaker's peers are in
+/// `bgp.peers` order), refused peers, routes, the L2 holder.
+pub fn announce(i: &AnnounceInputs<'_>) -> AnnounceReport {
+    let names: BTreeMap<(IpAddr, u16), &str> = i
+        .bgp
+        .config
+        .iter()
+        .flat_map(|c| &c.peers)
+        .zip(&i.bgp.peers)
+        .map(|(p, n)| ((p.address, p.port), n.as_str()))
+        .collect();
+    AnnounceReport {
+        mode: i.mode.to_string(),
+        excluded: i.excluded,
+        bgp_sessions: i
+            .announcing
+            .sessions
+            .iter()
+            .take(MAX_REPORTED_PEERS)
+            .map(|s| BgpSessionReport {
+                peer: names
+                    .get(&(s.address, s.port))
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
+                address: s.address.to_string(),
+                port: i32::from(s.port),
+                state: s.state.clone(),
+                since: i
+                    .since
+                    .get(&(s.address, s.port))
+                    .filter(|(st, _)| *st == s.state)
+                    .map(|(_, t)| Time(*t)),
+                prefixes_sent: s.prefixes_sent as i64,
+                last_error: s.last_error.clone(),
+            })
+            .collect(),
+        bgp_problems: i
+            .bgp
+            .problems
+            .iter()
+            .take(MAX_REPORTED_PEERS)
+            .map(|p| p.to_string())
+            .collect(),
+        announced_routes: i.announcing.routes as i64,
+        l2_holder: i.election.and_then(|e| e.holder.clone()),
+        l2_answering: i.announcing.l2_answering,
+        l2_ineligible: i.election.and_then(|e| e.ineligible.clone()),
+        l2_error: i.election.and_then(|e| e.error.clone()),
+    }
+}
+
+/// The `BGPEstablished` condition of a BGP-mode report: True only when every BGPPeer selected
+/// for this node is configured and its session Established.
+fn bgp_condition(a: &AnnounceReport) -> (bool, &'static str, String) {
+    let down: Vec<String> = a
+        .bgp_sessions
+        .iter()
+        .filter(|s| s.state != "Established")
+        .map(|s| {
+            let who = if s.peer.is_empty() {
+                s.address.clone()
+            } else {
+                format!("{} ({})", s.peer, s.address)
+            };
+            match &s.last_error {
+                Some(e) => format!("{who}: {}: {e}", s.state),
+                None => format!("{who}: {}", s.state),
+            }
+        })
+        .collect();
+    if !a.bgp_problems.is_empty() {
+        (false, "PeersRefused", summary(&a.bgp_problems))
+    } else if a.bgp_sessions.is_empty() {
+        (
+            false,
+            "NoPeers",
+            "no BGPPeer selects this node: nothing is announced".into(),
+        )
+    } else if !down.is_empty() {
+        (false, "SessionsDown", summary(&down))
+    } else {
+        (
+            true,
+            "Established",
+            format!(
+                "{} session(s) Established, {} route(s) announced",
+                a.bgp_sessions.len(),
+                a.announced_routes
+            ),
+        )
+    }
 }
 
 /// The status to write.
@@ -86,10 +202,14 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
             format!("waiting: {}", summary(i.blockers)),
         )
     };
-    let conditions = vec![
+    let mut conditions = vec![
         cond(condition::READY, ready.0, ready.1, ready.2, i),
         cond(condition::INITIAL_SYNC_COMPLETE, sync.0, sync.1, sync.2, i),
     ];
+    if let Some(a) = i.announce.as_ref().filter(|a| a.mode == "bgp") {
+        let (on, reason, message) = bgp_condition(a);
+        conditions.push(cond(condition::BGP_ESTABLISHED, on, reason, message, i));
+    }
     let mut services = Vec::new();
     let mut total = 0usize;
     for (key, outcome) in i.results {
@@ -165,6 +285,7 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
         gateway_controller: Some(i.gateway_controller.to_string()),
         gateways: gateway_reports(i, apply_ok),
         gateways_total: i.gateways.len() as i64,
+        announce: i.announce.clone(),
     }
 }
 
@@ -289,6 +410,7 @@ mod tests {
             unclaimed: 2,
             previous: &[],
             now: t0,
+            announce: None,
         };
         let s = status(&inputs());
         let c = |s: &RivoraNodeStatus, t: &str| {
@@ -345,6 +467,7 @@ mod tests {
             unclaimed: 0,
             previous: &[],
             now: Timestamp::from_second(1).unwrap(),
+            announce: None,
         });
         assert_eq!(s.services.len(), MAX_REPORTED_SERVICES);
         assert_eq!(s.services_total, n as i64);
@@ -359,5 +482,89 @@ mod tests {
             "a capped status stays small: {} bytes",
             json.len()
         );
+    }
+
+    #[test]
+    fn bgp_sessions_are_named_by_their_peer_and_the_condition_says_what_is_down() {
+        use crate::agent::SessionState;
+        use rivora_bgp::{PeerConfig, SpeakerConfig};
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let bgp = NodeBgp {
+            config: Some(SpeakerConfig {
+                local_as: 64512,
+                router_id: "10.0.0.9".parse().unwrap(),
+                peers: vec![PeerConfig::new(a, 64500), PeerConfig::new(b, 64500)],
+            }),
+            peers: vec!["tor-a".into(), "tor-b".into()],
+            problems: Vec::new(),
+            announce: true,
+        };
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let session = |addr, state: &str, err: Option<&str>| SessionState {
+            address: addr,
+            port: 179,
+            state: state.into(),
+            prefixes_sent: 2,
+            last_error: err.map(String::from),
+        };
+        let announcing = Announcing {
+            sessions: vec![
+                session(a, "Established", None),
+                session(b, "Active", Some("connection refused")),
+            ],
+            routes: 2,
+            ..Announcing::default()
+        };
+        let since = BTreeMap::from([
+            ((a, 179), ("Established".to_string(), t0)),
+            // A record of an older state does not date the current one.
+            ((b, 179), ("Connect".to_string(), t0)),
+        ]);
+        let r = announce(&AnnounceInputs {
+            mode: "bgp",
+            bgp: &bgp,
+            excluded: false,
+            announcing: &announcing,
+            since: &since,
+            election: None,
+        });
+        let names: Vec<(&str, &str)> = r
+            .bgp_sessions
+            .iter()
+            .map(|s| (s.peer.as_str(), s.state.as_str()))
+            .collect();
+        assert_eq!(names, [("tor-a", "Established"), ("tor-b", "Active")]);
+        assert_eq!(r.bgp_sessions[0].since, Some(Time(t0)));
+        assert_eq!(r.bgp_sessions[1].since, None);
+        assert_eq!(r.announced_routes, 2);
+        let (on, reason, message) = bgp_condition(&r);
+        assert_eq!((on, reason), (false, "SessionsDown"));
+        assert!(
+            message.contains("tor-b (10.0.0.2): Active: connection refused"),
+            "{message}"
+        );
+
+        let mut up = announcing.clone();
+        up.sessions[1] = session(b, "Established", None);
+        let r = announce(&AnnounceInputs {
+            mode: "bgp",
+            bgp: &bgp,
+            excluded: false,
+            announcing: &up,
+            since: &since,
+            election: None,
+        });
+        assert_eq!(bgp_condition(&r).1, "Established");
+        let refused = AnnounceReport {
+            bgp_problems: vec!["BGPPeer x: spec.address: bad; no session".into()],
+            ..r.clone()
+        };
+        assert_eq!(bgp_condition(&refused).1, "PeersRefused");
+        let none = AnnounceReport {
+            bgp_sessions: Vec::new(),
+            ..r
+        };
+        assert_eq!(bgp_condition(&none).1, "NoPeers");
     }
 }

@@ -1,6 +1,7 @@
 //! The watches of the node agent (Services, EndpointSlices, ServicePolicies, this node's Node,
 //! and Gateway API's GatewayClasses, Gateways, TCPRoutes, UDPRoutes, ReferenceGrants with the
-//! Namespaces their `allowedRoutes` selectors read), each a reflector store, and what each has
+//! Namespaces their `allowedRoutes` selectors read), and in BGP mode the BGPPeers and the
+//! Secrets of one namespace (their passwords), each a reflector store, and what each has
 //! delivered so far.
 //!
 //! Why Gateway API kinds may be absent: a cluster without Gateway API's CRDs answers 404 to their
@@ -24,12 +25,12 @@ use futures::StreamExt;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use rivora_k8s_api::{ServicePolicy, TcpRoute, UdpRoute};
+use rivora_k8s_api::{BGPPeer, ServicePolicy, TcpRoute, UdpRoute};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
@@ -78,15 +79,29 @@ pub struct Stores {
     pub grants: Store<ReferenceGrant>,
     /// Every Namespace.
     pub namespaces: Store<Namespace>,
+    /// Every BGPPeer (BGP mode only).
+    pub bgp_peers: Option<Store<BGPPeer>>,
+    /// The Secrets of the BGP passwords' namespace (BGP mode only; RBAC lets rivorad read no
+    /// others).
+    pub secrets: Option<Store<Secret>>,
     states: Arc<Mutex<Vec<(Kind, WatchState)>>>,
 }
 
 impl Stores {
     /// Starts the watches; `changed` is notified after every event and every error.
-    pub fn watch(client: &Client, node_name: &str, changed: Arc<Notify>) -> Stores {
+    /// `bgp_secrets`: in BGP mode, the namespace whose Secrets hold the BGP passwords (the
+    /// BGPPeers and those Secrets are watched too).
+    pub fn watch(
+        client: &Client,
+        node_name: &str,
+        changed: Arc<Notify>,
+        bgp_secrets: Option<&str>,
+    ) -> Stores {
+        let kinds = Kind::ALL
+            .iter()
+            .chain(bgp_secrets.map(|_| Kind::BGP.iter()).into_iter().flatten());
         let states = Arc::new(Mutex::new(
-            Kind::ALL
-                .iter()
+            kinds
                 .map(|k| (*k, WatchState::default()))
                 .collect::<Vec<_>>(),
         ));
@@ -163,18 +178,41 @@ impl Stores {
                 &states,
                 &changed,
             ),
+            bgp_peers: bgp_secrets.map(|_| {
+                spawn(
+                    Kind::BgpPeer,
+                    Api::all(client.clone()),
+                    watcher::Config::default(),
+                    &states,
+                    &changed,
+                )
+            }),
+            secrets: bgp_secrets.map(|ns| {
+                spawn(
+                    Kind::Secret,
+                    Api::namespaced(client.clone(), ns),
+                    watcher::Config::default(),
+                    &states,
+                    &changed,
+                )
+            }),
             states,
         }
     }
 
-    /// Each kind's watch state, in [`Kind::ALL`] order.
+    /// Each watched kind's state, in [`Kind::ALL`] order (then [`Kind::BGP`]).
     pub fn states(&self) -> Vec<(Kind, WatchState)> {
         self.states.lock().expect("watch states").clone()
     }
 
-    /// How many objects each kind's store holds, in [`Kind::ALL`] order.
+    /// The kinds watched.
+    pub fn kinds(&self) -> Vec<Kind> {
+        self.states().into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// How many objects each watched kind's store holds, in [`Stores::states`] order.
     pub fn counts(&self) -> Vec<(Kind, usize)> {
-        Kind::ALL
+        self.kinds()
             .iter()
             .map(|k| {
                 let n = match k {
@@ -188,6 +226,8 @@ impl Stores {
                     Kind::UdpRoute => self.udp_routes.len(),
                     Kind::ReferenceGrant => self.grants.len(),
                     Kind::Namespace => self.namespaces.len(),
+                    Kind::BgpPeer => self.bgp_peers.as_ref().map_or(0, Store::len),
+                    Kind::Secret => self.secrets.as_ref().map_or(0, Store::len),
                 };
                 (*k, n)
             })

@@ -43,6 +43,7 @@ pub mod memory;
 pub mod netns;
 pub mod rivorad;
 pub mod segment;
+pub mod sniff;
 pub mod stray;
 pub mod streams;
 mod sys;

@@ -321,7 +321,8 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
             if json {
                 render::json(&b)
             } else {
-                render::bgp(&b)
+                let k8s = client.status().await?.kubernetes;
+                render::bgp(&b, k8s.as_ref())
             }
         }
         Command::Speaker => {
@@ -329,7 +330,8 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
             if json {
                 render::json(&sp)
             } else {
-                render::speaker(&sp, now_unix())
+                let k8s = client.status().await?.kubernetes;
+                render::speaker(&sp, k8s.as_ref(), now_unix())
             }
         }
         Command::Stats { interval } => {

@@ -444,10 +444,23 @@ fn hidden_backends(r: &StatsReport, shown: &[&BackendStats], hidden: usize) -> S
     )
 }
 
-/// `rivoractl bgp`: the speaker, one row per peer, then the announced routes.
-pub fn bgp(b: &BgpStatus) -> String {
+/// `rivoractl bgp`: the speaker, one row per peer, then the announced routes. With
+/// Kubernetes (`k8s`), each peer is named by its BGPPeer and refused BGPPeers are listed.
+pub fn bgp(b: &BgpStatus, k8s: Option<&rivora_api::KubernetesStatus>) -> String {
+    let peer_names = k8s.map(|k| k.bgp_peers.as_slice()).unwrap_or_default();
+    let problems = k8s.map(|k| k.bgp_problems.as_slice()).unwrap_or_default();
     if !b.enabled {
-        return "BGP is not configured (no `bgp:` section in the config file).\n".into();
+        let mut out = match k8s {
+            Some(k) if k.announce == "bgp" => {
+                "BGP: no BGPPeer selects this node (or none is usable).\n".to_string()
+            }
+            Some(k) => format!("BGP is off (rivorad --announce {}).\n", k.announce),
+            None => "BGP is not configured (no `bgp:` section in the config file).\n".into(),
+        };
+        for p in problems {
+            let _ = writeln!(out, "Refused: {p}");
+        }
+        return out;
     }
     let mut out = format!(
         "Local AS {}, router ID {}\n",
@@ -456,16 +469,30 @@ pub fn bgp(b: &BgpStatus) -> String {
         b.router_id.as_deref().unwrap_or(NONE)
     );
     let mut t = table();
-    t.set_header(vec![
+    let named = !peer_names.is_empty();
+    let mut header = vec![
         "PEER",
         "AS",
         "STATE",
         "UPTIME",
         "PREFIXES SENT",
         "LAST ERROR",
-    ]);
-    for p in &b.peers {
-        t.add_row(vec![
+    ];
+    if named {
+        header.insert(0, "BGPPEER");
+    }
+    t.set_header(header);
+    for (i, p) in b.peers.iter().enumerate() {
+        let mut row = Vec::new();
+        if named {
+            row.push(
+                peer_names
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| NONE.to_string()),
+            );
+        }
+        row.extend([
             endpoint(&p.address, p.port, None),
             p.remote_as.to_string(),
             p.state.clone(),
@@ -473,9 +500,13 @@ pub fn bgp(b: &BgpStatus) -> String {
             p.prefixes_sent.to_string(),
             p.last_error.clone().unwrap_or_else(|| NONE.to_string()),
         ]);
+        t.add_row(row);
     }
-    right_align(&mut t, &[1, 4]);
+    right_align(&mut t, if named { &[2, 5] } else { &[1, 4] });
     out.push_str(&finish(t));
+    for p in problems {
+        let _ = writeln!(out, "Refused: {p}");
+    }
     if b.routes.is_empty() {
         out.push_str("\nNo routes announced (no advertised VIP has a healthy backend).\n");
     } else {
@@ -498,11 +529,36 @@ pub fn bgp(b: &BgpStatus) -> String {
     out
 }
 
-/// `rivoractl speaker`: the ARP/NDP responder and its VIPs.
-pub fn speaker(s: &SpeakerStatus, now_unix: u64) -> String {
+/// `rivoractl speaker`: the ARP/NDP responder and its VIPs. With Kubernetes (`k8s`), the L2
+/// Lease's holder and why this node does not compete, if it does not.
+pub fn speaker(
+    s: &SpeakerStatus,
+    k8s: Option<&rivora_api::KubernetesStatus>,
+    now_unix: u64,
+) -> String {
+    let lease = k8s.filter(|k| k.announce == "l2").map(|k| {
+        let mut l = format!(
+            "L2 Lease held by {}",
+            k.l2_holder.as_deref().unwrap_or("nobody")
+        );
+        if let Some(why) = &k.l2_ineligible {
+            let _ = write!(l, "; this node does not compete: {why}");
+        }
+        l.push('\n');
+        l
+    });
     if !s.enabled {
-        return "L2 announcement is not configured (no `l2Announce:` section in the config file).\n"
-            .into();
+        return match (k8s, lease) {
+            (_, Some(l)) => format!("{l}The ARP/NDP responder is not running yet.\n"),
+            (Some(k), None) => format!(
+                "L2 announcement is off (rivorad --announce {}).\n",
+                k.announce
+            ),
+            (None, None) => {
+                "L2 announcement is not configured (no `l2Announce:` section in the config file).\n"
+                    .into()
+            }
+        };
     }
     let mut out = format!(
         "Interface {} ({}), {}, announcing every {}\n",
@@ -511,6 +567,19 @@ pub fn speaker(s: &SpeakerStatus, now_unix: u64) -> String {
         if s.active { "active" } else { "INACTIVE" },
         duration(s.announce_interval_secs)
     );
+    if let Some(l) = &lease {
+        out.insert_str(0, l);
+    }
+    if s.link_up == Some(false) {
+        out.push_str("The interface is down or has no carrier.\n");
+    }
+    if s.fenced > 0 {
+        let _ = writeln!(
+            out,
+            "Stopped answering {} time(s) because the Lease was not renewed in time (slow or unreachable API server).",
+            s.fenced
+        );
+    }
     if let Some(e) = &s.error {
         let _ = writeln!(out, "Error: {e}");
     }
@@ -1440,6 +1509,7 @@ mod tests {
                 error: Some("address in use".into()),
             }],
             health_check_requests: Default::default(),
+            ..Default::default()
         });
         let out = status(&s, 1_700_003_660);
         assert_eq!(
@@ -2363,7 +2433,7 @@ mod tests {
     #[test]
     fn bgp_table_shows_peers_and_routes() {
         use rivora_api::{BgpPeerInfo, BgpRouteInfo};
-        assert!(bgp(&BgpStatus::default()).contains("BGP is not configured"));
+        assert!(bgp(&BgpStatus::default(), None).contains("BGP is not configured"));
         let b = BgpStatus {
             enabled: true,
             local_as: Some(65010),
@@ -2394,7 +2464,7 @@ mod tests {
                 vips: vec!["web".into(), "web-tls".into()],
             }],
         };
-        let out = bgp(&b);
+        let out = bgp(&b, None);
         assert!(
             out.starts_with("Local AS 65010, router ID 192.0.2.2\n"),
             "{out}"
@@ -2418,17 +2488,53 @@ mod tests {
             row(&out, "203.0.113.10/32"),
             ["203.0.113.10/32", "65010:100 65010:200", "web, web-tls"]
         );
-        let none = bgp(&BgpStatus {
-            routes: vec![],
-            ..b
-        });
+        // Kubernetes: each session named by its BGPPeer, refused ones listed.
+        let k = rivora_api::KubernetesStatus {
+            announce: "bgp".into(),
+            bgp_peers: vec!["tor-a".into(), "tor-b".into()],
+            bgp_problems: vec![
+                "BGPPeer tor-c: spec.passwordSecretRef: Secret x/y not found".into(),
+            ],
+            ..Default::default()
+        };
+        let out = bgp(&b, Some(&k));
+        assert_eq!(
+            row(&out, "tor-a"),
+            [
+                "tor-a",
+                "192.0.2.1:179",
+                "65000",
+                "Established",
+                "2m 5s",
+                "2",
+                "-"
+            ]
+        );
+        assert_eq!(row(&out, "tor-b")[1], "[2001:db8::1]:1179");
+        assert!(
+            out.contains("Refused: BGPPeer tor-c: spec.passwordSecretRef"),
+            "{out}"
+        );
+        let off = bgp(&BgpStatus::default(), Some(&k));
+        assert!(
+            off.starts_with("BGP: no BGPPeer selects this node"),
+            "{off}"
+        );
+        assert!(off.contains("Refused: BGPPeer tor-c"), "{off}");
+        let none = bgp(
+            &BgpStatus {
+                routes: vec![],
+                ..b
+            },
+            None,
+        );
         assert!(none.contains("No routes announced"), "{none}");
     }
 
     #[test]
     fn speaker_table_shows_vips() {
         use rivora_api::SpeakerVipInfo;
-        assert!(speaker(&SpeakerStatus::default(), 0).contains("not configured"));
+        assert!(speaker(&SpeakerStatus::default(), None, 0).contains("not configured"));
         let s = SpeakerStatus {
             enabled: true,
             interface: Some("eth0".into()),
@@ -2454,8 +2560,10 @@ mod tests {
                 },
             ],
             error: None,
+            link_up: None,
+            fenced: 0,
         };
-        let out = speaker(&s, 1060);
+        let out = speaker(&s, None, 1060);
         assert!(
             out.starts_with("Interface eth0 (02:00:00:00:00:01), active, announcing every 1m 0s\n"),
             "{out}"

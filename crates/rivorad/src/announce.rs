@@ -56,6 +56,9 @@ pub struct Announcer {
     policy: BTreeMap<String, AnnouncePolicy>,
     /// Which VIPs each announced prefix stands for (for the API).
     announced: BTreeMap<Prefix, Vec<String>>,
+    /// Kubernetes L2 mode: until when the responder may answer (the Lease election); None:
+    /// it answers whenever it runs (static mode).
+    pub l2_gate: Option<tokio::sync::watch::Receiver<Option<std::time::Instant>>>,
 }
 
 /// The BGP routes the dataplane's state calls for, with the VIPs behind
@@ -205,12 +208,16 @@ impl Announcer {
             announce_interval_secs: interval.as_secs(),
             vips: Vec::new(),
             error: self.l2_error.clone(),
+            link_up: None,
+            fenced: 0,
         };
         if let Some(r) = &self.responder {
             let answered: BTreeMap<IpAddr, _> =
                 r.answered().into_iter().map(|a| (a.vip, a)).collect();
             status.mac = Some(r.mac().to_string());
             status.active = r.is_active();
+            status.link_up = r.link_running().ok();
+            status.fenced = r.fenced();
             status.vips = r
                 .vips()
                 .into_iter()
@@ -314,6 +321,7 @@ pub async fn reconfigure(
                 iface,
                 ResponderOptions {
                     announce_interval: *interval,
+                    ..ResponderOptions::default()
                 },
             )
             .map(Some)
@@ -322,13 +330,17 @@ pub async fn reconfigure(
         let mut s = shared.lock().expect("state lock");
         let a = &mut s.announcer;
         match started {
-            Ok(new) => {
+            Ok(mut new) => {
                 // Its VIPs before the old one stops: no gap in answering.
-                if let Some(r) = &new {
+                if let Some(r) = &mut new {
                     if let Err(e) = r.set_vips(l2_vips.clone()) {
                         warn!("L2 speaker: {e}");
                     }
-                    r.set_active(true);
+                    // Kubernetes: only while this node holds the Lease.
+                    match &a.l2_gate {
+                        Some(gate) => r.follow(gate.clone()),
+                        None => r.set_active(true),
+                    }
                 }
                 old_responder = std::mem::replace(&mut a.responder, new);
                 a.l2_config = want_l2.clone();

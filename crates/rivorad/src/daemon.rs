@@ -107,6 +107,7 @@ async fn run_with<S: Source>(args: &Args, interface: &str, mut source: S) -> any
         let mut s = shared.lock().expect("state lock");
         s.source_status = source.status_reader();
         s.notes = crate::state::Notes::of(&desired);
+        s.announcer.l2_gate = source.l2_gate();
     }
     // BGP sessions and ARP/NDP answers: only once the datapath forwards.
     announce::reconfigure(&shared, &desired, interface).await;
@@ -117,6 +118,8 @@ async fn run_with<S: Source>(args: &Args, interface: &str, mut source: S) -> any
     let poll = Duration::from_millis(args.config_poll_ms.max(50));
     run_loop(&mut source, &shared, &mut datapath, interface, poll).await?;
     shutdown(&shared, services, datapath, args).await;
+    // Answering stopped in `shutdown`: now what others may take over (the L2 Lease).
+    source.stopping().await;
     Ok(())
 }
 
@@ -486,6 +489,9 @@ async fn run_loop<S: Source>(
                     announcer.refresh(dataplane, prober);
                     occupancy.check(dataplane);
                     maintain_flow_filter(dataplane);
+                    let (bgp, speaker) = (announcer.bgp_status(), announcer.speaker_status());
+                    drop(s);
+                    source.announcing(&bgp, &speaker);
                 }
                 if let Some(trigger) = source.polled().await
                     && let Some(desired) = reload(source, trigger, shared, datapath)

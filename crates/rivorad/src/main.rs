@@ -15,6 +15,7 @@ mod source;
 mod state;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
@@ -73,6 +74,48 @@ pub struct Args {
     /// programs (the same as rivora-controller's flag).
     #[arg(long, value_name = "NAME", default_value = rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME)]
     pub gateway_controller_name: String,
+
+    /// With --kubernetes: how this node announces its VIPs. `bgp`: the BGP speaker peers with
+    /// the BGPPeers whose nodeSelector matches this Node and announces each VIP it can serve;
+    /// `l2`: the holder of the cluster-wide L2 Lease answers ARP/NDP for every VIP on
+    /// --interface; `none`: nothing is announced (docs/kubernetes.md, "Announcing").
+    #[arg(long, value_enum, default_value_t = AnnounceArg::None, env = "RIVORA_ANNOUNCE")]
+    pub announce: AnnounceArg,
+
+    /// With --kubernetes: rivorad's own namespace. The BGPPeers' password Secrets are read only
+    /// here (rivorad's RBAC Role for Secrets and Leases is namespaced here), and the L2 speaker
+    /// Lease lives here.
+    #[arg(
+        long,
+        value_name = "NS",
+        default_value = "rivora-system",
+        env = "POD_NAMESPACE"
+    )]
+    pub namespace: String,
+
+    /// With --announce l2: the name of the cluster-wide Lease whose holder answers ARP/NDP.
+    #[arg(long, value_name = "NAME", default_value = rivora_k8s_source::l2_lease::DEFAULT_LEASE_NAME)]
+    pub l2_lease_name: String,
+
+    /// With --announce l2: the Lease's duration (`leaseDurationSeconds`, whole seconds): how
+    /// long its record must stay unchanged before another node takes it over.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub l2_lease_duration: Duration,
+
+    /// With --announce l2: how long after the start of its last successful renewal the holder
+    /// keeps answering (less than the lease duration: it stops before anyone can take over).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub l2_renew_deadline: Duration,
+
+    /// With --announce l2: how often each node looks at the Lease (the holder renews it). The
+    /// failover budget is lease duration + 2 x retry period + 1 s (docs/kubernetes.md).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub l2_retry_period: Duration,
+
+    /// With --announce l2: how often the holder announces every VIP again unasked (gratuitous
+    /// ARP, unsolicited NA), so switches' and hosts' caches never age out.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub l2_refresh_interval: Duration,
 
     /// Interface to attach to: XDP on its ingress, TCX on its egress (the side facing clients).
     #[arg(long, value_name = "IF", required_unless_present_any = ["uninstall", "check_config"])]
@@ -162,6 +205,34 @@ pub struct Args {
     /// How often the config file is checked for changes, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub config_poll_ms: u64,
+}
+
+/// A duration with a unit: `500ms`, `2s`, `1m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration: write e.g. 500ms, 2s or 1m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(value)),
+        "s" => Ok(Duration::from_secs(value)),
+        "m" => Ok(Duration::from_secs(value.saturating_mul(60))),
+        _ => Err(format!("{text:?} has no unit: write e.g. 500ms, 2s or 1m")),
+    }
+}
+
+/// `--announce` values.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum AnnounceArg {
+    /// Nothing announces the VIPs.
+    None,
+    /// BGP from every node, per BGPPeer.
+    Bgp,
+    /// ARP/NDP from the holder of one Lease.
+    L2,
 }
 
 /// `--xdp-mode` values.

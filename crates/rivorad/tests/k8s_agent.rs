@@ -247,7 +247,9 @@ async fn services_and_slices_become_vips_and_follow_changes() {
     );
     let beat = wait_for(
         "a heartbeat with nothing changed",
-        Duration::from_secs(rivora_k8s_api::rivora_node::HEARTBEAT_SECS as u64 + 15),
+        // The period plus a write's timeout and retry (k8s-source agent.rs, WRITE_TIMEOUT),
+        // with room for a loaded machine.
+        Duration::from_secs(rivora_k8s_api::rivora_node::HEARTBEAT_SECS as u64 + 30),
         || async {
             let s = rivora_node(&admin, &node.name).await?;
             match s.heartbeat_time {

@@ -68,7 +68,7 @@ fn the_node_selector_picks_peers_and_the_oldest_sets_the_as() {
         json!({"rack": "a"}),
         json!([{"type": "InternalIP", "address": "10.0.0.1"}]),
     );
-    let b = node_bgp(&peers, Some(&n), "n1", &[]);
+    let b = node_bgp(&peers, Some(&n), "n1", &Passwords::new("infra", &[]));
     assert_eq!(
         b.peers,
         ["everyone", "rack-a"],
@@ -98,10 +98,13 @@ fn the_node_selector_picks_peers_and_the_oldest_sets_the_as() {
     );
 
     // Before the Node is known only selector-less peers apply.
-    let early = node_bgp(&peers, None, "n1", &[]);
+    let early = node_bgp(&peers, None, "n1", &Passwords::new("infra", &[]));
     assert_eq!(early.peers, ["everyone"]);
     // No peer at all: no speaker.
-    assert_eq!(node_bgp(&[], Some(&n), "n1", &[]).config, None);
+    assert_eq!(
+        node_bgp(&[], Some(&n), "n1", &Passwords::new("infra", &[])).config,
+        None
+    );
 }
 
 #[test]
@@ -114,7 +117,12 @@ fn a_password_comes_from_its_secret_and_a_missing_one_keeps_the_session_down() {
         )
     };
     let secrets = [secret("infra", "bgp", "password", b"s3cret")];
-    let b = node_bgp(&[with_secret("password")], None, "n1", &secrets);
+    let b = node_bgp(
+        &[with_secret("password")],
+        None,
+        "n1",
+        &Passwords::new("infra", &secrets),
+    );
     assert_eq!(
         b.config.unwrap().peers[0].password.as_deref(),
         Some("s3cret")
@@ -134,7 +142,12 @@ fn a_password_comes_from_its_secret_and_a_missing_one_keeps_the_session_down() {
             "81 bytes",
         ),
     ] {
-        let b = node_bgp(&[with_secret(key)], None, "n1", &secrets);
+        let b = node_bgp(
+            &[with_secret(key)],
+            None,
+            "n1",
+            &Passwords::new("infra", &secrets),
+        );
         assert_eq!(b.config, None, "no session without the password");
         let msg = b.problems[0].to_string();
         assert!(
@@ -142,6 +155,26 @@ fn a_password_comes_from_its_secret_and_a_missing_one_keeps_the_session_down() {
             "{msg}"
         );
     }
+}
+
+#[test]
+fn a_secret_outside_the_readable_namespace_is_named_as_such() {
+    let p = peer(
+        "md5",
+        T0,
+        json!({"passwordSecretRef": {"namespace": "elsewhere", "name": "bgp"}}),
+    );
+    let secrets = [secret("elsewhere", "bgp", "password", b"s3cret")];
+    // Even if such a Secret were in the store, it is not read: RBAC grants one namespace.
+    let b = node_bgp(&[p], None, "n1", &Passwords::new("infra", &secrets));
+    assert_eq!(b.config, None);
+    let msg = b.problems[0].to_string();
+    assert!(
+        msg.contains("Secret elsewhere/bgp")
+            && msg.contains("only in namespace infra")
+            && msg.contains("--namespace"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -170,7 +203,7 @@ fn conflicting_as_duplicates_and_bad_fields_are_refused_naming_the_field() {
             json!({"address": "192.0.2.8", "localAddress": "fd00::1"}),
         ),
     ];
-    let b = node_bgp(&peers, None, "n1", &[]);
+    let b = node_bgp(&peers, None, "n1", &Passwords::new("infra", &[]));
     assert_eq!(b.peers, ["first"]);
     let said: Vec<String> = b.problems.iter().map(|p| p.to_string()).collect();
     for want in [
@@ -191,7 +224,12 @@ fn conflicting_as_duplicates_and_bad_fields_are_refused_naming_the_field() {
 #[test]
 fn the_exclusion_label_keeps_sessions_but_announces_nothing() {
     let n = node(json!({EXCLUDE_LABEL: ""}), json!([]));
-    let b = node_bgp(&[peer("p", T0, json!({}))], Some(&n), "n1", &[]);
+    let b = node_bgp(
+        &[peer("p", T0, json!({}))],
+        Some(&n),
+        "n1",
+        &Passwords::new("infra", &[]),
+    );
     assert!(b.config.is_some() && !b.announce);
 }
 

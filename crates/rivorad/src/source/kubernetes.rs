@@ -18,12 +18,15 @@ use rivora_dataplane::Attachment;
 use rivora_desired::{ApplyMode, DesiredState};
 use rivora_k8s_api::DatapathSummary;
 use rivora_k8s_api::class::ClassConfig;
-use rivora_k8s_source::agent::{self, AgentStatus, Feedback, Handles};
+use rivora_k8s_source::agent::{
+    self, AgentStatus, AnnounceMode, Announcing, Feedback, Handles, SessionState,
+};
+use rivora_k8s_source::l2_lease::LeaseTiming;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::info;
 
 use super::{Candidate, Programmed, Reading, Source, StatusReader, Trigger};
-use crate::Args;
+use crate::{AnnounceArg, Args};
 
 /// How long after a refused apply the same offer is tried again (a capacity refusal may clear
 /// up when other Services shrink; the agent only offers states that differ).
@@ -41,6 +44,8 @@ pub struct KubernetesSource {
     /// Generation last read, and when it was refused if it was.
     last_read: u64,
     rejected_at: Option<Instant>,
+    /// What the announcers last reported to the agent.
+    announcing: Option<Announcing>,
 }
 
 impl KubernetesSource {
@@ -66,16 +71,45 @@ impl KubernetesSource {
         };
         let api_server = config.cluster_url.to_string();
         let client = Client::try_from(config).context("building the Kubernetes client")?;
+        let mut config = agent::Config::new(
+            node,
+            ClassConfig {
+                class: args.load_balancer_class.clone(),
+                default_class: args.default_class,
+                gateway_controller: args.gateway_controller_name.clone(),
+            },
+        );
+        config.announce = match args.announce {
+            AnnounceArg::None => AnnounceMode::None,
+            AnnounceArg::Bgp => AnnounceMode::Bgp {
+                secrets_namespace: args.namespace.clone(),
+            },
+            AnnounceArg::L2 => {
+                let timing = LeaseTiming {
+                    duration: args.l2_lease_duration,
+                    renew_deadline: args.l2_renew_deadline,
+                    retry_period: args.l2_retry_period,
+                };
+                timing.validate().map_err(|e| {
+                    anyhow::anyhow!(
+                        "--l2-lease-duration, --l2-renew-deadline, --l2-retry-period: {e}"
+                    )
+                })?;
+                if args.l2_refresh_interval.is_zero() {
+                    anyhow::bail!("--l2-refresh-interval must be more than zero");
+                }
+                AnnounceMode::L2 {
+                    namespace: args.namespace.clone(),
+                    lease: args.l2_lease_name.clone(),
+                    timing,
+                    refresh: args.l2_refresh_interval,
+                }
+            }
+        };
         Ok(KubernetesSource {
             client,
-            config: agent::Config::new(
-                node,
-                ClassConfig {
-                    class: args.load_balancer_class.clone(),
-                    default_class: args.default_class,
-                    gateway_controller: args.gateway_controller_name.clone(),
-                },
-            ),
+            config,
+            announcing: None,
             api_server,
             handles: None,
             hup: None,
@@ -214,6 +248,51 @@ impl Source for KubernetesSource {
         }));
     }
 
+    fn announcing(&mut self, bgp: &rivora_api::BgpStatus, speaker: &rivora_api::SpeakerStatus) {
+        let now = Announcing {
+            sessions: bgp
+                .peers
+                .iter()
+                .filter_map(|p| {
+                    Some(SessionState {
+                        address: p.address.parse().ok()?,
+                        port: p.port,
+                        state: p.state.clone(),
+                        prefixes_sent: p.prefixes_sent,
+                        last_error: p.last_error.clone(),
+                    })
+                })
+                .collect(),
+            routes: bgp.routes.len(),
+            l2_answering: speaker.active,
+            l2_problem: l2_problem(speaker),
+        };
+        if self.announcing.as_ref() != Some(&now) {
+            self.feedback(Feedback::Announcing(now.clone()));
+            self.announcing = Some(now);
+        }
+    }
+
+    fn l2_gate(&self) -> Option<tokio::sync::watch::Receiver<Option<std::time::Instant>>> {
+        let l2 = self.handles.as_ref()?.l2.as_ref()?;
+        Some(l2.answer_until.clone())
+    }
+
+    async fn stopping(&mut self) {
+        let Some(l2) = self.handles.as_mut().and_then(|h| h.l2.take()) else {
+            return;
+        };
+        let _ = l2.stop.send(true);
+        if tokio::time::timeout(Duration::from_secs(3), l2.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "L2 speaker: the Lease was not released within 3 s; others take it when it expires"
+            );
+        }
+    }
+
     fn status_reader(&self) -> Option<StatusReader> {
         let handles = self.handles.as_ref()?;
         let status = handles.status.clone();
@@ -289,5 +368,26 @@ fn dto(a: &AgentStatus, api_server: &str, unclaimed: usize) -> rivora_api::Kuber
             })
             .collect(),
         health_check_requests: Default::default(),
+        announce: a.announce_mode.to_string(),
+        bgp_peers: a.bgp_peer_names.clone(),
+        bgp_problems: a.bgp_problems.clone(),
+        l2_holder: a.l2_holder.clone(),
+        l2_ineligible: a.l2_ineligible.clone(),
     }
+}
+
+/// Why this node cannot be the L2 speaker, as rivorad sees it: no responder, or no carrier on
+/// its interface (the agent adds the cluster's reasons: exclusion, initial sync).
+fn l2_problem(speaker: &rivora_api::SpeakerStatus) -> Option<String> {
+    let interface = speaker.interface.as_deref().unwrap_or("the interface");
+    if let Some(e) = &speaker.error {
+        return Some(e.clone());
+    }
+    if !speaker.enabled || speaker.mac.is_none() {
+        return Some("the ARP/NDP responder is not running".to_string());
+    }
+    if speaker.link_up == Some(false) {
+        return Some(format!("{interface} is down or has no carrier"));
+    }
+    None
 }

@@ -96,6 +96,20 @@ pub trait Source {
     /// The datapath is attached (once, at start).
     fn attached(&mut self, _attachment: &Attachment) {}
 
+    /// What the announcers do now (BGP sessions and routes, the L2 responder), on every tick:
+    /// the Kubernetes source puts it in the node's report when it changed.
+    fn announcing(&mut self, _bgp: &rivora_api::BgpStatus, _speaker: &rivora_api::SpeakerStatus) {}
+
+    /// Kubernetes L2 mode: until when this node may answer ARP/NDP (the L2 speaker Lease's
+    /// election). None: the responder answers whenever it runs (the static path).
+    fn l2_gate(&self) -> Option<tokio::sync::watch::Receiver<Option<std::time::Instant>>> {
+        None
+    }
+
+    /// rivorad is stopping and has stopped answering: give up what others may take over
+    /// (the Kubernetes source releases the L2 Lease). Bounded in time.
+    async fn stopping(&mut self) {}
+
     /// What the API's status and the metrics show of the source's own
     /// state, read on each request. None: nothing beyond its description.
     fn status_reader(&self) -> Option<StatusReader> {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use rivora_kube_testbed::{TestBed, unique_name};
@@ -31,43 +31,71 @@ pub async fn install_shipped_crds(bed: &TestBed) {
     }
 }
 
-/// Applies deploy/rbac/rivorad.yaml, binds it (under a binding name of this test's) to
-/// ServiceAccount `sa_ns/rivorad`, and returns a token of that ServiceAccount once RBAC lets it
-/// list Services.
+/// Applies deploy/rbac/rivorad.yaml: its ClusterRoles bound (under a binding name of this
+/// test's) to ServiceAccount `sa_ns/rivorad`, its namespaced Roles (Secrets, Leases) created in
+/// `sa_ns` (the test's stand-in for rivora-system: pass `--namespace sa_ns`) and
+/// bound there. Returns a token of that ServiceAccount once RBAC lets it list Services.
 pub async fn rivorad_identity(bed: &TestBed, admin: &Client, sa_ns: &str) -> (String, Client) {
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac/rivorad.yaml"),
     )
     .unwrap();
     let pp = PatchParams::apply(FM).force();
-    let mut roles = 0;
+    let (mut cluster_roles, mut roles) = (0, 0);
+    let subjects = json!([{"kind": "ServiceAccount", "name": "rivorad", "namespace": sa_ns}]);
     for doc in serde_norway::Deserializer::from_str(&text) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-        assert_eq!(
-            v["kind"], "ClusterRole",
-            "deploy/rbac/rivorad.yaml holds ClusterRoles only"
-        );
-        let cr: ClusterRole = serde_json::from_value(v).unwrap();
-        let name = cr.name_any();
-        Api::<ClusterRole>::all(admin.clone())
-            .patch(&name, &pp, &Patch::Apply(&cr))
-            .await
-            .unwrap();
-        let binding = format!("{name}-{sa_ns}");
-        let b: ClusterRoleBinding = serde_json::from_value(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": binding},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": "rivorad", "namespace": sa_ns}],
-        }))
-        .unwrap();
-        Api::<ClusterRoleBinding>::all(admin.clone())
-            .patch(&binding, &pp, &Patch::Apply(&b))
-            .await
-            .unwrap();
-        roles += 1;
+        let mut v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        match v["kind"].as_str() {
+            Some("ClusterRole") => {
+                let cr: ClusterRole = serde_json::from_value(v).unwrap();
+                let name = cr.name_any();
+                Api::<ClusterRole>::all(admin.clone())
+                    .patch(&name, &pp, &Patch::Apply(&cr))
+                    .await
+                    .unwrap();
+                let binding = format!("{name}-{sa_ns}");
+                let b: ClusterRoleBinding = serde_json::from_value(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": binding},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": subjects,
+                }))
+                .unwrap();
+                Api::<ClusterRoleBinding>::all(admin.clone())
+                    .patch(&binding, &pp, &Patch::Apply(&b))
+                    .await
+                    .unwrap();
+                cluster_roles += 1;
+            }
+            Some("Role") => {
+                assert_eq!(
+                    v["metadata"]["namespace"], "rivora-system",
+                    "the shipped Roles live in Rivora's namespace"
+                );
+                v["metadata"]["namespace"] = json!(sa_ns);
+                let role: Role = serde_json::from_value(v).unwrap();
+                let name = role.name_any();
+                Api::<Role>::namespaced(admin.clone(), sa_ns)
+                    .patch(&name, &pp, &Patch::Apply(&role))
+                    .await
+                    .unwrap();
+                let b: RoleBinding = serde_json::from_value(json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": sa_ns},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": subjects,
+                }))
+                .unwrap();
+                Api::<RoleBinding>::namespaced(admin.clone(), sa_ns)
+                    .patch(&name, &pp, &Patch::Apply(&b))
+                    .await
+                    .unwrap();
+                roles += 1;
+            }
+            other => panic!("deploy/rbac/rivorad.yaml: unexpected kind {other:?}"),
+        }
     }
-    assert_eq!(roles, 1);
+    assert_eq!((cluster_roles, roles), (1, 1));
     let token = bed.service_account_token(sa_ns, "rivorad").await.unwrap();
     let client = bed.service_account_client(sa_ns, "rivorad").await.unwrap();
     wait_for("the ServiceAccount can list Services", WAIT, || async {
@@ -363,6 +391,9 @@ pub struct K8sTest {
     pub rivorad: Client,
     /// The test's namespace (its Services and slices).
     pub ns: String,
+    /// The rivorad ServiceAccount's namespace, where its Role (Secrets, Leases) is bound: the
+    /// test's rivora-system (`--namespace`).
+    pub sa_ns: String,
     /// The `--load-balancer-class` its Services and node agents use.
     pub class: String,
 }
@@ -397,6 +428,7 @@ impl K8sTest {
             rivorad,
             class: format!("rivora.dev/{ns}"),
             ns,
+            sa_ns,
         }
     }
 
