@@ -78,10 +78,14 @@ impl L2Lab {
             .collect();
         // Every frame each node sends (its switch port receives it), and the client's.
         let sniffer = Sniffer::start(&lab.switch, &["pn1", "pn2", "pn3", "pc"]).unwrap();
-        // The client learns neighbours from gratuitous ARP and unsolicited NA (as routers
-        // that track them do); without it Linux only updates entries it already has.
+        // The client learns neighbours from gratuitous ARP and unsolicited NA as a router on
+        // the segment does (RFC 9131; Linux learns untracked NAs only on a forwarding
+        // interface); without it Linux only updates entries it already has.
         lab.client
             .sysctl("net.ipv4.conf.eth0.arp_accept", "1")
+            .unwrap();
+        lab.client
+            .sysctl("net.ipv6.conf.eth0.forwarding", "1")
             .unwrap();
         lab.client
             .sysctl("net.ipv6.conf.eth0.accept_untracked_na", "1")
@@ -389,9 +393,9 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
             }
         }
     }
-    let slice_ports = json!([{"name": "tcp", "port": 8080, "protocol": "TCP"}]);
-    l.t.slice("web", &eps4, slice_ports.clone()).await;
-    l.t.slice6("web", &eps6, slice_ports).await;
+    let ports8080 = json!([{"name": "tcp", "port": 8080, "protocol": "TCP"}]);
+    l.t.slice("web", &eps4, ports8080.clone()).await;
+    l.t.slice6("web", &eps6, ports8080).await;
     let t0 = Instant::now();
     for n in 1..=3 {
         l.start(n);
@@ -448,8 +452,41 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
         assert!(!l.agents[n - 1].api().speaker().await.unwrap().active);
     }
 
-    // 2. SIGKILL the holder's rivorad (its datapath stays, pinned; nothing answers ARP/NDP
-    //    for it any more).
+    // From here the Service's one endpoint is the pod on the first holder's node: that node
+    //    keeps routing to its pod when its rivorad dies, and no link cut below reaches it (a
+    //    pod behind a cut link would fail the flows Maglev sends it until the
+    //    controller-manager marked it not ready, which is not what this test is about).
+    let only_first = |v6: bool| {
+        let p = &l.lab.nodes[first - 1].pods[0];
+        vec![Ep {
+            addr: if v6 {
+                IpAddr::V6(p.v6)
+            } else {
+                IpAddr::V4(p.v4)
+            },
+            node: names[first - 1].as_str(),
+            terminating: false,
+        }]
+    };
+    let slice_ports = json!([{"name": "tcp", "port": 8080, "protocol": "TCP"}]);
+    l.t.slice("web", &only_first(false), slice_ports.clone())
+        .await;
+    l.t.slice6("web", &only_first(true), slice_ports).await;
+    for a in &l.agents {
+        wait_for("every node programs the one endpoint", WAIT, || async {
+            let vips = a.vips().await?;
+            let n: Vec<usize> = vips.iter().map(|v| v.backends.len()).collect();
+            if n.len() == 2 && n.iter().all(|b| *b == 1) {
+                Ok(())
+            } else {
+                Err(format!("{} backends per VIP: {n:?}", a.name))
+            }
+        })
+        .await;
+    }
+
+    // 2. SIGKILL the holder's rivorad (its pins stay; its XDP link goes with the process, so
+    //    the node routes the VIP's packets nowhere, and nothing answers ARP/NDP for it).
     let p4 = Prober::start(&l.lab.client, v4);
     let p6 = Prober::start(&l.lab.client, v6);
     std::thread::sleep(Duration::from_millis(500));

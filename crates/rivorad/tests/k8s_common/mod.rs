@@ -40,6 +40,9 @@ pub async fn rivorad_identity(bed: &TestBed, admin: &Client, sa_ns: &str) -> (St
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac/rivorad.yaml"),
     )
     .unwrap();
+    rivora_kube_testbed::ensure_namespace(admin, sa_ns)
+        .await
+        .unwrap();
     let pp = PatchParams::apply(FM).force();
     let (mut cluster_roles, mut roles) = (0, 0);
     let subjects = json!([{"kind": "ServiceAccount", "name": "rivorad", "namespace": sa_ns}]);
