@@ -10,8 +10,10 @@
 //! capabilities 4-octet AS (RFC 6793), multiprotocol IPv4 and IPv6 unicast
 //! (RFC 4760) and route refresh (RFC 2918); hold and keepalive timers; connect
 //! retry with capped exponential backoff; optional TCP-MD5 (RFC 2385) per
-//! peer; optional communities (RFC 1997) per route. It connects actively and
-//! never listens; incoming routes are validated and ignored.
+//! peer; optional communities (RFC 1997) per route and per peer (a peer's
+//! [`PeerConfig::communities`] are added to every route it is sent). It
+//! connects actively and never listens; incoming routes are validated and
+//! ignored.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -85,7 +87,9 @@ pub struct SpeakerConfig {
 /// `password` enables TCP-MD5, `hold_time` is our proposal (the session uses
 /// the smaller of both), the next hops override the session's own addresses
 /// (needed to announce IPv6 over an IPv4 session and vice versa, or to point
-/// traffic elsewhere), `local_address` pins the source address.
+/// traffic elsewhere), `local_address` pins the source address,
+/// `communities` tags everything sent to this peer (what a Kubernetes
+/// BGPPeer's `spec.communities` asks for).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeerConfig {
@@ -112,6 +116,11 @@ pub struct PeerConfig {
     /// Source address of the TCP connection; default: chosen by routing.
     #[serde(default)]
     pub local_address: Option<IpAddr>,
+    /// RFC 1997 communities, each `(AS << 16) | value` as in [`RouteAttrs`],
+    /// added to every route announced to this peer (merged with the route's
+    /// own, sorted and deduplicated). Default: none.
+    #[serde(default)]
+    pub communities: Vec<u32>,
 }
 
 fn default_port() -> u16 {
@@ -137,6 +146,7 @@ impl PeerConfig {
             next_hop_v4: None,
             next_hop_v6: None,
             local_address: None,
+            communities: Vec::new(),
         }
     }
 }
@@ -153,6 +163,7 @@ impl fmt::Debug for PeerConfig {
             .field("next_hop_v4", &self.next_hop_v4)
             .field("next_hop_v6", &self.next_hop_v6)
             .field("local_address", &self.local_address)
+            .field("communities", &self.communities)
             .finish()
     }
 }
@@ -479,6 +490,19 @@ mod tests {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<Speaker>();
         send_sync::<PeerStatus>();
+    }
+
+    #[test]
+    fn peer_communities_default_to_none() {
+        let p: PeerConfig =
+            serde_json::from_str(r#"{"address": "192.0.2.1", "remote_as": 65001}"#).unwrap();
+        assert_eq!(p, PeerConfig::new("192.0.2.1".parse().unwrap(), 65001));
+        assert!(p.communities.is_empty());
+        let p: PeerConfig = serde_json::from_str(
+            r#"{"address": "192.0.2.1", "remote_as": 65001, "communities": [4259840100]}"#,
+        )
+        .unwrap();
+        assert_eq!(p.communities, vec![(65000 << 16) | 100]);
     }
 
     #[test]
