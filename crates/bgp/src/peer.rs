@@ -33,6 +33,11 @@ pub const STABLE_SESSION: Duration = Duration::from_secs(30);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Text of the Cease we send on shutdown (shown by most peers).
 pub const SHUTDOWN_TEXT: &str = "rivora BGP speaker shutting down";
+/// Text of the Cease we send to a peer removed by a reconfiguration.
+pub const REMOVED_TEXT: &str = "rivora BGP speaker: peer removed from the configuration";
+/// Text of the Cease we send to a peer whose configuration changed, before
+/// reconnecting with the new one.
+pub const CHANGED_TEXT: &str = "rivora BGP speaker: peer configuration changed, reconnecting";
 
 /// Speaker-wide settings every peer task needs.
 #[derive(Debug, Clone, Copy)]
@@ -172,23 +177,42 @@ pub fn backoff(attempt: u32, seed: u64) -> Duration {
 }
 
 enum Outcome {
-    /// The speaker is shutting down; the task ends.
+    /// The speaker or this peer is stopping; the task ends.
     Stopped,
     /// The connection is over; retry.
     Ended { established_for: Option<Duration> },
 }
 
-/// The peer task: runs until the speaker stops.
+/// What ends a peer task: the speaker stopping (shutdown or drop) or this
+/// peer alone being stopped (removed or changed by a reconfiguration).
+///
+/// Why two channels: a reconfiguration must stop one peer without touching
+/// the others, while shutdown must still reach every task, including one
+/// started by a reconfiguration racing with it.
+pub struct Stop {
+    /// The speaker-wide signal.
+    pub speaker: watch::Receiver<bool>,
+    /// This peer's own signal, carrying the text of the Cease to send.
+    pub peer: watch::Receiver<Option<&'static str>>,
+}
+
+impl Stop {
+    fn is_set(&self) -> bool {
+        *self.speaker.borrow() || self.peer.borrow().is_some()
+    }
+}
+
+/// The peer task: runs until the speaker or this peer is stopped.
 pub async fn run(
     global: Global,
     shared: Arc<PeerShared>,
     mut routes: watch::Receiver<Arc<Routes>>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Stop,
 ) {
     let peer = SocketAddr::new(shared.cfg.address, shared.cfg.port);
     let mut attempt: u32 = 0;
     loop {
-        if *stop.borrow() {
+        if stop.is_set() {
             break;
         }
         shared.set_state("Connect");
@@ -322,10 +346,16 @@ async fn close_gracefully(mut wr: OwnedWriteHalf, mut rd: OwnedReadHalf) {
     let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
-/// Resolves once the speaker asks to stop (or is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // The guard returned by wait_for is not Send: drop it right here.
-    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+/// Resolves once the speaker or this peer is asked to stop (or the sender
+/// is gone), with the text of the Cease to send.
+async fn stopped(stop: &mut Stop) -> &'static str {
+    tokio::select! {
+        _ = stop.speaker.wait_for(|s| *s) => SHUTDOWN_TEXT,
+        r = stop.peer.wait_for(|s| s.is_some()) => {
+            // The guard is not Send: copy the text out right here.
+            r.ok().and_then(|g| *g).unwrap_or(SHUTDOWN_TEXT)
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -340,7 +370,7 @@ async fn run_session(
     shared: &PeerShared,
     stream: TcpStream,
     routes: &mut watch::Receiver<Arc<Routes>>,
-    stop: &mut watch::Receiver<bool>,
+    stop: &mut Stop,
 ) -> Outcome {
     let cfg = &shared.cfg;
     let peer = SocketAddr::new(cfg.address, cfg.port);
@@ -398,9 +428,9 @@ async fn run_session(
                     session.sync_routes(&current, Instant::now());
                 }
             }
-            _ = stopped(stop) => {
+            text = stopped(stop) => {
                 let sent = session.prefixes_sent();
-                session.shutdown(SHUTDOWN_TEXT, Instant::now());
+                session.shutdown(text, Instant::now());
                 if let Err(e) = write_out(&mut wr, &mut session).await {
                     warn!(%peer, "BGP: could not send withdrawals and Cease on shutdown: {e}");
                 } else {
