@@ -15,19 +15,32 @@
 //! connects actively and never listens; incoming routes are validated and
 //! ignored.
 //!
+//! Configuration changes are applied per peer by [`Speaker::reconfigure`]:
+//! a peer added, changed (in any field) or removed gets its session started,
+//! reset or closed, and every other session is left alone, so editing one
+//! Kubernetes BGPPeer does not flap the sessions to the other routers. Only
+//! a new `local_as` or `router_id` needs a new speaker ([`NeedsRestart`]).
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use std::collections::BTreeMap;
 //! use rivora_bgp::{PeerConfig, Prefix, RouteAttrs, Speaker, SpeakerConfig};
 //!
-//! let speaker = Speaker::start(SpeakerConfig {
+//! let mut config = SpeakerConfig {
 //!     local_as: 65010,
 //!     router_id: "192.0.2.1".parse().unwrap(),
 //!     peers: vec![PeerConfig::new("192.0.2.254".parse().unwrap(), 65000)],
-//! });
+//! };
+//! let speaker = Speaker::start(config.clone());
 //! let mut routes = BTreeMap::new();
 //! routes.insert(Prefix::host("203.0.113.10".parse().unwrap()), RouteAttrs::default());
 //! speaker.set_routes(routes);
+//! // A second router; the first session stays up.
+//! config.peers.push(PeerConfig::new("192.0.2.253".parse().unwrap(), 65000));
+//! match speaker.reconfigure(config).await {
+//!     Ok(done) => tracing::info!("{done}"),
+//!     Err(e) => tracing::warn!("{e}"), // shut down, start a new speaker
+//! }
 //! // ... later
 //! speaker.shutdown().await;
 //! # }
@@ -35,7 +48,9 @@
 //!
 //! Modules: [`msg`] is the wire format (pure), [`session`] the per-connection
 //! state machine (pure, driven by bytes and clock readings; public so that it
-//! can be fuzzed and tested without sockets), `peer` the tokio task per peer.
+//! can be fuzzed and tested without sockets), `peer` the tokio task per peer
+//! (which also merges the peer's communities into the routes it hands its
+//! session).
 
 #![warn(missing_docs)]
 
