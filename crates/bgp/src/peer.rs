@@ -33,6 +33,11 @@ pub const STABLE_SESSION: Duration = Duration::from_secs(30);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Text of the Cease we send on shutdown (shown by most peers).
 pub const SHUTDOWN_TEXT: &str = "rivora BGP speaker shutting down";
+/// Text of the Cease we send to a peer removed by a reconfiguration.
+pub const REMOVED_TEXT: &str = "rivora BGP speaker: peer removed from the configuration";
+/// Text of the Cease we send to a peer whose configuration changed, before
+/// reconnecting with the new one.
+pub const CHANGED_TEXT: &str = "rivora BGP speaker: peer configuration changed, reconnecting";
 
 /// Speaker-wide settings every peer task needs.
 #[derive(Debug, Clone, Copy)]
@@ -101,6 +106,61 @@ impl PeerShared {
     }
 }
 
+/// The route set as this peer is to be told it: every route with the
+/// peer's configured communities merged into its own.
+///
+/// Why here and not in the session: the session stays a pure function of
+/// the routes it is given, and per-peer tagging is configuration. The merged
+/// set is cached per route set (the speaker replaces the `Arc` on every
+/// change), so reading the peer's bytes does not rebuild it.
+struct PeerRoutes {
+    /// The peer's communities, sorted and deduplicated.
+    extra: Vec<u32>,
+    /// The speaker's set `merged` was built from.
+    seen: Option<Arc<Routes>>,
+    merged: Arc<Routes>,
+}
+
+impl PeerRoutes {
+    fn new(communities: &[u32]) -> PeerRoutes {
+        let mut extra = communities.to_vec();
+        extra.sort_unstable();
+        extra.dedup();
+        PeerRoutes {
+            extra,
+            seen: None,
+            merged: Arc::new(Routes::new()),
+        }
+    }
+
+    fn view(&mut self, current: Arc<Routes>) -> Arc<Routes> {
+        if self.extra.is_empty() {
+            return current;
+        }
+        if let Some(seen) = &self.seen
+            && Arc::ptr_eq(seen, &current)
+        {
+            return Arc::clone(&self.merged);
+        }
+        self.merged = Arc::new(with_communities(&current, &self.extra));
+        self.seen = Some(current);
+        Arc::clone(&self.merged)
+    }
+}
+
+/// `routes` with `extra` added to every route's communities (sorted and
+/// deduplicated, as `Speaker::set_routes` normalises them).
+fn with_communities(routes: &Routes, extra: &[u32]) -> Routes {
+    routes
+        .iter()
+        .map(|(p, a)| {
+            let mut a = a.clone();
+            a.communities.extend_from_slice(extra);
+            (*p, a.normalized())
+        })
+        .collect()
+}
+
 /// Connect-retry delay before attempt number `attempt` (1-based): doubles
 /// from [`RETRY_INITIAL`] up to [`RETRY_MAX`], times a jitter in [0.75, 1]
 /// (RFC 4271 10) so peers restarted together do not retry in lockstep.
@@ -117,23 +177,42 @@ pub fn backoff(attempt: u32, seed: u64) -> Duration {
 }
 
 enum Outcome {
-    /// The speaker is shutting down; the task ends.
+    /// The speaker or this peer is stopping; the task ends.
     Stopped,
     /// The connection is over; retry.
     Ended { established_for: Option<Duration> },
 }
 
-/// The peer task: runs until the speaker stops.
+/// What ends a peer task: the speaker stopping (shutdown or drop) or this
+/// peer alone being stopped (removed or changed by a reconfiguration).
+///
+/// Why two channels: a reconfiguration must stop one peer without touching
+/// the others, while shutdown must still reach every task, including one
+/// started by a reconfiguration racing with it.
+pub struct Stop {
+    /// The speaker-wide signal.
+    pub speaker: watch::Receiver<bool>,
+    /// This peer's own signal, carrying the text of the Cease to send.
+    pub peer: watch::Receiver<Option<&'static str>>,
+}
+
+impl Stop {
+    fn is_set(&self) -> bool {
+        *self.speaker.borrow() || self.peer.borrow().is_some()
+    }
+}
+
+/// The peer task: runs until the speaker or this peer is stopped.
 pub async fn run(
     global: Global,
     shared: Arc<PeerShared>,
     mut routes: watch::Receiver<Arc<Routes>>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Stop,
 ) {
     let peer = SocketAddr::new(shared.cfg.address, shared.cfg.port);
     let mut attempt: u32 = 0;
     loop {
-        if *stop.borrow() {
+        if stop.is_set() {
             break;
         }
         shared.set_state("Connect");
@@ -267,10 +346,16 @@ async fn close_gracefully(mut wr: OwnedWriteHalf, mut rd: OwnedReadHalf) {
     let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
-/// Resolves once the speaker asks to stop (or is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // The guard returned by wait_for is not Send: drop it right here.
-    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+/// Resolves once the speaker or this peer is asked to stop (or the sender
+/// is gone), with the text of the Cease to send.
+async fn stopped(stop: &mut Stop) -> &'static str {
+    tokio::select! {
+        _ = stop.speaker.wait_for(|s| *s) => SHUTDOWN_TEXT,
+        r = stop.peer.wait_for(|s| s.is_some()) => {
+            // The guard is not Send: copy the text out right here.
+            r.ok().and_then(|g| *g).unwrap_or(SHUTDOWN_TEXT)
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -285,7 +370,7 @@ async fn run_session(
     shared: &PeerShared,
     stream: TcpStream,
     routes: &mut watch::Receiver<Arc<Routes>>,
-    stop: &mut watch::Receiver<bool>,
+    stop: &mut Stop,
 ) -> Outcome {
     let cfg = &shared.cfg;
     let peer = SocketAddr::new(cfg.address, cfg.port);
@@ -310,6 +395,7 @@ async fn run_session(
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
     let mut session = Session::new(scfg, Instant::now());
+    let mut peer_routes = PeerRoutes::new(&cfg.communities);
     shared.set_state("OpenSent");
     info!(%peer, local = ?local, "BGP: TCP connected, OPEN sent");
     let mut established_at: Option<Instant> = None;
@@ -327,7 +413,7 @@ async fn run_session(
                     // (sync_routes diffs against the Adj-RIB-Out, so a
                     // change already covered by the full table sends
                     // nothing).
-                    let current = routes.borrow().clone();
+                    let current = peer_routes.view(routes.borrow().clone());
                     session.receive(&buf[..n], Instant::now(), &current);
                 }
                 Err(e) => io_error = Some(format!("read failed: {e}")),
@@ -338,13 +424,13 @@ async fn run_session(
                     // The speaker is gone; behave as on shutdown.
                     session.shutdown(SHUTDOWN_TEXT, Instant::now());
                 } else {
-                    let current = routes.borrow_and_update().clone();
+                    let current = peer_routes.view(routes.borrow_and_update().clone());
                     session.sync_routes(&current, Instant::now());
                 }
             }
-            _ = stopped(stop) => {
+            text = stopped(stop) => {
                 let sent = session.prefixes_sent();
-                session.shutdown(SHUTDOWN_TEXT, Instant::now());
+                session.shutdown(text, Instant::now());
                 if let Err(e) = write_out(&mut wr, &mut session).await {
                     warn!(%peer, "BGP: could not send withdrawals and Cease on shutdown: {e}");
                 } else {
@@ -400,5 +486,63 @@ async fn run_session(
     ));
     Outcome::Ended {
         established_for: established_at.map(|t| t.elapsed()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Prefix, RouteAttrs};
+
+    fn routes(list: &[(&str, &[u32])]) -> Routes {
+        list.iter()
+            .map(|(p, c)| {
+                (
+                    p.parse().unwrap(),
+                    RouteAttrs::with_communities(c.iter().copied()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn peer_communities_are_merged_sorted_and_deduplicated() {
+        let mut v = PeerRoutes::new(&[9, 2, 9]);
+        let r = Arc::new(routes(&[
+            ("203.0.113.10/32", &[5, 2]),
+            ("2001:db8:100::10/128", &[]),
+        ]));
+        let got = v.view(Arc::clone(&r));
+        assert_eq!(
+            *got,
+            routes(&[
+                ("203.0.113.10/32", &[2, 5, 9]),
+                ("2001:db8:100::10/128", &[2, 9]),
+            ])
+        );
+        // The speaker's own set is untouched.
+        assert_eq!(
+            r[&"203.0.113.10/32".parse::<Prefix>().unwrap()].communities,
+            [5, 2]
+        );
+    }
+
+    #[test]
+    fn merged_set_is_rebuilt_only_when_the_route_set_changes() {
+        let mut v = PeerRoutes::new(&[7]);
+        let r = Arc::new(routes(&[("203.0.113.10/32", &[])]));
+        let a = v.view(Arc::clone(&r));
+        let b = v.view(Arc::clone(&r));
+        assert!(Arc::ptr_eq(&a, &b), "same set, same merged Arc");
+        let r2 = Arc::new(routes(&[("203.0.113.11/32", &[])]));
+        let c = v.view(r2);
+        assert_eq!(*c, routes(&[("203.0.113.11/32", &[7])]));
+    }
+
+    #[test]
+    fn without_peer_communities_the_set_is_passed_through() {
+        let mut v = PeerRoutes::new(&[]);
+        let r = Arc::new(routes(&[("203.0.113.10/32", &[1])]));
+        assert!(Arc::ptr_eq(&v.view(Arc::clone(&r)), &r));
     }
 }

@@ -1,6 +1,7 @@
 //! The tokio speaker against a scripted peer on loopback (no root needed):
 //! connection, status reporting, route changes, reconnect with backoff,
-//! errors both ways, and shutdown.
+//! errors both ways, shutdown, and reconfiguration one peer at a time
+//! (with per-peer communities).
 //!
 //! Why a scripted peer: it sees the exact bytes on a real TCP connection and
 //! can misbehave on purpose, which the real daemons in `interop.rs` cannot.
@@ -87,7 +88,12 @@ impl Peer {
     /// Reads UPDATEs until both End-of-RIB markers arrived; returns the
     /// announced prefixes.
     async fn initial_table(&mut self) -> Vec<Prefix> {
-        let mut got = Vec::new();
+        self.initial_rib().await.into_keys().collect()
+    }
+
+    /// Like `initial_table`, with each prefix's communities.
+    async fn initial_rib(&mut self) -> BTreeMap<Prefix, Vec<u32>> {
+        let mut got = BTreeMap::new();
         let mut eor = 0;
         while eor < 2 {
             match self.recv().await {
@@ -100,15 +106,66 @@ impl Peer {
                     if u == Update::default() || u.attributes == v6_eor {
                         eor += 1;
                     }
-                    got.extend(announced(&u));
+                    for p in announced(&u) {
+                        got.insert(p, communities(&u));
+                    }
                 }
                 Some(Message::Keepalive) => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
-        got.sort();
         got
     }
+
+    /// Reads until an UPDATE announces `p`; returns its communities. Fails
+    /// on a NOTIFICATION or the connection closing: the session must stay.
+    async fn announcement_of(&mut self, p: Prefix) -> Vec<u32> {
+        loop {
+            match self.recv().await {
+                Some(Message::Update(u)) if announced(&u).contains(&p) => {
+                    return communities(&u);
+                }
+                Some(Message::Update(_) | Message::Keepalive) => {}
+                other => panic!("expected the announcement of {p}, got {other:?}"),
+            }
+        }
+    }
+
+    /// Reads the goodbye of a stopped session: withdrawals, then a
+    /// NOTIFICATION, then the close. Returns the sorted withdrawals and the
+    /// NOTIFICATION, and closes our side.
+    async fn goodbye(mut self) -> (Vec<Prefix>, Notification) {
+        let mut w = Vec::new();
+        loop {
+            match self.recv().await {
+                Some(Message::Update(u)) => w.extend(withdrawn(&u)),
+                Some(Message::Notification(n)) => {
+                    assert_eq!(self.recv().await, None, "closed after the NOTIFICATION");
+                    w.sort();
+                    return (w, n);
+                }
+                Some(Message::Keepalive) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+}
+
+fn communities(u: &Update) -> Vec<u32> {
+    u.attributes
+        .iter()
+        .find_map(|a| match a {
+            Attribute::Communities(c) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// True if a connection is waiting on `l` right now (polled once, no wait).
+fn pending_accept(l: &TcpListener) -> bool {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    l.poll_accept(&mut cx).is_ready()
 }
 
 fn announced(u: &Update) -> Vec<Prefix> {
@@ -149,8 +206,18 @@ fn routes(list: &[&str]) -> BTreeMap<Prefix, RouteAttrs> {
 }
 
 async fn wait_status(s: &Speaker, what: &str, f: impl Fn(&PeerStatus) -> bool) -> PeerStatus {
+    wait_peer(s, 0, what, f).await
+}
+
+/// Waits (at most 10 s) until peer number `i` satisfies `f`.
+async fn wait_peer(
+    s: &Speaker,
+    i: usize,
+    what: &str,
+    f: impl Fn(&PeerStatus) -> bool,
+) -> PeerStatus {
     for _ in 0..200 {
-        let st = s.peers().remove(0);
+        let st = s.peers().remove(i);
         if f(&st) {
             return st;
         }
@@ -394,4 +461,95 @@ async fn route_changes_are_not_lost_while_the_peer_talks() {
     }
     talker.abort();
     drop(s);
+}
+
+/// Reconfiguring one peer leaves the other's session alone. Two scripted
+/// peers A and B; A is tagged with a per-peer community. Changing B's hold
+/// time resets B only (Cease, then a new connection whose OPEN has the new
+/// hold time and which is sent the current routes) while A's connection
+/// keeps carrying updates without a NOTIFICATION or a new connection;
+/// removing B sends it a Cease and leaves A alone again.
+#[tokio::test]
+async fn reconfigure_resets_only_the_changed_peer() {
+    const TAG: u32 = (65000 << 16) | 7;
+    let la = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let lb = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut cfg = config(la.local_addr().unwrap().port(), 65001);
+    let mut pb = cfg.peers[0].clone();
+    pb.port = lb.local_addr().unwrap().port();
+    cfg.peers[0].communities = vec![TAG, TAG];
+    cfg.peers.push(pb);
+    let key_a = SocketAddr::from((Ipv4Addr::LOCALHOST, cfg.peers[0].port));
+    let key_b = SocketAddr::from((Ipv4Addr::LOCALHOST, cfg.peers[1].port));
+    let s = Speaker::start(cfg.clone());
+    let r10: Prefix = "203.0.113.10/32".parse().unwrap();
+    let r11: Prefix = "203.0.113.11/32".parse().unwrap();
+    s.set_routes(routes(&["203.0.113.10/32"]));
+
+    let mut a = Peer::accept(&la).await;
+    assert_eq!(a.establish(65001).await.hold_time, 90);
+    let mut b = Peer::accept(&lb).await;
+    assert_eq!(b.establish(65001).await.hold_time, 90);
+    // The peer's community on A's routes only, merged with the route's.
+    assert_eq!(a.initial_rib().await, [(r10, vec![42, TAG])].into());
+    assert_eq!(b.initial_rib().await, [(r10, vec![42])].into());
+    wait_peer(&s, 0, "A Established", |p| p.state == "Established").await;
+    wait_peer(&s, 1, "B Established", |p| p.state == "Established").await;
+
+    // Change only B's hold time.
+    let mut changed = cfg.clone();
+    changed.peers[1].hold_time = 30;
+    let (r, (w, n)) = tokio::join!(s.reconfigure(changed.clone()), b.goodbye());
+    let r = r.unwrap();
+    assert_eq!((r.changed, r.kept), (vec![key_b], vec![key_a]));
+    assert!(r.added.is_empty() && r.removed.is_empty());
+    assert_eq!(w, vec![r10], "B's routes withdrawn before the Cease");
+    assert_eq!((n.code, n.subcode), (6, 2));
+    assert!(
+        n.describe().contains("configuration changed"),
+        "{}",
+        n.describe()
+    );
+    // B comes back with the new hold time and the current routes.
+    let mut b = Peer::accept(&lb).await;
+    assert_eq!(b.establish(65001).await.hold_time, 30);
+    assert_eq!(b.initial_rib().await, [(r10, vec![42])].into());
+    wait_peer(&s, 1, "B Established again", |p| p.state == "Established").await;
+
+    // A's original connection still carries the session: the next change
+    // arrives on it, with no NOTIFICATION or close before it, and A's
+    // listener never saw a second connection.
+    s.set_routes(routes(&["203.0.113.10/32", "203.0.113.11/32"]));
+    assert_eq!(a.announcement_of(r11).await, vec![42, TAG]);
+    assert_eq!(b.announcement_of(r11).await, vec![42]);
+    assert!(!pending_accept(&la), "A reconnected");
+    assert_eq!(s.peers()[0].state, "Established");
+
+    // Remove B: withdrawals and a Cease for B, nothing for A.
+    let mut only_a = changed.clone();
+    only_a.peers.truncate(1);
+    let (r, (w, n)) = tokio::join!(s.reconfigure(only_a), b.goodbye());
+    let r = r.unwrap();
+    assert_eq!((r.removed, r.kept), (vec![key_b], vec![key_a]));
+    assert!(r.added.is_empty() && r.changed.is_empty());
+    assert_eq!(w, vec![r10, r11]);
+    assert_eq!((n.code, n.subcode), (6, 2));
+    assert!(n.describe().contains("removed"), "{}", n.describe());
+    assert_eq!(s.peers().len(), 1);
+    s.set_routes(routes(&["203.0.113.11/32"]));
+    loop {
+        match a.recv().await {
+            Some(Message::Update(u)) if withdrawn(&u) == vec![r10] => break,
+            Some(Message::Update(_) | Message::Keepalive) => {}
+            other => panic!("expected the withdrawal of {r10}, got {other:?}"),
+        }
+    }
+    assert!(!pending_accept(&la), "A reconnected");
+    // B's task ended with the reconfiguration, so it cannot come back.
+    assert!(!pending_accept(&lb), "removed B reconnected");
+
+    // Shutdown still reaches A, started before any reconfiguration.
+    let ((w, n), ()) = tokio::join!(a.goodbye(), s.shutdown());
+    assert_eq!(w, vec![r11]);
+    assert!(n.describe().contains("shutting down"), "{}", n.describe());
 }
