@@ -289,6 +289,20 @@ fn peer_config(
             ));
         }
     }
+    for text in &s.communities {
+        let parsed = text
+            .split_once(':')
+            .and_then(|(a, v)| Some((a.parse::<u16>().ok()?, v.parse::<u16>().ok()?)));
+        match parsed {
+            Some((a, v)) => c.communities.push(u32::from(a) << 16 | u32::from(v)),
+            None => {
+                return Err(bad(
+                    "spec.communities",
+                    format!("{text:?} is not AS:VALUE (each 0-65535)"),
+                ));
+            }
+        }
+    }
     if let Some(r) = &s.password_secret_ref {
         c.password = Some(
             password(secrets, r).map_err(|reason| PeerProblem::Password {

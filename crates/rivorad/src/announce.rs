@@ -17,9 +17,11 @@
 //! * L2: ARP and NDP are answered for every VIP address with `advertise`
 //!   on, healthy or not (static mode: the responder is always active).
 //!
-//! A change of the node's BGP settings (the file's `bgp:` section)
-//! restarts the speaker (the old one withdraws its routes and sends Cease
-//! first); a change of its L2 settings (`l2Announce:`) starts a new
+//! A change of the node's BGP peers (the file's `bgp:` section, or the
+//! BGPPeers and their Secrets in Kubernetes) is applied in place: only the
+//! sessions of peers that changed or went away are closed (routes withdrawn,
+//! Cease sent), the others stay up; a new local AS or router ID restarts the
+//! speaker (the old one withdraws its routes and sends Cease first); a change of its L2 settings (`l2Announce:`) starts a new
 //! responder before the old one stops. Neither touches the datapath.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -286,28 +288,59 @@ pub async fn reconfigure(
     });
     let l2_vips = desired.l2_addresses();
 
-    // 1. Under the lock: the new policy, and take out what must stop.
-    let (old_speaker, l2_changed) = {
+    // 1. Under the lock: the new policy, and what changes for the speaker.
+    let (bgp_change, l2_changed) = {
         let mut s = shared.lock().expect("state lock");
         let a = &mut s.announcer;
         a.policy = desired.announce_policies();
-        let old_speaker = if a.bgp_config != want_bgp {
-            a.bgp_config = None;
-            a.announced.clear();
-            a.speaker.take()
-        } else {
-            None
+        let bgp_change = match (&a.speaker, &want_bgp) {
+            _ if a.bgp_config == want_bgp => None,
+            (Some(sp), Some(cfg)) => Some((Arc::clone(sp), Some(cfg.clone()))),
+            (Some(sp), None) => Some((Arc::clone(sp), None)),
+            (None, _) => None,
         };
         // Also retry a responder that could not start last time.
         let l2_changed = a.l2_config != want_l2 || (want_l2.is_some() && a.responder.is_none());
-        (old_speaker, l2_changed)
+        (bgp_change, l2_changed)
     };
 
-    // 2. The old speaker says goodbye (withdraw, Cease) before a new one
-    //    connects to the same peers.
-    if let Some(old) = old_speaker {
-        info!("BGP: the bgp section changed: stopping the speaker (routes withdrawn, Cease sent)");
-        old.shutdown().await;
+    // 2. A running speaker takes a new peer list in place: only the peers whose settings
+    //    changed (password, hold time, ...) or that went away are closed (routes withdrawn,
+    //    Cease sent); the others' sessions stay up. A new AS or router ID, or no BGP at all,
+    //    stops it (the old speaker says goodbye before a new one connects to the same peers).
+    if let Some((speaker, want)) = bgp_change {
+        let outcome = match want {
+            Some(cfg) => match speaker.reconfigure(cfg.clone()).await {
+                Ok(r) => {
+                    if !r.is_noop() {
+                        info!("BGP: peers reconfigured in place: {r}");
+                    }
+                    Some(cfg)
+                }
+                Err(e) => {
+                    info!("BGP: {e}: restarting the speaker (routes withdrawn, Cease sent)");
+                    speaker.shutdown().await;
+                    None
+                }
+            },
+            None => {
+                info!(
+                    "BGP: no longer configured: stopping the speaker (routes withdrawn, Cease sent)"
+                );
+                speaker.shutdown().await;
+                None
+            }
+        };
+        let mut s = shared.lock().expect("state lock");
+        let a = &mut s.announcer;
+        match outcome {
+            Some(cfg) => a.bgp_config = Some(cfg),
+            None => {
+                a.bgp_config = None;
+                a.announced.clear();
+                a.speaker = None;
+            }
+        }
     }
 
     // 3. The responder: a new one starts before the old one stops, so the

@@ -362,12 +362,15 @@ async fn bird_ecmp_local_announcements_failover_and_md5_from_a_secret() {
         }
     })
     .await;
+    // ETP Cluster: a pod sees the client's own address on flows its own node carried, and
+    // the carrying node's address on flows another node sent it. Node 1's address at a pod
+    // (necessarily node 2's) proves node 1 carried flows, and the other way round.
+    let client: IpAddr = IpAddr::V4(BEHIND_V4);
     let carried = l.connections(cluster_vip);
-    let want: BTreeSet<IpAddr> = [n1.parse().unwrap(), n2.parse().unwrap()].into();
+    let want: BTreeSet<IpAddr> = [n1.parse().unwrap(), n2.parse().unwrap(), client].into();
     assert_eq!(
         carried, want,
-        "the router spreads the client's flows over both nodes (ETP Cluster: the pods see the \
-         node that carried each flow)"
+        "the router spreads the client's flows over both nodes"
     );
     eprintln!("{FLOWS}/{FLOWS} connections through both nodes");
 
@@ -482,7 +485,11 @@ async fn bird_ecmp_local_announcements_failover_and_md5_from_a_secret() {
     })
     .await;
     let carried = l.connections(cluster_vip);
-    assert_eq!(carried, [n2.parse::<IpAddr>().unwrap()].into());
+    assert_eq!(
+        carried,
+        [n2.parse::<IpAddr>().unwrap(), client].into(),
+        "only node 2 carries flows (node 1's pod sees node 2, node 2's pod the client)"
+    );
     eprintln!("{FLOWS}/{FLOWS} new connections through node 2");
 
     // 4. A wrong password in the Secret: node 2's session goes down (no restart of rivorad)

@@ -202,6 +202,11 @@ fn conflicting_as_duplicates_and_bad_fields_are_refused_naming_the_field() {
             T1,
             json!({"address": "192.0.2.8", "localAddress": "fd00::1"}),
         ),
+        peer(
+            "tags",
+            T1,
+            json!({"address": "192.0.2.9", "communities": ["65000:1", "65000:70000"]}),
+        ),
     ];
     let b = node_bgp(&peers, None, "n1", &Passwords::new("infra", &[]));
     assert_eq!(b.peers, ["first"]);
@@ -212,13 +217,22 @@ fn conflicting_as_duplicates_and_bad_fields_are_refused_naming_the_field() {
         "BGPPeer hops: spec.nextHops: 10.0.0.2: at most one next hop per family",
         "BGPPeer other-as: spec.localASN 65999 differs from 65001 of the older BGPPeer first",
         "BGPPeer twin: the same address and port as the older BGPPeer first",
+        "BGPPeer tags: spec.communities: \"65000:70000\" is not AS:VALUE (each 0-65535)",
     ] {
         assert!(
             said.iter().any(|s| s.starts_with(want)),
             "missing {want:?} in {said:#?}"
         );
     }
-    assert_eq!(b.problems.len(), 5);
+    assert_eq!(b.problems.len(), 6);
+    // Well-formed communities go to that peer's sessions.
+    let tagged = peer("tags", T1, json!({"communities": ["65000:1", "64512:300"]}));
+    let b = node_bgp(&[tagged], None, "n1", &Passwords::new("infra", &[]));
+    let cfg = b.config.expect("a speaker config");
+    assert_eq!(
+        cfg.peers[0].communities,
+        [65000u32 << 16 | 1, 64512u32 << 16 | 300]
+    );
 }
 
 #[test]
