@@ -634,3 +634,91 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
     }
     assert_lab_removed(l.lab);
 }
+
+/// Whether `r` failed with 403 Forbidden.
+fn forbidden<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> bool {
+    matches!(r, Err(kube::Error::Api(ref s)) if s.code == 403)
+}
+
+/// Acceptance 4: the shipped roles (deploy/rbac/rivorad.yaml, bound as the tests bind them)
+/// let rivorad do what announcing needs (the e2e tests above run with exactly these) and no
+/// more: Secrets only listed and watched, only in rivorad's namespace; the Lease only read,
+/// created and updated there; BGPPeers only read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_roles_allow_announcing_and_no_more() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, DeleteParams, ListParams, PostParams};
+    let t = K8sTest::new("kl2r").await;
+    let sa = t.rivorad.clone();
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "md5"}, "stringData": {"password": "x"},
+    }))
+    .unwrap();
+    for ns in [&t.sa_ns, &t.ns] {
+        Api::<Secret>::namespaced(t.admin.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    // Secrets: listed and watched in rivorad's namespace only; never read one by one.
+    let own = Api::<Secret>::namespaced(sa.clone(), &t.sa_ns);
+    let listed = own.list(&ListParams::default()).await.unwrap();
+    assert!(listed.items.iter().any(|s| s.metadata.name.as_deref() == Some("md5")));
+    assert!(forbidden(own.get("md5").await), "get of a Secret");
+    assert!(forbidden(
+        Api::<Secret>::namespaced(sa.clone(), &t.ns)
+            .list(&ListParams::default())
+            .await
+    ));
+    assert!(forbidden(
+        Api::<Secret>::all(sa.clone())
+            .list(&ListParams::default())
+            .await
+    ));
+    assert!(forbidden(own.delete("md5", &DeleteParams::default()).await));
+
+    // The Lease: get, create, update in rivorad's namespace; not deleted, not elsewhere.
+    let lease: Lease = serde_json::from_value(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "rivora-l2-speaker"},
+        "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 4},
+    }))
+    .unwrap();
+    let leases = Api::<Lease>::namespaced(sa.clone(), &t.sa_ns);
+    let mut created = leases.create(&PostParams::default(), &lease).await.unwrap();
+    let got = leases.get("rivora-l2-speaker").await.unwrap();
+    assert_eq!(got.spec.unwrap().holder_identity.as_deref(), Some("n1"));
+    created.spec.as_mut().unwrap().holder_identity = Some("n2".into());
+    leases
+        .replace("rivora-l2-speaker", &PostParams::default(), &created)
+        .await
+        .unwrap();
+    assert!(forbidden(
+        leases
+            .delete("rivora-l2-speaker", &DeleteParams::default())
+            .await
+    ));
+    assert!(forbidden(
+        Api::<Lease>::namespaced(sa.clone(), &t.ns)
+            .create(&PostParams::default(), &lease)
+            .await
+    ));
+    assert!(forbidden(
+        Api::<Lease>::all(sa.clone())
+            .list(&ListParams::default())
+            .await
+    ));
+
+    // BGPPeers: read, never written.
+    let peers = Api::<rivora_k8s_api::BGPPeer>::all(sa.clone());
+    peers.list(&ListParams::default()).await.unwrap();
+    let p: rivora_k8s_api::BGPPeer = serde_json::from_value(json!({
+        "apiVersion": "rivora.dev/v1alpha1", "kind": "BGPPeer",
+        "metadata": {"name": format!("{}-p", t.ns)},
+        "spec": {"address": "192.0.2.1", "peerASN": 65000, "localASN": 65001},
+    }))
+    .unwrap();
+    assert!(forbidden(peers.create(&PostParams::default(), &p).await));
+}
