@@ -20,6 +20,7 @@
 pub mod gateway_run;
 pub mod gateway_status;
 pub mod ipam;
+pub mod l2_reach;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

@@ -291,8 +291,13 @@ pub fn desired_condition(
 }
 
 /// The status body rivora-controller applies to a Service (server-side apply, one manager):
-/// the whole ingress list (it is atomic) and our condition.
-pub fn service_status_patch(assignment: &Assignment, condition: &Condition) -> Value {
+/// the whole ingress list (it is atomic) and our condition, and the L2Reachable one when it
+/// applies (left out, server-side apply removes it).
+pub fn service_status_patch(
+    assignment: &Assignment,
+    condition: &Condition,
+    l2: Option<&Condition>,
+) -> Value {
     let ingress: Vec<Value> = assignment
         .addresses
         .iter()
@@ -303,7 +308,7 @@ pub fn service_status_patch(assignment: &Assignment, condition: &Condition) -> V
         "kind": "Service",
         "status": {
             "loadBalancer": { "ingress": ingress },
-            "conditions": [condition],
+            "conditions": std::iter::once(condition).chain(l2).collect::<Vec<_>>(),
         }
     })
 }
@@ -483,7 +488,7 @@ mod tests {
             (c2.status.as_str(), c2.last_transition_time.0),
             ("True", t1)
         );
-        let patch = service_status_patch(&ok, &c2);
+        let patch = service_status_patch(&ok, &c2, None);
         assert_eq!(
             patch["status"]["loadBalancer"]["ingress"],
             json!([{"ip": "10.0.0.1", "ipMode": "VIP"}])

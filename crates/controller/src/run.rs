@@ -21,13 +21,14 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use rivora_k8s_api::{AddressPool, ServicePolicy};
+use rivora_k8s_api::{AddressPool, RivoraNode, ServicePolicy};
 use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::gateway_run::{self, GatewayWatch, GatewayWrites};
 use crate::ipam::{self, ClaimKey, ClaimView, Outcome};
+use crate::l2_reach;
 use crate::leader::Leadership;
 use crate::metrics::{Metrics, StatusWrites};
 use crate::observe::{self, ClassConfig, FIELD_MANAGER};
@@ -55,6 +56,8 @@ pub struct Stores {
     pools: Store<AddressPool>,
     namespaces: Store<Namespace>,
     policies: Store<ServicePolicy>,
+    /// The nodes' reports: who is the L2 speaker and what it cannot serve.
+    nodes: Store<RivoraNode>,
     gateway: Arc<GatewayWatch>,
 }
 
@@ -100,6 +103,7 @@ pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
             Api::<ServicePolicy>::all(client.clone()),
             Arc::clone(&changed),
         ),
+        nodes: spawn_watch(Api::<RivoraNode>::all(client.clone()), Arc::clone(&changed)),
         gateway: Arc::new(GatewayWatch::new(client.clone(), changed)),
     }
 }
@@ -112,6 +116,7 @@ impl Stores {
         self.pools.wait_until_ready().await?;
         self.namespaces.wait_until_ready().await?;
         self.policies.wait_until_ready().await?;
+        self.nodes.wait_until_ready().await?;
         if let Some(gw) = self.gateway.stores(true).await? {
             gw.ready().await?;
         }
@@ -295,6 +300,9 @@ pub async fn pass(
     let pools = stores.pools.state();
     let pool_views: Vec<ipam::PoolView> = pools.iter().map(|p| observe::pool_view(p)).collect();
     let outcome: Outcome = ipam::allocate(&pool_views, &views);
+    let reports = stores.nodes.state();
+    let l2 = l2_reach::l2_mode(&reports);
+    let speaker = l2_reach::speaker(&reports);
 
     for svc in &ours {
         if confirmed_at.elapsed() > Duration::from_millis(500) {
@@ -325,7 +333,25 @@ pub async fn pass(
             condition.reason = "InvalidRequest".into();
             condition.message = e.clone();
         }
-        if observe::status_is_current(svc, &assignment, &condition) {
+        let l2_previous = l2_reach::current(svc);
+        let l2_condition = l2_reach::condition(
+            svc,
+            l2 && !assignment.addresses.is_empty(),
+            speaker.as_ref(),
+            l2_previous,
+            Timestamp::now(),
+        );
+        let l2_current = match (&l2_condition, l2_previous) {
+            (None, None) => true,
+            (Some(w), Some(c)) => {
+                w.status == c.status
+                    && w.reason == c.reason
+                    && w.message == c.message
+                    && w.observed_generation == c.observed_generation
+            }
+            _ => false,
+        };
+        if l2_current && observe::status_is_current(svc, &assignment, &condition) {
             continue;
         }
         let api: Api<Service> = Api::namespaced(
@@ -335,11 +361,30 @@ pub async fn pass(
         api.patch_status(
             &svc.name_any(),
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(observe::service_status_patch(&assignment, &condition)),
+            &Patch::Apply(observe::service_status_patch(
+                &assignment,
+                &condition,
+                l2_condition.as_ref(),
+            )),
         )
         .await
         .with_context(|| format!("writing the status of Service {k}"))?;
         report.service_writes += 1;
+        if let Some(c) = &l2_condition
+            && c.status == "False"
+            && l2_previous.map(|p| &p.reason) != Some(&c.reason)
+        {
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: c.reason.clone(),
+                note: Some(c.message.clone()),
+                action: "AnnounceL2".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&ev, &svc.object_ref(&())).await {
+                warn!(service = %k, error = %e, "could not record an Event");
+            }
+        }
         if condition.status == "False" && previous.map(|c| &c.reason) != Some(&condition.reason) {
             let ev = Event {
                 type_: EventType::Warning,

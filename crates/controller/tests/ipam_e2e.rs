@@ -439,6 +439,136 @@ async fn the_controller_assigns_reports_frees_and_survives_a_restart() {
     )
     .await;
     println!("s001 (now ClusterIP) released its address");
+
+    // Phase 6: L2 mode, one speaker. The test writes the nodes' reports as rivorad would: the
+    // holder of the speaker Lease lists the ETP Local Services it cannot serve. Such a Service
+    // gets L2Reachable False naming the node, and an Event; a served one True; an ETP
+    // Cluster one no such condition; when the holder gets an endpoint it turns True.
+    use rivora_controller::l2_reach;
+    use rivora_k8s_api::RivoraNode;
+    let local = |name: &str| {
+        let mut s = lb_service(name, "v4", json!({}));
+        s.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
+        s
+    };
+    services.create(&pp, &local("l2-unserved")).await.unwrap();
+    services.create(&pp, &local("l2-served")).await.unwrap();
+    services
+        .create(&pp, &lb_service("l2-cluster", "v4", json!({})))
+        .await
+        .unwrap();
+    let nodes: Api<RivoraNode> = Api::all(client.clone());
+    let holder = unique_name("l2-holder");
+    let standby = unique_name("l2-standby");
+    let report = |answering: bool, unserved: Vec<String>| {
+        json!({"apiVersion": "rivora.dev/v1alpha1", "kind": "RivoraNode",
+            "status": {"announce": {"mode": "l2", "l2Answering": answering,
+                "l2Unserved": unserved}}})
+    };
+    for (name, answering) in [(&holder, true), (&standby, false)] {
+        let n: RivoraNode = serde_json::from_value(json!({
+            "apiVersion": "rivora.dev/v1alpha1", "kind": "RivoraNode",
+            "metadata": {"name": name}, "spec": {},
+        }))
+        .unwrap();
+        nodes.create(&pp, &n).await.unwrap();
+        let unserved = vec![format!("{ns}/l2-unserved")];
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::apply("rivorad").force(),
+                &Patch::Apply(report(answering, unserved)),
+            )
+            .await
+            .unwrap();
+    }
+    let l2_of = |list: &[Service],
+                 name: &str|
+     -> Result<Option<(String, String, String)>, String> {
+        let s = list
+            .iter()
+            .find(|s| s.name_any() == name)
+            .ok_or("not listed")?;
+        if ingress(s).is_empty() {
+            return Err(format!("{name} has no address yet"));
+        }
+        Ok(l2_reach::current(s).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone())))
+    };
+    let (message, took) = wait_for(
+        "L2Reachable on the ETP Local Services",
+        Duration::from_secs(10),
+        &services,
+        |list| {
+            let unserved = l2_of(list, "l2-unserved")?;
+            let served = l2_of(list, "l2-served")?;
+            let cluster = l2_of(list, "l2-cluster")?;
+            match (&unserved, &served, &cluster) {
+                (Some((f, r, m)), Some((t, _, _)), None)
+                    if f == "False" && r == l2_reach::REASON_NO_LOCAL_ENDPOINT && t == "True" =>
+                {
+                    Ok(m.clone())
+                }
+                _ => Err(format!("{unserved:?} {served:?} {cluster:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.contains(&holder),
+        "names the speaker node: {message}"
+    );
+    println!("L2Reachable False after {took:?}: {message}");
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let evs = events.list(&ListParams::default()).await.unwrap().items;
+        if evs.iter().any(|e| {
+            e.involved_object.name.as_deref() == Some("l2-unserved")
+                && e.reason.as_deref() == Some(l2_reach::REASON_NO_LOCAL_ENDPOINT)
+                && e.type_.as_deref() == Some("Warning")
+        }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {} Event",
+            l2_reach::REASON_NO_LOCAL_ENDPOINT
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The holder gets a local endpoint: its report no longer lists the Service.
+    nodes
+        .patch_status(
+            &holder,
+            &PatchParams::apply("rivorad").force(),
+            &Patch::Apply(report(true, vec![])),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "L2Reachable turns True",
+        Duration::from_secs(10),
+        &services,
+        |list| match l2_of(list, "l2-unserved")? {
+            Some((t, _, _)) if t == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    // No node in L2 mode any more: the condition goes.
+    for n in [&holder, &standby] {
+        nodes.delete(n, &DeleteParams::default()).await.unwrap();
+    }
+    wait_for(
+        "L2Reachable removed",
+        Duration::from_secs(10),
+        &services,
+        |list| match l2_of(list, "l2-unserved")? {
+            None => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
     controller.task.abort();
 
     // The controller's identity may do nothing else.

@@ -144,6 +144,12 @@ pub struct AnnounceReport {
     /// The last failed request on the L2 Lease (absent once one succeeds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l2_error: Option<String>,
+    /// While this node answers (L2 mode): the `externalTrafficPolicy: Local` Services
+    /// (`namespace/name`) it answers ARP/NDP for but has no ready endpoint of, so their VIPs
+    /// are not served (the first 64). rivora-controller turns it into the Services'
+    /// `rivora.dev/L2Reachable` condition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub l2_unserved: Vec<String>,
 }
 
 /// One BGP session of a node.

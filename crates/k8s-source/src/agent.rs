@@ -895,6 +895,7 @@ impl Agent {
             announcing: &self.announcing,
             since: &self.sessions_since,
             election: election.as_ref(),
+            unserved: self.unserved_locally(),
         }))
     }
 
@@ -914,7 +915,9 @@ impl Agent {
             Some("the initial sync is not complete".to_string())
         } else if self.datapath.is_none() {
             Some("the datapath is not attached".to_string())
-        } else if self.applied.is_none() {
+        } else if self.last_apply_ok.is_none() {
+            // Ever applied, not "the latest offer applied": every new offer resets that, and
+            // a holder must not step down for each Service change.
             Some("no desired state applied yet".to_string())
         } else {
             self.announcing.l2_problem.clone()
@@ -927,6 +930,26 @@ impl Agent {
                 true
             }
         });
+    }
+
+    /// The ETP Local Services (`namespace/name`) with no ready endpoint on this node: what an
+    /// L2 speaker answering for them cannot serve.
+    fn unserved_locally(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .results
+            .iter()
+            .filter_map(|(k, o)| match o {
+                Outcome::Translated(v) => v
+                    .health_check
+                    .as_ref()
+                    .filter(|hc| hc.local_endpoints == 0)
+                    .map(|_| k.to_string()),
+                _ => None,
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Whether this node's Node carries the exclusion label.

@@ -67,6 +67,8 @@ pub struct AnnounceInputs<'a> {
     pub since: &'a BTreeMap<(IpAddr, u16), (String, Timestamp)>,
     /// L2 mode: the Lease election's state.
     pub election: Option<&'a Election>,
+    /// L2 mode: the ETP Local Services without a local ready endpoint (`namespace/name`).
+    pub unserved: Vec<String>,
 }
 
 /// The report's `announce`: sessions named by their BGPPeer (the speaker's peers are in
@@ -117,6 +119,15 @@ pub fn announce(i: &AnnounceInputs<'_>) -> AnnounceReport {
         l2_answering: i.announcing.l2_answering,
         l2_ineligible: i.election.and_then(|e| e.ineligible.clone()),
         l2_error: i.election.and_then(|e| e.error.clone()),
+        l2_unserved: if i.announcing.l2_answering {
+            i.unserved
+                .iter()
+                .take(MAX_REPORTED_PEERS)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -528,6 +539,7 @@ mod tests {
             announcing: &announcing,
             since: &since,
             election: None,
+            unserved: Vec::new(),
         });
         let names: Vec<(&str, &str)> = r
             .bgp_sessions
@@ -554,6 +566,7 @@ mod tests {
             announcing: &up,
             since: &since,
             election: None,
+            unserved: Vec::new(),
         });
         assert_eq!(bgp_condition(&r).1, "Established");
         let refused = AnnounceReport {

@@ -448,7 +448,7 @@ async fn bird_ecmp_local_announcements_failover_and_md5_from_a_secret() {
     .await;
     let k = l.agents[0].kubernetes().await.unwrap();
     assert_eq!(k.announce, "bgp");
-    assert_eq!(k.bgp_peers, [tor.clone()]);
+    assert_eq!(k.bgp_peers, std::slice::from_ref(&tor));
 
     // 3. SIGKILL node 1's rivorad: BIRD drops its path within the hold time; new connections
     //    keep succeeding through node 2.

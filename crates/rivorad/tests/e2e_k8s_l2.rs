@@ -329,8 +329,13 @@ impl Drop for Prober {
 }
 
 /// Waits for a node other than those in `not` to answer, and for the client's entries for
-/// both VIPs to point at it; returns (node, time taken).
-async fn wait_takeover(l: &L2Lab, alive: &[usize], not: &[usize], since: Instant) -> usize {
+/// both VIPs to point at it; returns the node and when (after `since`) it answered.
+async fn wait_takeover(
+    l: &L2Lab,
+    alive: &[usize],
+    not: &[usize],
+    since: Instant,
+) -> (usize, Duration) {
     let budget = TIMING.failover_budget();
     let n = wait_for(
         "another node answers",
@@ -343,6 +348,7 @@ async fn wait_takeover(l: &L2Lab, alive: &[usize], not: &[usize], since: Instant
         },
     )
     .await;
+    let answered = since.elapsed();
     let mac = l.mac_of(n).to_string();
     wait_for(
         "the client's entries point at the new holder",
@@ -357,10 +363,11 @@ async fn wait_takeover(l: &L2Lab, alive: &[usize], not: &[usize], since: Instant
     )
     .await;
     eprintln!(
-        "node {n} answers; the client's entries moved {:.2} s after the event",
+        "node {n} answers {:.2} s after the event; the client's entries moved {:.2} s after it",
+        answered.as_secs_f64(),
         since.elapsed().as_secs_f64()
     );
-    n
+    (n, answered)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,6 +459,46 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
         assert!(!l.agents[n - 1].api().speaker().await.unwrap().active);
     }
 
+    // An ETP Local Service whose only endpoint is on another node than the holder: the
+    // holder's report says it cannot serve it (rivora-controller turns that into the
+    // Service's L2Reachable condition and an Event; crates/controller/tests/ipam_e2e.rs).
+    let other = (1..=3).find(|n| *n != first).unwrap();
+    l.t.service(
+        "solo",
+        "10.220.0.101",
+        json!([{"name": "tcp", "port": 80, "protocol": "TCP", "targetPort": 8080}]),
+        json!({"externalTrafficPolicy": "Local"}),
+    )
+    .await;
+    let p = &l.lab.nodes[other - 1].pods[0];
+    l.t.slice(
+        "solo",
+        &[Ep {
+            addr: IpAddr::V4(p.v4),
+            node: names[other - 1].as_str(),
+            terminating: false,
+        }],
+        json!([{"name": "tcp", "port": 8080, "protocol": "TCP"}]),
+    )
+    .await;
+    let want = vec![format!("{}/solo", l.t.ns)];
+    wait_for("the holder reports what it cannot serve", WAIT, || async {
+        let n = kube::Api::<rivora_k8s_api::RivoraNode>::all(l.t.admin.clone())
+            .get(&names[first - 1])
+            .await
+            .map_err(|e| e.to_string())?;
+        let a = n
+            .status
+            .and_then(|s| s.announce)
+            .ok_or("no announce report")?;
+        if a.l2_answering && a.l2_unserved == want {
+            Ok(())
+        } else {
+            Err(format!("{a:?}"))
+        }
+    })
+    .await;
+
     // From here the Service's one endpoint is the pod on the first holder's node: that node
     //    keeps routing to its pod when its rivorad dies, and no link cut below reaches it (a
     //    pod behind a cut link would fail the flows Maglev sends it until the
@@ -475,7 +522,12 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
     for a in &l.agents {
         wait_for("every node programs the one endpoint", WAIT, || async {
             let vips = a.vips().await?;
-            let n: Vec<usize> = vips.iter().map(|v| v.backends.len()).collect();
+            let web = [VIP4.to_string(), VIP6.to_string()];
+            let n: Vec<usize> = vips
+                .iter()
+                .filter(|v| web.contains(&v.address))
+                .map(|v| v.backends.len())
+                .collect();
             if n.len() == 2 && n.iter().all(|b| *b == 1) {
                 Ok(())
             } else {
@@ -490,10 +542,19 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
     let p4 = Prober::start(&l.lab.client, v4);
     let p6 = Prober::start(&l.lab.client, v6);
     std::thread::sleep(Duration::from_millis(500));
+    // Still the holder after the Service changes above (a change must not move the Lease).
+    assert_eq!(l.answering(&[1, 2, 3]).await, Ok(first));
     let killed = Instant::now();
     l.agents[first - 1].kill();
     let alive: Vec<usize> = (1..=3).filter(|n| *n != first).collect();
-    let second = wait_takeover(&l, &alive, &[first], killed).await;
+    let (second, answered) = wait_takeover(&l, &alive, &[first], killed).await;
+    // A SIGKILLed holder releases nothing: the others wait until its record is a lease
+    // duration old on their clocks (their last look may have been up to a retry period
+    // before the kill).
+    assert!(
+        answered >= TIMING.duration - TIMING.retry_period,
+        "taken over after {answered:?}, before the Lease could expire"
+    );
     let moved = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
     assert!(
@@ -522,7 +583,7 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
     let third_expected: Vec<usize> = alive.iter().copied().filter(|n| *n != second).collect();
     let cut = Instant::now();
     link::down(&l.lab.switch, &format!("pn{second}")).unwrap();
-    let third = wait_takeover(&l, &alive, &[second], cut).await;
+    let (third, _) = wait_takeover(&l, &alive, &[second], cut).await;
     assert_eq!([third], third_expected.as_slice());
     std::thread::sleep(Duration::from_secs(1));
     assert!(
@@ -665,7 +726,12 @@ async fn the_shipped_roles_allow_announcing_and_no_more() {
     // Secrets: listed and watched in rivorad's namespace only; never read one by one.
     let own = Api::<Secret>::namespaced(sa.clone(), &t.sa_ns);
     let listed = own.list(&ListParams::default()).await.unwrap();
-    assert!(listed.items.iter().any(|s| s.metadata.name.as_deref() == Some("md5")));
+    assert!(
+        listed
+            .items
+            .iter()
+            .any(|s| s.metadata.name.as_deref() == Some("md5"))
+    );
     assert!(forbidden(own.get("md5").await), "get of a Secret");
     assert!(forbidden(
         Api::<Secret>::namespaced(sa.clone(), &t.ns)
