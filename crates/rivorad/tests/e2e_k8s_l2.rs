@@ -679,7 +679,22 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
         "the switch learnt the holder's MAC again: {fdb}"
     );
 
-    // 5. The whole test: one run of claims per holder, in takeover order; never two at once.
+    // 5. SIGTERM the holder: it stops answering, releases the Lease, and the node whose link
+    //    healed takes over at its next look, long before the Lease could have expired.
+    let stopped = Instant::now();
+    let log = l.agents[third - 1].stop();
+    let (fourth, answered) = wait_takeover(&l, &[second], &[third], stopped).await;
+    assert_eq!(fourth, second);
+    assert!(
+        answered < TIMING.duration,
+        "a released Lease is taken at once, not after it expires: {answered:?}"
+    );
+    assert!(
+        log.contains("releasing the Lease"),
+        "node {third} says it released the Lease:\n{log}"
+    );
+
+    // 6. The whole test: one run of claims per holder, in takeover order; never two at once.
     let frames = l.sniffer.frames();
     for ip in [IpAddr::V4(VIP4), IpAddr::V6(VIP6)] {
         let runs = claim_runs(&frames, ip, t0);
@@ -688,7 +703,7 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
             "{ip}: claims by node, in order: {order:?} ({:?} frames)",
             runs.iter().map(|r| r.3).collect::<Vec<_>>()
         );
-        assert_eq!(order, [first, second, third], "{ip}: {runs:?}");
+        assert_eq!(order, [first, second, third, fourth], "{ip}: {runs:?}");
         for w in runs.windows(2) {
             assert!(w[0].2 < w[1].1, "{ip}: overlapping claims {w:?}");
         }

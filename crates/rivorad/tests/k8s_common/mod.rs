@@ -315,6 +315,13 @@ impl NodeAgent {
         d.signal_and_wait(libc::SIGKILL).unwrap();
     }
 
+    /// SIGTERM, and waits for rivorad to exit (a graceful stop); returns its log.
+    pub fn stop(&mut self) -> String {
+        let mut d = self.rivorad.take().unwrap();
+        d.signal_and_wait(libc::SIGTERM).unwrap();
+        d.log()
+    }
+
     pub fn log(&self) -> String {
         self.rivorad.as_ref().map(|d| d.log()).unwrap_or_default()
     }
