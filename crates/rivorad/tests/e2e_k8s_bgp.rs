@@ -15,7 +15,8 @@
 //! - TCP-MD5 from a Secret: the sessions come up with it; a wrong password in the Secret keeps
 //!   them down with the hint in the node's API and report; the right one brings them back,
 //!   all without restarting rivorad; a BGPPeer whose Secret is missing has no session and says
-//!   so in the report.
+//!   so in the report; a BGPPeer added and removed reconfigures the speaker in place (the other
+//!   session stays Established, its `since` unchanged).
 //!
 //! With FRR (bgpd alone, so its RIB is checked, not a kernel): the same announce (both next
 //! hops, `maximum-paths`) and withdraw (the last endpoint gone) checks.
@@ -433,19 +434,70 @@ async fn bird_ecmp_local_announcements_failover_and_md5_from_a_secret() {
         (c.status.as_str(), c.reason.as_str()),
         ("False", "PeersRefused")
     );
+    // Another BGPPeer going away leaves the established session alone (the speaker is
+    // reconfigured in place, not restarted).
+    let since = a.bgp_sessions[0].since.clone();
+    let uptime = l.agents[0].api().bgp().await.unwrap().peers[0].uptime_secs;
     l.delete_peer(&orphan).await;
-    wait_for(
+    let after = wait_for(
         "BGPEstablished turns True without the orphan",
         WAIT,
         || async {
             let s = l.report(1).await?;
             match s.conditions.iter().find(|c| c.type_ == "BGPEstablished") {
-                Some(c) if c.status == "True" => Ok(()),
+                Some(c) if c.status == "True" => Ok(s),
                 other => Err(format!("{other:?}")),
             }
         },
     )
     .await;
+    let kept = &after.announce.as_ref().unwrap().bgp_sessions;
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].since, since, "the tor session was not restarted");
+    let now = l.agents[0].api().bgp().await.unwrap().peers[0].uptime_secs;
+    assert!(now >= uptime, "uptime {uptime:?} then {now:?}");
+    // A BGPPeer added and removed (a router at the second client's address, where nothing
+    // listens): the speaker is reconfigured in place both times; the tor session stays up.
+    let extra = l.peer("extra", "10.220.0.3".parse().unwrap(), None).await;
+    wait_for("node 1 peers with the extra BGPPeer too", WAIT, || async {
+        let s = l.report(1).await?;
+        let n = s.announce.map(|a| a.bgp_sessions.len()).unwrap_or(0);
+        if n == 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} sessions"))
+        }
+    })
+    .await;
+    l.delete_peer(&extra).await;
+    let after = wait_for("node 1 drops the extra BGPPeer", WAIT, || async {
+        let s = l.report(1).await?;
+        let n = s
+            .announce
+            .as_ref()
+            .map(|a| a.bgp_sessions.len())
+            .unwrap_or(0);
+        if n == 1 {
+            Ok(s)
+        } else {
+            Err(format!("{n} sessions"))
+        }
+    })
+    .await;
+    let kept = &after.announce.as_ref().unwrap().bgp_sessions;
+    assert_eq!(kept[0].peer, tor);
+    assert_eq!(kept[0].state, "Established");
+    assert_eq!(kept[0].since, since, "the tor session was not restarted");
+    assert!(bird.protocol_established("node1").is_ok());
+    assert_eq!(
+        l.agents[0]
+            .log()
+            .matches("peers reconfigured in place")
+            .count(),
+        2,
+        "{}",
+        l.agents[0].log()
+    );
     let k = l.agents[0].kubernetes().await.unwrap();
     assert_eq!(k.announce, "bgp");
     assert_eq!(k.bgp_peers, std::slice::from_ref(&tor));
