@@ -218,7 +218,8 @@ impl Announcer {
                 r.answered().into_iter().map(|a| (a.vip, a)).collect();
             status.mac = Some(r.mac().to_string());
             status.active = r.is_active();
-            status.link_up = r.link_running().ok();
+            // An interface that cannot be read (it went away) counts as down.
+            status.link_up = Some(r.link_running().unwrap_or(false));
             status.fenced = r.fenced();
             status.vips = r
                 .vips()
