@@ -19,7 +19,8 @@
 //!   session stays Established, its `since` unchanged).
 //!
 //! With FRR (bgpd alone, so its RIB is checked, not a kernel): the same announce (both next
-//! hops, `maximum-paths`) and withdraw (the last endpoint gone) checks.
+//! hops, `maximum-paths`) and withdraw (the last endpoint gone) checks, and a Node labelled
+//! `node.kubernetes.io/exclude-from-external-load-balancers` withdrawing (session kept).
 //!
 //! Needs root and the test dependencies (scripts/build-testdeps.sh); installs bird2 and frr
 //! when missing (rivora_lab::bgp_peers).
@@ -670,6 +671,50 @@ async fn frr_sees_every_node_announce_and_withdraw() {
         }
     })
     .await;
+    // Node 1 labelled node.kubernetes.io/exclude-from-external-load-balancers: it withdraws
+    // (its session stays up, announcing nothing); unlabelled, it announces again.
+    let exclude = |on: bool| {
+        json!({"metadata": {"labels": {
+            "node.kubernetes.io/exclude-from-external-load-balancers":
+                if on { json!("") } else { serde_json::Value::Null }
+        }}})
+    };
+    for (on, want) in [(true, set(&[&n2])), (false, set(&[&n1, &n2]))] {
+        Api::<Node>::all(l.t.admin.clone())
+            .patch(
+                &l.agents[0].name,
+                &PatchParams::default(),
+                &Patch::Merge(exclude(on)),
+            )
+            .await
+            .unwrap();
+        wait_for("FRR follows the exclusion label", WAIT, || async {
+            let hops = frr_next_hops(&frr, &prefix)?;
+            if hops == want {
+                Ok(())
+            } else {
+                Err(format!("FRR next hops {hops:?}, want {want:?}"))
+            }
+        })
+        .await;
+        if on {
+            // The report follows within its write interval.
+            wait_for("node 1's report says it is excluded", WAIT, || async {
+                let a = l.report(1).await?.announce.ok_or("no announce report")?;
+                let up = a
+                    .bgp_sessions
+                    .first()
+                    .is_some_and(|s| s.state == "Established");
+                if a.excluded && up && a.announced_routes == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{a:?}"))
+                }
+            })
+            .await;
+        }
+    }
+
     // The last endpoint goes: both nodes withdraw.
     let gone = Instant::now();
     l.slice("web", &[]).await;

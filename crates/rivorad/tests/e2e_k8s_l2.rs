@@ -21,6 +21,9 @@
 //!   unsolicited NA, as routers that learn from them do), the next refresh restores it without
 //!   the client asking; the switch's FDB entry for the holder's MAC, deleted, comes back too
 //!   (MetalLB #2910).
+//! - The holder's Node labelled `node.kubernetes.io/exclude-from-external-load-balancers`: it
+//!   steps down at once, saying why; SIGTERM of the holder: it releases the Lease; both times
+//!   the next node takes over well before a Lease could expire.
 //! - Throughout, no two nodes answer for a VIP at once: the senders of every ARP reply,
 //!   gratuitous ARP and NA for a VIP form one run per holder, in takeover order.
 //!
@@ -679,22 +682,72 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
         "the switch learnt the holder's MAC again: {fdb}"
     );
 
-    // 5. SIGTERM the holder: it stops answering, releases the Lease, and the node whose link
-    //    healed takes over at its next look, long before the Lease could have expired.
-    let stopped = Instant::now();
-    let log = l.agents[third - 1].stop();
-    let (fourth, answered) = wait_takeover(&l, &[second], &[third], stopped).await;
+    // 5. The holder's Node gets node.kubernetes.io/exclude-from-external-load-balancers: it
+    //    steps down at once (releasing the Lease) and says why; the other node takes over.
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(l.t.admin.clone());
+    let label = |on: bool| {
+        json!({"metadata": {"labels": {
+            "node.kubernetes.io/exclude-from-external-load-balancers":
+                if on { json!("") } else { serde_json::Value::Null }
+        }}})
+    };
+    let excluded = Instant::now();
+    nodes
+        .patch(
+            &names[third - 1],
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(label(true)),
+        )
+        .await
+        .unwrap();
+    let (fourth, answered) = wait_takeover(&l, &alive, &[third], excluded).await;
     assert_eq!(fourth, second);
+    assert!(
+        answered < TIMING.duration,
+        "released, not expired: {answered:?}"
+    );
+    let why = l.agents[third - 1]
+        .kubernetes()
+        .await
+        .unwrap()
+        .l2_ineligible;
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("exclude-from-external-load-balancers")),
+        "{why:?}"
+    );
+    nodes
+        .patch(
+            &names[third - 1],
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(label(false)),
+        )
+        .await
+        .unwrap();
+    wait_for("the label's removal is seen", WAIT, || async {
+        match l.agents[third - 1].kubernetes().await?.l2_ineligible {
+            None => Ok(()),
+            Some(w) => Err(w),
+        }
+    })
+    .await;
+
+    // 6. SIGTERM the holder: it stops answering, releases the Lease, and the other node takes
+    //    over at its next look, long before the Lease could have expired.
+    let stopped = Instant::now();
+    let log = l.agents[fourth - 1].stop();
+    let (fifth, answered) = wait_takeover(&l, &[third], &[fourth], stopped).await;
+    assert_eq!(fifth, third);
     assert!(
         answered < TIMING.duration,
         "a released Lease is taken at once, not after it expires: {answered:?}"
     );
     assert!(
         log.contains("releasing the Lease"),
-        "node {third} says it released the Lease:\n{log}"
+        "node {fourth} says it released the Lease:\n{log}"
     );
 
-    // 6. The whole test: one run of claims per holder, in takeover order; never two at once.
+    // 7. The whole test: one run of claims per holder, in takeover order; never two at once.
     let frames = l.sniffer.frames();
     for ip in [IpAddr::V4(VIP4), IpAddr::V6(VIP6)] {
         let runs = claim_runs(&frames, ip, t0);
@@ -703,7 +756,11 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
             "{ip}: claims by node, in order: {order:?} ({:?} frames)",
             runs.iter().map(|r| r.3).collect::<Vec<_>>()
         );
-        assert_eq!(order, [first, second, third, fourth], "{ip}: {runs:?}");
+        assert_eq!(
+            order,
+            [first, second, third, fourth, fifth],
+            "{ip}: {runs:?}"
+        );
         for w in runs.windows(2) {
             assert!(w[0].2 < w[1].1, "{ip}: overlapping claims {w:?}");
         }
