@@ -14,6 +14,7 @@ pub mod guard;
 pub mod holder;
 pub mod imbalance;
 pub mod jiffies;
+pub mod linkinfo;
 pub mod loader;
 pub mod maps;
 pub mod mmap;

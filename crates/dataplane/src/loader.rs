@@ -354,6 +354,34 @@ impl Datapath {
         &self.pin_dir
     }
 
+    /// Why the datapath does not forward on its interface now (None: it does): the XDP link
+    /// was detached behind rivorad's back, or is gone. Read from the kernel on every call.
+    ///
+    /// Why: a node whose XDP program runs nowhere serves nothing; the announcers use this to
+    /// stop attracting traffic to it.
+    pub fn xdp_problem(&self) -> Option<String> {
+        let a = self.attachment.as_ref()?;
+        match crate::linkinfo::link_ifindex(a.xdp_link_id) {
+            Ok(Some(i)) if i == a.ifindex => None,
+            Ok(Some(0)) => Some(format!(
+                "the XDP link {} on {} was detached",
+                a.xdp_link_id, a.interface
+            )),
+            Ok(Some(i)) => Some(format!(
+                "the XDP link {} is on interface index {i}, not {} ({})",
+                a.xdp_link_id, a.ifindex, a.interface
+            )),
+            Ok(None) => Some(format!(
+                "the XDP link {} on {} no longer exists",
+                a.xdp_link_id, a.interface
+            )),
+            Err(e) => Some(format!(
+                "cannot read the XDP link {} on {}: {e}",
+                a.xdp_link_id, a.interface
+            )),
+        }
+    }
+
     /// Current attachment, if any.
     pub fn attachment(&self) -> Option<&Attachment> {
         self.attachment.as_ref()

@@ -61,6 +61,10 @@ pub struct Announcer {
     /// Kubernetes L2 mode: until when the responder may answer (the Lease election); None:
     /// it answers whenever it runs (static mode).
     pub l2_gate: Option<tokio::sync::watch::Receiver<Option<std::time::Instant>>>,
+    /// Why the datapath does not forward (its XDP link detached or gone); while set, nothing
+    /// is announced: BGP routes are withdrawn and a static responder goes quiet (with
+    /// Kubernetes the L2 Lease is given up instead).
+    datapath_problem: Option<String>,
 }
 
 /// The BGP routes the dataplane's state calls for, with the VIPs behind
@@ -130,14 +134,43 @@ fn routes_for<'a>(
 }
 
 impl Announcer {
+    /// Records whether the datapath forwards (None) or why not, logging changes.
+    pub fn set_datapath_problem(&mut self, problem: Option<String>) {
+        if problem == self.datapath_problem {
+            return;
+        }
+        match &problem {
+            Some(p) => error!(
+                "{p}: announcing nothing until the datapath forwards again (restart rivorad to re-attach)"
+            ),
+            None => info!("the datapath forwards again: announcing"),
+        }
+        if self.l2_gate.is_none()
+            && let Some(r) = &self.responder
+        {
+            r.set_active(problem.is_none());
+        }
+        self.datapath_problem = problem;
+    }
+
+    /// Why the datapath does not forward, if it does not.
+    pub fn datapath_problem(&self) -> Option<&str> {
+        self.datapath_problem.as_deref()
+    }
+
     /// Recomputes the BGP routes from the dataplane's backend states and
-    /// hands them to the speaker (a no-op when nothing changed).
+    /// hands them to the speaker (a no-op when nothing changed); none while
+    /// the datapath does not forward.
     pub fn refresh(&mut self, dp: &Dataplane, prober: &Prober<BackendKey>) {
         let Some(speaker) = &self.speaker else {
             self.announced.clear();
             return;
         };
-        let want = desired_routes(dp, prober, &self.policy);
+        let want = if self.datapath_problem.is_some() {
+            BTreeMap::new()
+        } else {
+            desired_routes(dp, prober, &self.policy)
+        };
         let routes: BTreeMap<Prefix, RouteAttrs> =
             want.iter().map(|(p, (a, _))| (*p, a.clone())).collect();
         let before: BTreeSet<Prefix> = self.announced.keys().copied().collect();

@@ -486,12 +486,14 @@ async fn run_loop<S: Source>(
                         Err(e) => error!("releasing retired backends: {e}"),
                     }
                     let Shared { dataplane, prober, announcer, .. } = &mut *s;
+                    announcer.set_datapath_problem(datapath.xdp_problem());
                     announcer.refresh(dataplane, prober);
                     occupancy.check(dataplane);
                     maintain_flow_filter(dataplane);
                     let (bgp, speaker) = (announcer.bgp_status(), announcer.speaker_status());
+                    let broken = announcer.datapath_problem().map(str::to_string);
                     drop(s);
-                    source.announcing(&bgp, &speaker);
+                    source.announcing(&bgp, &speaker, broken.as_deref());
                 }
                 if let Some(trigger) = source.polled().await
                     && let Some(desired) = reload(source, trigger, shared, datapath)

@@ -20,7 +20,8 @@
 //!
 //! With FRR (bgpd alone, so its RIB is checked, not a kernel): the same announce (both next
 //! hops, `maximum-paths`) and withdraw (the last endpoint gone) checks, and a Node labelled
-//! `node.kubernetes.io/exclude-from-external-load-balancers` withdrawing (session kept).
+//! `node.kubernetes.io/exclude-from-external-load-balancers` withdrawing (session kept), and a
+//! node whose XDP link was detached behind its back withdrawing.
 //!
 //! Needs root and the test dependencies (scripts/build-testdeps.sh); installs bird2 and frr
 //! when missing (rivora_lab::bgp_peers).
@@ -737,6 +738,17 @@ async fn frr_sees_every_node_announce_and_withdraw() {
     wait_for("both announce again", WAIT, || async {
         let hops = frr_next_hops(&frr, &prefix)?;
         if hops == set(&[&n1, &n2]) {
+            Ok(())
+        } else {
+            Err(format!("FRR next hops {hops:?}"))
+        }
+    })
+    .await;
+    // Node 1's XDP link detached behind its back (it serves nothing): it withdraws.
+    detach_link(xdp_link_id(&l.agents[0]).await);
+    wait_for("node 1 withdraws without a datapath", WAIT, || async {
+        let hops = frr_next_hops(&frr, &prefix)?;
+        if hops == set(&[&n2]) {
             Ok(())
         } else {
             Err(format!("FRR next hops {hops:?}"))

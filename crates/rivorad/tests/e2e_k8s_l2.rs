@@ -860,3 +860,55 @@ async fn the_shipped_roles_allow_announcing_and_no_more() {
     .unwrap();
     assert!(forbidden(peers.create(&PostParams::default(), &p).await));
 }
+
+/// "Stops answering ... also when its interface or datapath is broken": the holder's XDP link
+/// detached behind rivorad's back (the program runs nowhere) makes it step down, saying why,
+/// and the other node takes over at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_datapath_is_detached_steps_down() {
+    let mut l = L2Lab::new("kl2d").await;
+    l.t.service(
+        "web",
+        &format!("{VIP4},{VIP6}"),
+        json!([{"name": "tcp", "port": 80, "protocol": "TCP", "targetPort": 8080}]),
+        json!({"ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"]}),
+    )
+    .await;
+    for n in 1..=2 {
+        l.start(n);
+    }
+    let first = wait_for("one node answers", Duration::from_secs(30), || async {
+        l.answering(&[1, 2])
+            .await
+            .map_err(|e| format!("{e}\n{}", l.logs()))
+    })
+    .await;
+    let link = xdp_link_id(&l.agents[first - 1]).await;
+    let detached = Instant::now();
+    detach_link(link);
+    let (next, answered) = wait_takeover(&l, &[1, 2], &[first], detached).await;
+    eprintln!(
+        "XDP link of node {first} detached: node {next} answers {:.2} s later",
+        answered.as_secs_f64()
+    );
+    assert!(
+        answered < TIMING.duration,
+        "released, not expired: {answered:?}"
+    );
+    let why = l.agents[first - 1]
+        .kubernetes()
+        .await
+        .unwrap()
+        .l2_ineligible;
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("XDP link") && w.contains("detached")),
+        "{why:?}"
+    );
+    assert!(
+        l.agents[first - 1]
+            .log()
+            .contains("announcing nothing until the datapath forwards again")
+    );
+    assert_lab_removed(l.lab);
+}

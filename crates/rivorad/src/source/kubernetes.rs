@@ -248,7 +248,12 @@ impl Source for KubernetesSource {
         }));
     }
 
-    fn announcing(&mut self, bgp: &rivora_api::BgpStatus, speaker: &rivora_api::SpeakerStatus) {
+    fn announcing(
+        &mut self,
+        bgp: &rivora_api::BgpStatus,
+        speaker: &rivora_api::SpeakerStatus,
+        datapath_problem: Option<&str>,
+    ) {
         let now = Announcing {
             sessions: bgp
                 .peers
@@ -265,7 +270,9 @@ impl Source for KubernetesSource {
                 .collect(),
             routes: bgp.routes.len(),
             l2_answering: speaker.active,
-            l2_problem: l2_problem(speaker),
+            l2_problem: datapath_problem
+                .map(|p| format!("the datapath does not forward: {p}"))
+                .or_else(|| l2_problem(speaker)),
         };
         if self.announcing.as_ref() != Some(&now) {
             self.feedback(Feedback::Announcing(now.clone()));

@@ -96,9 +96,17 @@ pub trait Source {
     /// The datapath is attached (once, at start).
     fn attached(&mut self, _attachment: &Attachment) {}
 
-    /// What the announcers do now (BGP sessions and routes, the L2 responder), on every tick:
-    /// the Kubernetes source puts it in the node's report when it changed.
-    fn announcing(&mut self, _bgp: &rivora_api::BgpStatus, _speaker: &rivora_api::SpeakerStatus) {}
+    /// What the announcers do now (BGP sessions and routes, the L2 responder) and why the
+    /// datapath does not forward (None: it does), on every tick: the Kubernetes source puts it
+    /// in the node's report when it changed, and gives up the L2 Lease while the node cannot
+    /// serve.
+    fn announcing(
+        &mut self,
+        _bgp: &rivora_api::BgpStatus,
+        _speaker: &rivora_api::SpeakerStatus,
+        _datapath_problem: Option<&str>,
+    ) {
+    }
 
     /// Kubernetes L2 mode: until when this node may answer ARP/NDP (the L2 speaker Lease's
     /// election). None: the responder answers whenever it runs (the static path).

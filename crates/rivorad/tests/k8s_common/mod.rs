@@ -630,3 +630,63 @@ pub fn assert_lab_removed(lab: rivora_lab::cluster::Cluster) {
         .unwrap_or_default();
     assert!(left.is_empty(), "namespaces left: {left:?}");
 }
+
+/// Detaches BPF link `id` (BPF_LINK_DETACH), as `bpftool link detach` does: the program runs
+/// nowhere any more, though rivorad still holds the link.
+pub fn detach_link(id: u32) {
+    #[repr(C)]
+    struct GetFd {
+        link_id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    #[repr(C)]
+    struct Detach {
+        link_fd: u32,
+    }
+    const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
+    const BPF_LINK_DETACH: libc::c_long = 34;
+    let get = GetFd {
+        link_id: id,
+        next_id: 0,
+        open_flags: 0,
+    };
+    // SAFETY: a valid bpf_attr prefix of the size passed, live for the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_GET_FD_BY_ID,
+            &get as *const GetFd,
+            std::mem::size_of::<GetFd>() as libc::c_uint,
+        )
+    };
+    assert!(fd >= 0, "link {id}: {}", std::io::Error::last_os_error());
+    let attr = Detach { link_fd: fd as u32 };
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_DETACH,
+            &attr as *const Detach,
+            std::mem::size_of::<Detach>() as libc::c_uint,
+        )
+    };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd as i32) };
+    assert_eq!(rc, 0, "detaching link {id}: {err}");
+}
+
+/// The id of the XDP link of the rivorad behind `agent`.
+pub async fn xdp_link_id(agent: &NodeAgent) -> u32 {
+    agent
+        .api()
+        .status()
+        .await
+        .unwrap()
+        .programs
+        .iter()
+        .find(|p| p.name == "xdp_ingress")
+        .and_then(|p| p.link_id)
+        .expect("the XDP link's id")
+}
