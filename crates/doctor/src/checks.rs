@@ -295,34 +295,44 @@ pub fn bpf_syscall(f: &BpfResult<()>) -> Finding {
     }
 }
 
-/// /proc/sys/net/core/bpf_jit_enable. xdp_ingress mixes tail calls with
-/// BPF-to-BPF calls, which the verifier allows only for JIT-compiled
-/// programs.
-pub fn bpf_jit(value: &Sysctl) -> Finding {
-    let fix =
-        "sysctl -w net.core.bpf_jit_enable=1 (and net.core.bpf_jit_enable = 1 in /etc/sysctl.d/)";
-    match value.as_deref().map(str::trim) {
-        Some("1") => Finding::pass(BPF_JIT, "net.core.bpf_jit_enable = 1"),
-        Some("2") => Finding::pass(
+/// /proc/sys/net/core/bpf_jit_enable, and whether the test-run program was
+/// JIT-compiled (`jited`): the sysctl exists only in the initial network
+/// namespace. xdp_ingress mixes tail calls with BPF-to-BPF calls, which the
+/// verifier allows only for JIT-compiled programs.
+pub fn bpf_jit(value: &Sysctl, jited: Option<bool>) -> Finding {
+    let fix = "sysctl -w net.core.bpf_jit_enable=1 in the initial network namespace (and \
+               net.core.bpf_jit_enable = 1 in /etc/sysctl.d/)";
+    let refused = "programs would run in the interpreter, which refuses xdp_ingress (it \
+                   combines tail calls with BPF-to-BPF calls, allowed only when JIT-compiled)";
+    match (value.as_deref().map(str::trim), jited) {
+        (Some("1"), _) => Finding::pass(BPF_JIT, "net.core.bpf_jit_enable = 1"),
+        (Some("2"), _) => Finding::pass(
             BPF_JIT,
             "net.core.bpf_jit_enable = 2 (on, and dumping every JIT image to the kernel log)",
         ),
-        Some(v) => Finding::new(
+        (Some(v), _) => Finding::new(
             BPF_JIT,
             Status::Fail,
-            format!(
-                "net.core.bpf_jit_enable = {v}: programs would run in the interpreter, which \
-                 refuses xdp_ingress (it combines tail calls with BPF-to-BPF calls, allowed only \
-                 when JIT-compiled)"
-            ),
+            format!("net.core.bpf_jit_enable = {v}: {refused}"),
             fix,
         ),
-        None => Finding::new(
+        (None, Some(true)) => Finding::pass(
+            BPF_JIT,
+            "the test-run program was JIT-compiled (net.core.bpf_jit_enable is only visible from \
+             the initial network namespace)",
+        ),
+        (None, Some(false)) => Finding::new(
             BPF_JIT,
             Status::Fail,
-            "no /proc/sys/net/core/bpf_jit_enable: this kernel has no BPF JIT, and the \
-             interpreter refuses xdp_ingress (tail calls combined with BPF-to-BPF calls)",
-            "a kernel built with CONFIG_BPF_JIT=y",
+            format!("the test-run program was not JIT-compiled: {refused}"),
+            fix,
+        ),
+        (None, None) => Finding::new(
+            BPF_JIT,
+            Status::Warn,
+            "cannot tell: no net.core.bpf_jit_enable here (it is only visible from the initial \
+             network namespace) and no program could be loaded to look",
+            "run rivora-doctor in the initial network namespace, or as root",
         ),
     }
 }
@@ -1209,7 +1219,7 @@ pub fn firewall(f: &FirewallFacts, w: Workload) -> Finding {
             "check they are meant for these VIPs",
         );
     }
-    let status = if not_checked.is_empty() || rules.iter().any(|r| r.tool == "nft") {
+    let status = if not_checked.is_empty() || matches!(f.nft, ToolRules::Rules(_)) {
         Status::Pass
     } else {
         Status::Warn

@@ -42,6 +42,9 @@ pub type BpfResult<T> = Result<T, i32>;
 pub struct TestRunFacts {
     /// Loading the program: Ok, or the errno and the verifier log.
     pub load: Result<(), (i32, String)>,
+    /// The kernel JIT-compiled it (`jited_prog_len` of its info is not 0);
+    /// None when the load failed or the info could not be read.
+    pub jited: Option<bool>,
     /// The test run's return value (None when the load failed).
     pub run: Option<BpfResult<u32>>,
 }

@@ -75,11 +75,12 @@ pub fn run(o: &Options) -> Report {
     f.push(checks::config(config_path.as_deref(), parsed.as_ref()));
     f.push(checks::kernel(&probe::kernel(), workload));
     f.push(checks::bpf_syscall(&probe::bpf::map_create()));
-    f.push(checks::bpf_jit(&probe::bpf_jit()));
+    let test_run = probe::bpf::xdp_test_run();
+    f.push(checks::bpf_jit(&probe::bpf_jit(), test_run.jited));
     f.push(checks::btf(probe::btf()));
     f.push(checks::bpffs(&probe::bpffs(o.fix)));
     f.push(checks::memlock(&probe::memlock()));
-    f.push(checks::test_run(&probe::bpf::xdp_test_run()));
+    f.push(checks::test_run(&test_run));
     let interface = iface.map(probe::interface);
     f.push(checks::xdp_driver(interface.as_ref(), workload));
     let hooks = match (iface, &interface) {

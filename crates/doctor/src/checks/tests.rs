@@ -159,19 +159,43 @@ fn bpf_syscall_answers() {
 
 #[test]
 fn jit_settings() {
-    assert_finding(&bpf_jit(&Some("1".into())), Status::Pass, &["= 1"], &[]);
-    assert_finding(&bpf_jit(&Some("2\n".into())), Status::Pass, &["= 2"], &[]);
     assert_finding(
-        &bpf_jit(&Some("0".into())),
+        &bpf_jit(&Some("1".into()), None),
+        Status::Pass,
+        &["= 1"],
+        &[],
+    );
+    assert_finding(
+        &bpf_jit(&Some("2\n".into()), Some(true)),
+        Status::Pass,
+        &["= 2"],
+        &[],
+    );
+    assert_finding(
+        &bpf_jit(&Some("0".into()), Some(false)),
         Status::Fail,
         &["interpreter", "tail calls"],
         &["sysctl -w net.core.bpf_jit_enable=1"],
     );
+    // In a network namespace other than the initial one the sysctl is
+    // absent: the test-run program says.
     assert_finding(
-        &bpf_jit(&None),
+        &bpf_jit(&None, Some(true)),
+        Status::Pass,
+        &["was JIT-compiled", "initial network namespace"],
+        &[],
+    );
+    assert_finding(
+        &bpf_jit(&None, Some(false)),
         Status::Fail,
-        &["no BPF JIT"],
-        &["CONFIG_BPF_JIT=y"],
+        &["not JIT-compiled", "interpreter"],
+        &["sysctl -w net.core.bpf_jit_enable=1"],
+    );
+    assert_finding(
+        &bpf_jit(&None, None),
+        Status::Warn,
+        &["cannot tell"],
+        &["initial network namespace"],
     );
 }
 
@@ -267,7 +291,11 @@ fn memlock_limits() {
 
 #[test]
 fn test_run_outcomes() {
-    let t = |load, run| TestRunFacts { load, run };
+    let t = |load, run| TestRunFacts {
+        load,
+        jited: None,
+        run,
+    };
     assert_finding(
         &test_run(&t(Ok(()), Some(Ok(2)))),
         Status::Pass,

@@ -10,6 +10,7 @@ use crate::facts::{BpfResult, TestRunFacts};
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 
@@ -95,17 +96,27 @@ pub fn xdp_test_run() -> TestRunFacts {
             let end = log.iter().position(|&c| c == 0).unwrap_or(log.len());
             return TestRunFacts {
                 load: Err((e, String::from_utf8_lossy(&log[..end]).into_owned())),
+                jited: None,
                 run: None,
             };
         }
     };
+    use std::os::fd::AsRawFd;
+    // struct bpf_prog_info: type, id, tag[8], jited_prog_len at 16.
+    let mut info = [0u8; 64];
+    let mut i = Attr::new();
+    i.put_u32(0, prog.as_raw_fd() as u32);
+    i.put_u32(4, info.len() as u32);
+    i.put_u64(8, info.as_mut_ptr() as u64);
+    let jited = bpf(BPF_OBJ_GET_INFO_BY_FD, &mut i)
+        .ok()
+        .map(|_| u32::from_ne_bytes([info[16], info[17], info[18], info[19]]) != 0);
     // An Ethernet frame: broadcast destination, an IPv4 EtherType, zeros.
     let mut frame = [0u8; 64];
     frame[..6].fill(0xff);
     frame[12] = 0x08;
     let mut out = [0u8; 64 + 256];
     let mut t = Attr::new();
-    use std::os::fd::AsRawFd;
     t.put_u32(0, prog.as_raw_fd() as u32);
     t.put_u32(8, frame.len() as u32); // data_size_in
     t.put_u32(12, out.len() as u32); // data_size_out
@@ -115,6 +126,7 @@ pub fn xdp_test_run() -> TestRunFacts {
     let run = bpf(BPF_PROG_TEST_RUN, &mut t).map(|_| t.u32_at(4));
     TestRunFacts {
         load: Ok(()),
+        jited,
         run: Some(run),
     }
 }
