@@ -61,8 +61,23 @@ async fn review(client: &Client, p: &Permission) -> Result<bool, String> {
     let answer = tokio::time::timeout(TIMEOUT, api.create(&PostParams::default(), &r))
         .await
         .map_err(|_| format!("no answer within {TIMEOUT:?}"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| chain(&e))?;
     Ok(answer.status.map(|s| s.allowed).unwrap_or(false))
+}
+
+/// `e` and its causes in one line, each text once (the client's own error
+/// only says "client error (Connect)"; the cause says why).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
 }
 
 /// The version call, then (if it answered) a review of every permission.
@@ -79,7 +94,7 @@ pub async fn probe(kubeconfig: Option<&Path>, permissions: &[Permission]) -> Kub
     };
     let version = match tokio::time::timeout(TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(info)) => Ok(info.git_version),
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Err(e)) => Err(chain(&e)),
         Err(_) => Err(format!("no answer within {TIMEOUT:?}")),
     };
     let mut reviews = Vec::new();
