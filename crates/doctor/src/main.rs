@@ -17,7 +17,8 @@ use clap::{Parser, ValueEnum};
 (not applicable to what was given), each with the reason and, when not PASS, the exact command or setting \
 that fixes it. Give the same --interface, --config, --pin-dir and table sizes as rivorad (or --kubernetes) \
 for the checks that depend on them. Run it as root, in the network and mount namespace rivorad will run in. \
-It changes nothing on the host, except mounting bpffs at /sys/fs/bpf with --fix. \
+It changes no setting and leaves nothing behind (a test map and an unattached test program are \
+loaded and freed), except mounting bpffs at /sys/fs/bpf with --fix. \
 Exit status: 0 when no check fails, 1 when one does, 2 for usage errors."
 )]
 struct Args {
