@@ -489,10 +489,8 @@ pub fn xdp_driver(f: Option<&InterfaceFacts>, w: Workload) -> Finding {
             XDP_DRIVER,
             Status::Fail,
             format!("no interface {ifname} in this network namespace"),
-            format!(
-                "`ip link show` lists the interfaces; for one in another network namespace run \
-                 rivora-doctor and rivorad with `nsenter --net=/run/netns/NAME` (or give the right --interface)"
-            ),
+            "`ip link show` lists the interfaces; for one in another network namespace run \
+             rivora-doctor and rivorad with `nsenter --net=/run/netns/NAME` (or give the right --interface)",
         );
     }
     let driver = f.driver.clone().unwrap_or_else(|| "unknown".into());

@@ -306,10 +306,9 @@ fn collect_nets(v: &Value, out: &mut Vec<Net>) {
                     r.get(1)
                         .and_then(Value::as_str)
                         .and_then(|s| s.parse::<IpAddr>().ok()),
-                ) {
-                    if let Some(n) = covering(a, b) {
-                        out.push(n);
-                    }
+                ) && let Some(n) = covering(a, b)
+                {
+                    out.push(n);
                 }
             } else if let Some(s) = o.get("set") {
                 collect_nets(s, out);
@@ -614,6 +613,13 @@ mod tests {
             "inet covers IPv6"
         );
         assert!(parse_nft_json("{}").is_err());
+        // An address range is covered by its common prefix.
+        let mut nets = Vec::new();
+        collect_nets(
+            &serde_json::json!({"range": ["10.200.100.0", "10.200.100.255"]}),
+            &mut nets,
+        );
+        assert_eq!(nets, vec![parse_net("10.200.100.0/24").unwrap()]);
     }
 
     #[test]
