@@ -8,9 +8,9 @@
 # is listed here with its package (the tests and the bench still install a
 # missing BGP daemon or trafgen themselves, for runs outside these scripts):
 #   clang-19 (BPF objects), libbpf-dev + linux-libc-dev (headers), ip
-#   (iproute2), sysctl (procps), nsenter/taskset/mount (util-linux), ethtool,
+#   (iproute2), sysctl (procps), nsenter/unshare/taskset/mount (util-linux), ethtool,
 #   nft (nftables: the DSR and fib e2e tests' counters, the bench's DNAT
-#   baseline), trafgen (netsniff-ng: the bench and the SYN-flood e2e test), bird/birdc, gobgpd/gobgp,
+#   baseline, rivora-doctor's firewall check and its test), trafgen (netsniff-ng: the bench and the SYN-flood e2e test), bird/birdc, gobgpd/gobgp,
 #   vtysh/bgpd (frr): the real BGP peers; /usr/bin/time (time): the figures
 #   of build-testdeps.sh, which builds kube-apiserver and etcd with Go.
 set -euo pipefail

@@ -27,8 +27,9 @@ pub mod writer;
 
 pub use bpffs::{ensure_bpffs, private_bpffs_reason};
 pub use loader::{
-    AttachOptions, Attachment, Datapath, LoadOptions, LoadOutcome, XdpModeActual, XdpModeRequest,
-    interface_index, interface_mac, remove_link_pins, remove_map_pins, remove_pins,
+    AttachOptions, Attachment, BridgeRole, Datapath, LoadOptions, LoadOutcome, XdpModeActual,
+    XdpModeRequest, auto_xdp_mode, bridge_role, interface_driver, interface_index, interface_mac,
+    remove_link_pins, remove_map_pins, remove_pins,
 };
 pub use maps::Maps;
 pub use model::{

@@ -892,30 +892,62 @@ fn ifindex(interface: &str) -> Result<u32, Error> {
     }
 }
 
+/// Where `interface` sits in a bridge, as sysfs says when it describes this
+/// very interface (sysfs shows the network namespace it was mounted in,
+/// which is not ours when the process moved into a namespace with setns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BridgeRole {
+    /// The interface is a bridge.
+    Bridge,
+    /// The interface is a port of a bridge.
+    Port,
+}
+
+/// The bridge role of `interface`, or None (not in a bridge, or sysfs
+/// belongs to another network namespace).
+pub fn bridge_role(interface: &str) -> Option<BridgeRole> {
+    let sys = Path::new("/sys/class/net").join(interface);
+    let ours = std::fs::read_to_string(sys.join("ifindex"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .is_some_and(|i| ifindex(interface).is_ok_and(|j| i == j));
+    if !ours {
+        None
+    } else if sys.join("bridge").exists() {
+        Some(BridgeRole::Bridge)
+    } else if sys.join("brport").exists() {
+        Some(BridgeRole::Port)
+    } else {
+        None
+    }
+}
+
+/// What `--xdp-mode auto` picks for `interface` and why (the reason rivorad
+/// logs), before any attach: the fallback from native to generic when the
+/// driver refuses happens only at attach time.
+pub fn auto_xdp_mode(interface: &str) -> (XdpModeActual, String) {
+    auto_mode(interface)
+}
+
 /// The `auto` rule: generic on veth, on bridges and on bridge ports (XDP_TX
 /// out of a veth does not reliably cross a bridge, and veth's native XDP
 /// needs XDP on the peer too); native on everything else, with a fallback to
 /// generic if the driver refuses.
 fn auto_mode(interface: &str) -> (XdpModeActual, String) {
-    let sys = Path::new("/sys/class/net").join(interface);
-    // sysfs shows the network namespace it was mounted in, which is not ours
-    // when rivorad was moved into a namespace with setns: trust it only when
-    // it describes this very interface.
-    let ours = std::fs::read_to_string(sys.join("ifindex"))
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .is_some_and(|i| ifindex(interface).is_ok_and(|j| i == j));
-    if ours && sys.join("bridge").exists() {
-        return (
-            XdpModeActual::Generic,
-            format!("auto: {interface} is a bridge"),
-        );
-    }
-    if ours && sys.join("brport").exists() {
-        return (
-            XdpModeActual::Generic,
-            format!("auto: {interface} is a bridge port"),
-        );
+    match bridge_role(interface) {
+        Some(BridgeRole::Bridge) => {
+            return (
+                XdpModeActual::Generic,
+                format!("auto: {interface} is a bridge"),
+            );
+        }
+        Some(BridgeRole::Port) => {
+            return (
+                XdpModeActual::Generic,
+                format!("auto: {interface} is a bridge port"),
+            );
+        }
+        None => {}
     }
     match driver_name(interface) {
         Some(d) if d == "veth" => (XdpModeActual::Generic, "auto: driver veth".to_string()),
@@ -964,6 +996,12 @@ pub fn interface_mac(interface: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     mac.copy_from_slice(&req.data[..6]);
     Some(mac)
+}
+
+/// The driver of `interface` in the calling thread's network namespace
+/// (the ETHTOOL_GDRVINFO ioctl, what `ethtool -i` prints), or None.
+pub fn interface_driver(interface: &str) -> Option<String> {
+    driver_name(interface)
 }
 
 /// The driver name from the ETHTOOL_GDRVINFO ioctl (works for virtual
