@@ -614,12 +614,15 @@ fn an_unmounted_bpffs_is_named_and_fix_mounts_it_without_touching_the_hosts() {
     let first = s.dir.join("first.json");
     let fixed = s.dir.join("fixed.json");
     let mounts = s.dir.join("mounts.txt");
-    // A private mount namespace of a child: unmounting there never
-    // reaches the host's /sys/fs/bpf, which other processes use.
+    // A mount namespace of a child, with /sys made a slave there: unmounting
+    // and mounting in it never reach the host's /sys/fs/bpf, which other
+    // processes use. (`--propagation private` would remake `/`, which
+    // fails where `/` is no mount point, as in a chroot.)
     let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .args(["--mount", "--propagation", "unchanged", "sh", "-c"])
         .arg(
-            r#"umount /sys/fs/bpf || exit 9
+            r#"mount --make-rslave /sys || exit 8
+umount /sys/fs/bpf || exit 9
 readlink /proc/1/ns/mnt > /dev/null 2>&1 && echo "pid1=visible"
 "$0" --pin-dir "$1" -o json > "$2"; echo "first=$?"
 "$0" --pin-dir "$1" --fix -o json > "$3"; echo "fixed=$?"
