@@ -13,12 +13,12 @@
 //! the evidence.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use etherparse::{Icmpv6Type, LinkSlice, NetSlice, SlicedPacket, TransportSlice};
+use rivora_lab::sniff::{Frame, Sniffer};
 use rivora_lab::{Netns, link};
 use rivora_speaker::{Responder, ResponderOptions};
 
@@ -206,100 +206,30 @@ impl Drop for Speaker {
     }
 }
 
-/// One frame seen by a [`Capture`], with when it arrived.
-struct Frame {
-    at: Instant,
-    bytes: Vec<u8>,
-}
-
-/// An AF_PACKET socket capturing every frame that arrives on one interface
-/// of a namespace (outgoing frames are left out).
+/// Every frame that arrives on one interface of a namespace (outgoing frames are left
+/// out), read in windows: rivora-lab's [`Sniffer`] on that interface.
 struct Capture {
-    fd: OwnedFd,
-    ifindex: i32,
+    sniffer: Sniffer,
+    /// How many of the sniffer's frames earlier windows returned.
+    seen: std::cell::Cell<usize>,
 }
 
 impl Capture {
     fn open(ns: &Netns, ifname: &str) -> Capture {
-        ns.within(|| {
-            let name = std::ffi::CString::new(ifname).unwrap();
-            // SAFETY: plain calls with valid arguments; the fd is owned below.
-            let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-            assert!(ifindex > 0, "no interface {ifname}");
-            let proto = (libc::ETH_P_ALL as u16).to_be();
-            let fd = unsafe {
-                libc::socket(
-                    libc::AF_PACKET,
-                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                    i32::from(proto),
-                )
-            };
-            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-            // SAFETY: fd is a fresh descriptor we own.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            // SAFETY: zeroed sockaddr_ll is valid; bind gets its exact size.
-            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            sll.sll_family = libc::AF_PACKET as u16;
-            sll.sll_protocol = proto;
-            sll.sll_ifindex = ifindex as i32;
-            let rc = unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&raw const sll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                )
-            };
-            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-            Capture {
-                fd,
-                ifindex: ifindex as i32,
-            }
-        })
-        .unwrap()
+        Capture {
+            sniffer: Sniffer::start(ns, &[ifname]).unwrap(),
+            seen: std::cell::Cell::new(0),
+        }
     }
 
-    /// Every incoming frame on the interface during the next `dur`.
+    /// Every frame that arrived since the previous window (or since `open`), waiting `dur`
+    /// first.
     fn collect(&self, dur: Duration) -> Vec<Frame> {
-        let deadline = Instant::now() + dur;
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 4096];
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return out;
-            }
-            let mut pfd = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: pfd is one valid pollfd.
-            let rc = unsafe { libc::poll(&mut pfd, 1, left.as_millis().max(1) as i32) };
-            if rc <= 0 {
-                continue;
-            }
-            // SAFETY: buffers are valid for the lengths passed.
-            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-            let n = unsafe {
-                libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                    (&raw mut sll).cast(),
-                    &mut len,
-                )
-            };
-            if n <= 0 || sll.sll_ifindex != self.ifindex || sll.sll_pkttype == libc::PACKET_OUTGOING
-            {
-                continue;
-            }
-            out.push(Frame {
-                at: Instant::now(),
-                bytes: buf[..n as usize].to_vec(),
-            });
-        }
+        std::thread::sleep(dur);
+        let all = self.sniffer.frames();
+        let new = all[self.seen.get().min(all.len())..].to_vec();
+        self.seen.set(all.len());
+        new
     }
 }
 
