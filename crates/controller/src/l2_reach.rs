@@ -117,12 +117,7 @@ pub fn condition(
 
 /// The Service's current L2Reachable condition.
 pub fn current(svc: &Service) -> Option<&Condition> {
-    svc.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == CONDITION_TYPE)
+    crate::observe::service_condition(svc, CONDITION_TYPE)
 }
 
 #[cfg(test)]

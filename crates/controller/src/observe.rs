@@ -315,24 +315,32 @@ pub fn service_status_patch(
 
 /// Our condition on a Service, if it has one.
 pub fn our_condition(svc: &Service) -> Option<&Condition> {
+    service_condition(svc, CONDITION_TYPE)
+}
+
+/// The Service's condition of type `type_`, if it has one.
+pub fn service_condition<'a>(svc: &'a Service, type_: &str) -> Option<&'a Condition> {
     svc.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == CONDITION_TYPE)
+        .find(|c| c.type_ == type_)
 }
 
 /// Whether the Service's status already says what `patch` would write (then nothing is sent).
 pub fn status_is_current(svc: &Service, assignment: &Assignment, condition: &Condition) -> bool {
     let ips: Vec<IpAddr> = assignment.addresses.iter().map(|(a, _)| *a).collect();
-    current_ingress(svc) == ips
-        && our_condition(svc).is_some_and(|c| {
-            c.status == condition.status
-                && c.reason == condition.reason
-                && c.message == condition.message
-                && c.observed_generation == condition.observed_generation
-        })
+    current_ingress(svc) == ips && our_condition(svc).is_some_and(|c| same_condition(c, condition))
+}
+
+/// Whether two conditions say the same (status, reason, message, generation; the transition
+/// time is not compared): then nothing needs writing.
+pub fn same_condition(a: &Condition, b: &Condition) -> bool {
+    a.status == b.status
+        && a.reason == b.reason
+        && a.message == b.message
+        && a.observed_generation == b.observed_generation
 }
 
 #[cfg(test)]

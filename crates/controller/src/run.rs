@@ -343,12 +343,7 @@ pub async fn pass(
         );
         let l2_current = match (&l2_condition, l2_previous) {
             (None, None) => true,
-            (Some(w), Some(c)) => {
-                w.status == c.status
-                    && w.reason == c.reason
-                    && w.message == c.message
-                    && w.observed_generation == c.observed_generation
-            }
+            (Some(w), Some(c)) => observe::same_condition(w, c),
             _ => false,
         };
         if l2_current && observe::status_is_current(svc, &assignment, &condition) {
