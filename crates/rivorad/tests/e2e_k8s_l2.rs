@@ -331,6 +331,21 @@ impl Drop for Prober {
     }
 }
 
+/// Prints each prober's longest outage since `since` next to the failover budget, and
+/// asserts it is within it.
+fn assert_outages(event: &str, since: Instant, probers: &[(&str, &Prober)]) {
+    let budget = TIMING.failover_budget();
+    for (what, p) in probers {
+        let (outage, failed) = p.longest_outage(since);
+        eprintln!(
+            "{event}, {what}: longest outage {:.2} s ({failed} failed attempts), budget {:.1} s",
+            outage.as_secs_f64(),
+            budget.as_secs_f64()
+        );
+        assert!(outage <= budget, "{what}: {outage:?} > {budget:?}");
+    }
+}
+
 /// Waits for a node other than those in `not` to answer, and for the client's entries for
 /// both VIPs to point at it; returns the node and when (after `since`) it answered.
 async fn wait_takeover(
@@ -376,7 +391,6 @@ async fn wait_takeover(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
     let mut l = L2Lab::new("kl2").await;
-    let budget = TIMING.failover_budget();
     let ports = json!([{"name": "tcp", "port": 80, "protocol": "TCP", "targetPort": 8080}]);
     l.t.service(
         "web",
@@ -572,15 +586,11 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
             "{ip}: the client's entry moved by the announcement, not by asking"
         );
     }
-    for (what, p) in [("IPv4", &p4), ("IPv6", &p6)] {
-        let (outage, failed) = p.longest_outage(killed);
-        eprintln!(
-            "SIGKILL of the holder, {what}: longest outage {:.2} s ({failed} failed attempts), budget {:.1} s",
-            outage.as_secs_f64(),
-            budget.as_secs_f64()
-        );
-        assert!(outage <= budget, "{what}: {outage:?} > {budget:?}");
-    }
+    assert_outages(
+        "SIGKILL of the holder",
+        killed,
+        &[("IPv4", &p4), ("IPv6", &p6)],
+    );
 
     // 3. Cut the new holder's link: it has no carrier, steps down; the third node takes over.
     let third_expected: Vec<usize> = alive.iter().copied().filter(|n| *n != second).collect();
@@ -593,15 +603,11 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
         p4.last_ok() && p6.last_ok(),
         "connections through the third holder"
     );
-    for (what, p) in [("IPv4", &p4), ("IPv6", &p6)] {
-        let (outage, failed) = p.longest_outage(cut);
-        eprintln!(
-            "link of the holder cut, {what}: longest outage {:.2} s ({failed} failed attempts), budget {:.1} s",
-            outage.as_secs_f64(),
-            budget.as_secs_f64()
-        );
-        assert!(outage <= budget, "{what}: {outage:?} > {budget:?}");
-    }
+    assert_outages(
+        "link of the holder cut",
+        cut,
+        &[("IPv4", &p4), ("IPv6", &p6)],
+    );
     let s = l.agents[second - 1].kubernetes().await.unwrap();
     assert!(
         s.l2_ineligible
