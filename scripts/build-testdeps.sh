@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the test-only dependencies of Rivora's Kubernetes tests (kube-apiserver, etcd) from their Go
-# modules and copies the Gateway API CRDs out of the Go module cache. Nothing here is shipped: the
+# Builds the test-only dependencies of Rivora's Kubernetes tests (kube-apiserver, etcd, helm) from
+# their Go modules and copies the Gateway API CRDs out of the Go module cache. Nothing here is shipped: the
 # product stays Rust and C; these exist so tests talk to a real API server instead of a mock.
 #
 # The exact versions live in scripts/testdeps/*/go.mod (and go.sum verifies every download). Results
@@ -8,6 +8,7 @@
 # and a version bump builds next to the old one:
 #   ${RIVORA_TESTDEPS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rivora/testdeps}/kube-apiserver-v1.35.4/kube-apiserver
 #   .../etcd-v3.6.16/etcd
+#   .../helm-v3.21.4/helm   (only to check `rivora`'s own chart renderer against `helm template`)
 #   .../gateway-api-v1.6.3/{standard,experimental}/*.yaml
 # Each directory appears only when complete (built in a temporary sibling, then renamed), and a lock
 # keeps two concurrent runs from building the same thing twice. Present ⇒ nothing is done, silently.
@@ -109,3 +110,7 @@ k8s_ldflags="-X k8s.io/component-base/version.gitVersion=$k8s_version \
 build_tool etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 build_tool kube-apiserver k8s.io/kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 copy_crds
+helm_version="$(required_version "$mods/helm/go.mod" helm.sh/helm/v3)"
+# What `helm version` reports; Helm's Makefile sets the same variable.
+build_tool helm helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm \
+  "-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running Rivora needs on a fresh Debian
 # machine, and mounts bpffs; with --with-testdeps (scripts/test) also builds
-# the Kubernetes tests' kube-apiserver and etcd. Idempotent: only what is
+# the Kubernetes tests' kube-apiserver, etcd and helm. Idempotent: only what is
 # missing is installed or built.
 #
 # Every external command that scripts/demo, scripts/test and rivora-bench run
@@ -12,7 +12,7 @@
 #   nft (nftables: the DSR and fib e2e tests' counters, the bench's DNAT
 #   baseline, rivora-doctor's firewall check and its test), trafgen (netsniff-ng: the bench and the SYN-flood e2e test), bird/birdc, gobgpd/gobgp,
 #   vtysh/bgpd (frr): the real BGP peers; /usr/bin/time (time): the figures
-#   of build-testdeps.sh, which builds kube-apiserver and etcd with Go.
+#   of build-testdeps.sh, which builds kube-apiserver, etcd and helm with Go.
 set -euo pipefail
 
 with_testdeps=0
@@ -70,7 +70,7 @@ if [ "$(id -u)" = 0 ] && [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs
   echo "setup: mounted bpffs at /sys/fs/bpf"
 fi
 
-# kube-apiserver, etcd and the Gateway API CRDs for the Kubernetes tests (scripts/test passes
+# kube-apiserver, etcd, helm and the Gateway API CRDs for the Kubernetes tests (scripts/test passes
 # --with-testdeps; the demo does not need them), built once into a cache outside the clone
 # (keyed by version; a no-op when present).
 if [ "$with_testdeps" = 1 ]; then

@@ -1,4 +1,4 @@
-//! Where the test bed finds etcd, kube-apiserver and the Gateway API CRDs.
+//! Where the test bed finds etcd, kube-apiserver, helm and the Gateway API CRDs.
 //!
 //! Why the versions come from `scripts/testdeps/*/go.mod` at compile time: that file is what
 //! `scripts/build-testdeps.sh` builds from, so the two can never disagree about which cache
@@ -11,6 +11,7 @@ use anyhow::{Result, bail};
 const KUBE_APISERVER_GO_MOD: &str = include_str!("../../../scripts/testdeps/kube-apiserver/go.mod");
 const ETCD_GO_MOD: &str = include_str!("../../../scripts/testdeps/etcd/go.mod");
 const GATEWAY_API_GO_MOD: &str = include_str!("../../../scripts/testdeps/gateway-api/go.mod");
+const HELM_GO_MOD: &str = include_str!("../../../scripts/testdeps/helm/go.mod");
 
 /// Environment variable that moves the cache (the build script honours the same one).
 pub const TESTDEPS_DIR_ENV: &str = "RIVORA_TESTDEPS_DIR";
@@ -39,6 +40,11 @@ pub struct Assets {
     pub gateway_api_crds: PathBuf,
     /// Gateway API version (e.g. `v1.6.3`).
     pub gateway_api_version: String,
+    /// Where the helm binary is built (not checked by `locate`: only the chart tests need it, and
+    /// they call [`Assets::helm`], which is).
+    helm: PathBuf,
+    /// `helm.sh/helm/v3` version it was built from (e.g. `v3.21.4`).
+    pub helm_version: String,
 }
 
 impl Assets {
@@ -53,6 +59,8 @@ impl Assets {
             .join("kube-apiserver");
         let etcd = cache.join(format!("etcd-{etcd_version}")).join("etcd");
         let gateway_api_crds = cache.join(format!("gateway-api-{gateway_api_version}"));
+        let helm_version = required_version(HELM_GO_MOD, "helm.sh/helm/v3")?;
+        let helm = cache.join(format!("helm-{helm_version}")).join("helm");
         let missing: Vec<String> = [&kube_apiserver, &etcd, &gateway_api_crds.join("standard")]
             .iter()
             .filter(|p| !p.exists())
@@ -75,7 +83,23 @@ impl Assets {
             etcd_version,
             gateway_api_crds,
             gateway_api_version,
+            helm,
+            helm_version,
         })
+    }
+
+    /// The helm binary, which only the chart tests use (to compare `rivora`'s renderer with
+    /// `helm template` and to run `helm lint`), or an error saying how to build it.
+    pub fn helm(&self) -> Result<&Path> {
+        if !self.helm.exists() {
+            bail!(
+                "helm {} is not built: missing {}. Run `scripts/build-testdeps.sh` once (scripts/test \
+                 does); it builds helm from scripts/testdeps/helm/go.mod",
+                self.helm_version,
+                self.helm.display()
+            );
+        }
+        Ok(&self.helm)
     }
 
     /// The CRD YAML files of one Gateway API channel, sorted by name.
@@ -158,6 +182,8 @@ mod tests {
         assert!(e.starts_with("v3.6."), "{e}");
         let g = required_version(GATEWAY_API_GO_MOD, "sigs.k8s.io/gateway-api").unwrap();
         assert!(g.starts_with("v1.6."), "{g}");
+        let h = required_version(HELM_GO_MOD, "helm.sh/helm/v3").unwrap();
+        assert!(h.starts_with("v3."), "{h}");
     }
 
     #[test]
