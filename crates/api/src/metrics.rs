@@ -97,6 +97,10 @@ use prometheus_client::registry::{Registry, Unit};
 /// Prometheus scrape config finds it.
 pub const METRICS_PATH: &str = "/metrics";
 
+/// URL path of the liveness/readiness answer (the chart's probes): 200 once the daemon can read
+/// its datapath (the same snapshot a scrape takes), 503 with the reason otherwise.
+pub const HEALTHZ_PATH: &str = "/healthz";
+
 /// `Content-Type` of [`render`]'s output (Prometheus text format 0.0.4), so
 /// scrapers parse it with the right parser.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -781,6 +785,7 @@ pub async fn serve_metrics(
 fn router(snapshot: Arc<SnapshotFn>) -> Router {
     Router::new()
         .route(METRICS_PATH, get(scrape))
+        .route(HEALTHZ_PATH, get(healthz))
         .fallback(not_found)
         .with_state(snapshot)
 }
@@ -801,10 +806,21 @@ async fn scrape(State(snapshot): State<Arc<SnapshotFn>>) -> Response {
     }
 }
 
+async fn healthz(State(snapshot): State<Arc<SnapshotFn>>) -> Response {
+    match tokio::task::spawn_blocking(move || snapshot().map(|_| ())).await {
+        Ok(Ok(())) => (StatusCode::OK, "ok\n").into_response(),
+        Ok(Err(message)) => error(StatusCode::SERVICE_UNAVAILABLE, message),
+        Err(join) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("reading the datapath failed: {join}"),
+        ),
+    }
+}
+
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
-        format!("not found: metrics are served on {METRICS_PATH}"),
+        format!("not found: metrics are served on {METRICS_PATH}, health on {HEALTHZ_PATH}"),
     )
 }
 

@@ -773,6 +773,28 @@ async fn snapshot_error_is_a_500_with_the_message() {
     server.shutdown().await;
 }
 
+/// The chart's probes: /healthz is 200 while the datapath reads, 503 with the reason when not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_follows_whether_the_datapath_reads() {
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let state = broken.clone();
+    let server = start(Arc::new(move || {
+        if state.load(Ordering::SeqCst) {
+            Err("reading map rivora_stats: ENOENT".to_string())
+        } else {
+            Ok(MetricsSnapshot::default())
+        }
+    }))
+    .await;
+    let r = http(server.addr, "GET", "/healthz").await;
+    assert_eq!((r.status, r.body.as_str()), (200, "ok\n"));
+    broken.store(true, Ordering::SeqCst);
+    let r = http(server.addr, "GET", "/healthz").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body, "reading map rivora_stats: ENOENT\n");
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_panic_is_a_500_and_the_server_keeps_serving() {
     let first = Arc::new(AtomicU32::new(0));

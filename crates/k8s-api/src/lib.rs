@@ -4,10 +4,10 @@
 //! generated from them; and the Gateway API v1 L4 routes Rivora implements, [`TcpRoute`] and
 //! [`UdpRoute`] ([`route`] says why they are here and not taken from the `gateway-api` crate).
 //!
-//! Why the CRDs are generated from these types (and checked in under `deploy/crds/`): the Rust
+//! Why the CRDs are generated from these types (and checked in under `deploy/chart/crds/`): the Rust
 //! types are what rivora-controller and rivorad read and write, so the schema the API server
 //! enforces can never drift from them; a test fails when the committed YAML is stale.
-//! Regenerate with `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/crds`. The route
+//! Regenerate with `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/chart/crds`. The route
 //! kinds are the exception: their CRDs are Gateway API's own (v1.6), never generated here.
 //!
 //! The rules rivora-controller and rivorad must agree on live here too, so there is one copy of
@@ -71,11 +71,11 @@ pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
 }
 
-/// A CRD as the YAML committed in `deploy/crds/` (with a header saying it is generated).
+/// A CRD as the YAML committed in `deploy/chart/crds/` (with a header saying it is generated).
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> anyhow::Result<String> {
     let body = serde_norway::to_string(crd)?;
     Ok(format!(
-        "# Generated from crates/k8s-api by `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/crds`.\n\
+        "# Generated from crates/k8s-api by `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/chart/crds`.\n\
          # Do not edit: change the Rust types and regenerate.\n{body}"
     ))
 }

@@ -1,11 +1,11 @@
-//! The CRD YAML committed under deploy/crds is exactly what the types generate, and nothing else
-//! lives there. Regenerate with `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/crds`.
+//! The CRD YAML committed under deploy/chart/crds is exactly what the types generate, and nothing else
+//! lives there. Regenerate with `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/chart/crds`.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 fn crd_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/chart/crds")
 }
 
 #[test]
@@ -17,7 +17,7 @@ fn committed_crds_match_the_types() {
         let path = dir.join(&name);
         let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
             panic!(
-                "{} missing ({e}); run `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/crds`",
+                "{} missing ({e}); run `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/chart/crds`",
                 path.display()
             )
         });
@@ -31,7 +31,7 @@ fn committed_crds_match_the_types() {
                 .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()) + 1);
             panic!(
                 "{} differs from the types from line {line} on; run \
-                 `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/crds`",
+                 `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/chart/crds`",
                 path.display()
             );
         }
@@ -43,6 +43,6 @@ fn committed_crds_match_the_types() {
         .collect();
     assert_eq!(
         present, expected,
-        "files in deploy/crds that no type generates"
+        "files in deploy/chart/crds that no type generates"
     );
 }

@@ -22,9 +22,9 @@ use serde_json::json;
 pub const FM: &str = "rivora-test";
 pub const WAIT: Duration = Duration::from_secs(30);
 
-/// Installs the CRDs exactly as shipped in deploy/crds.
+/// Installs the CRDs exactly as shipped in deploy/chart/crds.
 pub async fn install_shipped_crds(bed: &TestBed) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/chart/crds");
     for entry in std::fs::read_dir(&dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         bed.install_crd_yaml(&text).await.unwrap();
