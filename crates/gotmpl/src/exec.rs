@@ -117,11 +117,12 @@ fn field_chain(
                     format!("nil pointer evaluating interface {{}}.{name}"),
                 ));
             }
-            other => {
+            // Values reach templates as Go interface{}, which is the type Go names.
+            _ => {
                 return Err(exec_err(
                     file,
                     line,
-                    format!("can't evaluate field {name} in type {}", other.type_name()),
+                    format!("can't evaluate field {name} in type interface {{}}"),
                 ));
             }
         };

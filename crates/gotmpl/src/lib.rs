@@ -5,6 +5,14 @@
 //! Semantics follow Go (whitespace trimming, `%v` printing, truth, variable
 //! scope, sorted map iteration) and Helm (values numbers are float64,
 //! `missingkey=zero` with "<no value>" removed, defines shared by all files).
+//!
+//! Functions: Go's `and or not eq ne lt le gt ge len index print printf
+//! println`; Sprig/Helm's `include tpl required fail default empty coalesce
+//! ternary quote squote toYaml toJson nindent indent trim trimSuffix
+//! trimPrefix trunc lower upper replace contains hasPrefix hasSuffix hasKey
+//! dict list join int int64 toString b64enc`, and `.Files.Get`. Anything else
+//! (e.g. `sha256sum`: no SHA-256 crate in the workspace) is a parse error
+//! `function "x" not defined`, so an unsupported chart fails loudly.
 
 mod error;
 mod exec;
