@@ -68,7 +68,27 @@ pub(crate) fn execute(set: &Set, name: &str, dot: &Value, depth: usize) -> Resul
 
 /// Follows `.a.b.c` from `recv`; the last element may be the method
 /// `.Files.Get` taking `args`.
+/// [`field_chain_inner`] with failures naming the expression, as Go's
+/// `at <.Values.a.b>: ...` does.
 fn field_chain(
+    file: &str,
+    line: usize,
+    expr: &Arg,
+    recv: &Value,
+    names: &[String],
+    args: Option<Vec<Value>>,
+) -> Result<Value, Error> {
+    field_chain_inner(file, line, recv, names, args).map_err(|e| match e {
+        Error::Exec { name, line, reason } => Error::Exec {
+            name,
+            line,
+            reason: format!("at <{}>: {reason}", expr.describe()),
+        },
+        e => e,
+    })
+}
+
+fn field_chain_inner(
     file: &str,
     line: usize,
     recv: &Value,
@@ -373,7 +393,7 @@ impl Exec<'_> {
                 } else {
                     None
                 };
-                field_chain(file, line, dot, names, args)
+                field_chain(file, line, first, dot, names, args)
             }
             Arg::Var(v, names) if !names.is_empty() => {
                 let args = if has_args {
@@ -382,7 +402,7 @@ impl Exec<'_> {
                     None
                 };
                 let recv = self.var(file, line, v)?;
-                field_chain(file, line, &recv, names, args)
+                field_chain(file, line, first, &recv, names, args)
             }
             Arg::Chain(p, names) => {
                 let recv = self.pipeline(file, p, dot)?;
@@ -391,7 +411,7 @@ impl Exec<'_> {
                 } else {
                     None
                 };
-                field_chain(file, line, &recv, names, args)
+                field_chain(file, line, first, &recv, names, args)
             }
             Arg::Nil => Err(exec_err(file, line, "nil is not a command")),
             other => {
@@ -424,15 +444,15 @@ impl Exec<'_> {
             Arg::Int(i) => Value::Int(*i),
             Arg::Float(f) => Value::Float(*f),
             Arg::Str(s) => Value::Str(s.clone()),
-            Arg::Field(names) => field_chain(file, line, dot, names, None)?,
+            Arg::Field(names) => field_chain(file, line, arg, dot, names, None)?,
             Arg::Var(v, names) => {
                 let recv = self.var(file, line, v)?;
-                field_chain(file, line, &recv, names, None)?
+                field_chain(file, line, arg, &recv, names, None)?
             }
             Arg::Func(name) => self.call(file, line, name, &[], dot, None)?,
             Arg::Chain(p, names) => {
                 let recv = self.pipeline(file, p, dot)?;
-                field_chain(file, line, &recv, names, None)?
+                field_chain(file, line, arg, &recv, names, None)?
             }
             Arg::Pipe(p) => self.pipeline(file, p, dot)?,
         })

@@ -139,7 +139,7 @@ c: 2
         tmpl: r##"line1
 {{ .a.b }}"##,
         data: r##"{}"##,
-        want: Err(r##"main:2: nil pointer evaluating interface {}.b"##),
+        want: Err(r##"main:2: at <.a.b>: nil pointer evaluating interface {}.b"##),
     },
     Case {
         name: "null_value",
@@ -377,7 +377,7 @@ b: {{ required "rivorad.interface must be set" .Values.x }}"##,
         defs: r##""##,
         tmpl: r##"{{ .a.b }}"##,
         data: r##"{"a":[1]}"##,
-        want: Err(r##"main:1: can't evaluate field b in type interface {}"##),
+        want: Err(r##"main:1: at <.a.b>: can't evaluate field b in type interface {}"##),
     },
     Case {
         name: "and_guards_nil",
@@ -651,7 +651,7 @@ fn errors_name_the_file_and_line_of_the_failing_action() {
     assert_eq!(
         t.render("y.yaml", &values(serde_json::json!({"s": "str"})))
             .map_err(|e| e.to_string()),
-        Err("y.yaml:1: can't evaluate field field in type interface {}".to_string())
+        Err("y.yaml:1: at <.s.field>: can't evaluate field field in type interface {}".to_string())
     );
     assert_eq!(
         t.render("nope.yaml", &Value::Nil),
