@@ -6,7 +6,11 @@
 //! Pure parts (values, schema, rendering, release records, status evaluation) are separate from
 //! the API effects ([`apply`]) so they are tested without a cluster.
 
+pub mod apply;
 pub mod chart;
+pub mod diff;
+pub mod lifecycle;
+pub mod release;
 pub mod render;
 pub mod schema;
 pub mod values;

@@ -5,9 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use std::time::Duration;
+
 use rivora_installer::chart::Chart;
-use rivora_installer::render::{self, ReleaseInfo};
-use rivora_installer::{ValueInputs, effective_values};
+use rivora_installer::lifecycle::{self, Target, ValuesMode, Waiting};
+use rivora_installer::{ValueInputs, apply, diff};
 
 /// Rivora's cluster lifecycle over its Helm chart (embedded; no helm needed): the chart's
 /// values are set with `-f` and `--set` as with helm, checked against the chart's schema, and
@@ -25,6 +27,58 @@ enum Command {
     /// ServiceAccounts, RBAC, the rivorad DaemonSet and the rivora-controller Deployment, by
     /// server-side apply. `--dry-run` prints the objects instead and needs no cluster.
     Install(InstallArgs),
+    /// Upgrade the release: the recorded values are reused (with `-f`/`--set` merged over them)
+    /// unless --reset-values; prints the object changes, and with --dry-run only prints them.
+    /// CRDs are applied (never deleted) and no custom resource is touched.
+    Upgrade(UpgradeArgs),
+    /// Uninstall the release: every object it created, in reverse order, and its records. The
+    /// CRDs stay unless --delete-crds.
+    Uninstall(UninstallArgs),
+}
+
+/// Flags of the commands that talk to a cluster.
+#[derive(Args, Debug)]
+struct ClusterArgs {
+    /// kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the in-cluster config).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Wait until the DaemonSet and Deployment are ready, showing progress.
+    #[arg(long)]
+    wait: bool,
+    /// Bound on each wait (CRDs served, workloads ready), e.g. 300s or 5m.
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Args, Debug)]
+struct UpgradeArgs {
+    #[command(flatten)]
+    chart: ChartArgs,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Start from the chart's defaults instead of the recorded values.
+    #[arg(long)]
+    reset_values: bool,
+    /// Print the object changes and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+struct UninstallArgs {
+    /// Release name.
+    #[arg(long, default_value = "rivora")]
+    release: String,
+    /// Namespace of the release.
+    #[arg(short = 'n', long, default_value = "rivora-system")]
+    namespace: String,
+    /// Also delete Rivora's CRDs, and with them EVERY AddressPool, ServicePolicy, BGPPeer and
+    /// RivoraNode in the cluster (Services lose their Rivora addresses).
+    #[arg(long)]
+    delete_crds: bool,
+    /// kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the in-cluster config).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
 }
 
 /// Flags shared by the commands that render the chart.
@@ -54,15 +108,31 @@ struct ChartArgs {
 struct InstallArgs {
     #[command(flatten)]
     chart: ChartArgs,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// Print the objects that would be applied (CRDs first), as `helm template --include-crds`
-    /// prints them, and change nothing.
+    /// prints them, and change nothing (no cluster needed).
     #[arg(long)]
     dry_run: bool,
 }
 
-fn main() -> ExitCode {
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected e.g. 300s or 5m"))?;
+    match unit {
+        "s" | "" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "ms" => Ok(Duration::from_millis(n)),
+        _ => Err(format!("{s:?}: unit must be ms, s or m")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    match run(cli).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("rivora: {e:#}");
@@ -71,9 +141,33 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
+async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Install(args) => install(args),
+        Command::Install(args) => install(args).await,
+        Command::Upgrade(args) => upgrade(args).await,
+        Command::Uninstall(args) => {
+            let client = apply::connect(args.kubeconfig.as_deref()).await?;
+            let target = Target {
+                release: args.release,
+                namespace: args.namespace,
+            };
+            lifecycle::uninstall(&client, &Chart::embedded(), &target, args.delete_crds).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn target(args: &ChartArgs) -> Target {
+    Target {
+        release: args.release.clone(),
+        namespace: args.namespace.clone(),
+    }
+}
+
+fn waiting(args: &ClusterArgs) -> Waiting {
+    Waiting {
+        wait: args.wait,
+        timeout: args.timeout,
     }
 }
 
@@ -98,20 +192,44 @@ fn value_inputs(args: &ChartArgs) -> Result<ValueInputs> {
     })
 }
 
-fn install(args: InstallArgs) -> Result<ExitCode> {
+async fn install(args: InstallArgs) -> Result<ExitCode> {
     let chart = load_chart(&args.chart)?;
-    let user = value_inputs(&args.chart)?.user_values()?;
-    let values = effective_values(&chart, &user)?;
-    let release = ReleaseInfo {
-        name: args.chart.release.clone(),
-        namespace: args.chart.namespace.clone(),
-        revision: 1,
-        is_install: true,
-    };
-    let manifest = render::render(&chart, &values, &release)?;
+    let inputs = value_inputs(&args.chart)?;
+    let target = target(&args.chart);
     if args.dry_run {
+        let manifest = lifecycle::render_for(&chart, &inputs.user_values()?, &target, 1)?;
         print!("{}{}", manifest.crds_yaml(), manifest.objects_yaml());
         return Ok(ExitCode::SUCCESS);
     }
-    anyhow::bail!("installing into a cluster is not built yet: use --dry-run")
+    let client = apply::connect(args.cluster.kubeconfig.as_deref()).await?;
+    let manifest =
+        lifecycle::install(&client, &chart, &inputs, &target, waiting(&args.cluster)).await?;
+    println!("{}", manifest.notes.trim_end());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn upgrade(args: UpgradeArgs) -> Result<ExitCode> {
+    let chart = load_chart(&args.chart)?;
+    let inputs = value_inputs(&args.chart)?;
+    let mode = if args.reset_values {
+        ValuesMode::Reset
+    } else {
+        ValuesMode::Reuse
+    };
+    let client = apply::connect(args.cluster.kubeconfig.as_deref()).await?;
+    let plan = lifecycle::upgrade(
+        &client,
+        &chart,
+        &inputs,
+        mode,
+        &target(&args.chart),
+        waiting(&args.cluster),
+        args.dry_run,
+    )
+    .await?;
+    print!("{}", diff::render(&plan.changes));
+    if !args.dry_run {
+        println!("upgraded to revision {}", plan.revision);
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,293 @@
+//! install, upgrade and uninstall as sequences of the pure steps (values, render, diff) and the
+//! API effects (apply), so the order is in one place: CRDs, then the objects, then the record.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use kube::Client;
+use serde_json::Value;
+
+use crate::apply;
+use crate::chart::Chart;
+use crate::diff;
+use crate::release::{self, Release};
+use crate::render::{self, Manifest, ReleaseInfo};
+use crate::{ValueInputs, effective_values};
+
+/// Where and what to install, from the command line.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Release name.
+    pub release: String,
+    /// Release namespace.
+    pub namespace: String,
+}
+
+/// How long to wait, and whether to wait for the workloads at all.
+#[derive(Debug, Clone, Copy)]
+pub struct Waiting {
+    /// Wait for the DaemonSet and Deployment to be ready.
+    pub wait: bool,
+    /// Bound on each wait (CRDs Established, workloads ready).
+    pub timeout: Duration,
+}
+
+fn spinner(msg: &str) -> ProgressBar {
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("a valid template"));
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb.set_message(msg.to_string());
+    pb
+}
+
+/// Renders for a release without touching the cluster (install --dry-run).
+pub fn render_for(chart: &Chart, user: &Value, target: &Target, revision: u32) -> Result<Manifest> {
+    release::check_name(&target.release)?;
+    let values = effective_values(chart, user)?;
+    render::render(
+        chart,
+        &values,
+        &ReleaseInfo {
+            name: target.release.clone(),
+            namespace: target.namespace.clone(),
+            revision,
+            is_install: revision == 1,
+        },
+    )
+}
+
+/// Installs: refuses when the release exists (use upgrade), applies the CRDs and waits until
+/// they are served, applies the objects, records the release, then optionally waits.
+pub async fn install(
+    client: &Client,
+    chart: &Chart,
+    inputs: &ValueInputs,
+    target: &Target,
+    waiting: Waiting,
+) -> Result<Manifest> {
+    let user = inputs.user_values()?;
+    let manifest = render_for(chart, &user, target, 1)?;
+    apply::ensure_namespace(client, &target.namespace).await?;
+    if let Some(r) =
+        release::latest(apply::read_releases(client, &target.namespace, &target.release).await?)
+    {
+        bail!(
+            "release {} already exists in {} (revision {}, chart {}): use `rivora upgrade`",
+            target.release,
+            target.namespace,
+            r.version,
+            r.chart.metadata.version
+        );
+    }
+    apply_manifest(client, &manifest, target, waiting).await?;
+    let record = Release::new(
+        &target.release,
+        &target.namespace,
+        1,
+        chart,
+        user,
+        manifest.objects_yaml(),
+        manifest.notes.clone(),
+        None,
+        "Install complete",
+    );
+    apply::write_release(client, &record).await?;
+    wait(client, &manifest, target, waiting).await?;
+    Ok(manifest)
+}
+
+async fn apply_manifest(
+    client: &Client,
+    manifest: &Manifest,
+    target: &Target,
+    waiting: Waiting,
+) -> Result<()> {
+    let pb = spinner(&format!("applying {} CRDs", manifest.crds.len()));
+    apply::apply_crds(client, &manifest.crds, waiting.timeout).await?;
+    pb.println(format!("✓ {} CRDs applied and served", manifest.crds.len()));
+    apply::apply_objects(
+        client,
+        &manifest.objects,
+        &target.release,
+        &target.namespace,
+        |d| {
+            pb.set_message(format!("applied {}", d.describe()));
+        },
+    )
+    .await?;
+    pb.finish_and_clear();
+    eprintln!(
+        "✓ {} objects applied (field manager {})",
+        manifest.objects.len(),
+        apply::FIELD_MANAGER
+    );
+    Ok(())
+}
+
+async fn wait(
+    client: &Client,
+    manifest: &Manifest,
+    target: &Target,
+    waiting: Waiting,
+) -> Result<()> {
+    if !waiting.wait {
+        return Ok(());
+    }
+    let pb = spinner("waiting for the workloads");
+    let result = apply::wait_ready(
+        client,
+        &manifest.objects,
+        &target.namespace,
+        waiting.timeout,
+        |now| {
+            let line: Vec<String> = now.iter().map(|r| r.to_string()).collect();
+            pb.set_message(line.join("; "));
+        },
+    )
+    .await;
+    pb.finish_and_clear();
+    result?;
+    eprintln!("✓ every DaemonSet and Deployment is ready");
+    Ok(())
+}
+
+/// What an upgrade was asked to do with the recorded values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValuesMode {
+    /// Merge the new `-f`/`--set` over the recorded user values (the default, as cilium-cli).
+    Reuse,
+    /// Start from the chart's defaults (helm's `--reset-values`).
+    Reset,
+}
+
+/// The outcome of an upgrade: what changed, and whether it was applied.
+#[derive(Debug)]
+pub struct UpgradePlan {
+    /// The revision this upgrade writes.
+    pub revision: u32,
+    /// Object changes (printed before applying).
+    pub changes: Vec<diff::Change>,
+    /// The new manifest.
+    pub manifest: Manifest,
+}
+
+/// Upgrades: renders with the recorded values (plus the new ones), shows the object diff, and
+/// unless `dry_run` applies the CRDs and objects, deletes objects no longer rendered (never CRDs
+/// or custom resources) and records the new revision.
+pub async fn upgrade(
+    client: &Client,
+    chart: &Chart,
+    inputs: &ValueInputs,
+    mode: ValuesMode,
+    target: &Target,
+    waiting: Waiting,
+    dry_run: bool,
+) -> Result<UpgradePlan> {
+    let releases = apply::read_releases(client, &target.namespace, &target.release).await?;
+    let Some(previous) = release::latest(releases) else {
+        bail!(
+            "no release {} in namespace {}: use `rivora install`",
+            target.release,
+            target.namespace
+        );
+    };
+    let mut user = match mode {
+        ValuesMode::Reuse => previous.config.clone(),
+        ValuesMode::Reset => Value::Object(Default::default()),
+    };
+    crate::values::merge(&mut user, &inputs.user_values()?);
+    let revision = previous.version + 1;
+    let manifest = render_for(chart, &user, target, revision)?;
+    let old = render::split_documents("previous", &previous.manifest)
+        .context("reading the previous revision's manifest")?;
+    let changes = diff::diff(&old, &manifest.objects);
+    if dry_run {
+        return Ok(UpgradePlan {
+            revision,
+            changes,
+            manifest,
+        });
+    }
+    apply_manifest(client, &manifest, target, waiting).await?;
+    let removed: Vec<_> = old
+        .iter()
+        .filter(|o| {
+            !manifest
+                .objects
+                .iter()
+                .any(|n| n.api_version() == o.api_version() && n.describe() == o.describe())
+        })
+        .cloned()
+        .collect();
+    apply::delete_objects(client, &removed, &target.namespace, |d| {
+        eprintln!("✓ deleted {}", d.describe());
+    })
+    .await?;
+    let mut superseded = previous.clone();
+    superseded.info.status = release::ReleaseStatus::Superseded;
+    apply::write_release(client, &superseded).await?;
+    let record = Release::new(
+        &target.release,
+        &target.namespace,
+        revision,
+        chart,
+        user,
+        manifest.objects_yaml(),
+        manifest.notes.clone(),
+        Some(previous.info.first_deployed.clone()),
+        "Upgrade complete",
+    );
+    apply::write_release(client, &record).await?;
+    wait(client, &manifest, target, waiting).await?;
+    Ok(UpgradePlan {
+        revision,
+        changes,
+        manifest,
+    })
+}
+
+/// Uninstalls: deletes the recorded objects in reverse install order and the release records;
+/// the CRDs (and with them every custom resource of theirs) only when `delete_crds`.
+pub async fn uninstall(
+    client: &Client,
+    chart: &Chart,
+    target: &Target,
+    delete_crds: bool,
+) -> Result<()> {
+    let releases = apply::read_releases(client, &target.namespace, &target.release).await?;
+    let Some(latest) = release::latest(releases) else {
+        bail!(
+            "no release {} in namespace {}",
+            target.release,
+            target.namespace
+        );
+    };
+    let mut docs = render::split_documents("manifest", &latest.manifest)?;
+    docs.reverse();
+    apply::delete_objects(client, &docs, &target.namespace, |d| {
+        eprintln!("✓ deleted {}", d.describe())
+    })
+    .await?;
+    let n = apply::delete_releases(client, &target.namespace, &target.release).await?;
+    eprintln!("✓ deleted {n} release records");
+    if delete_crds {
+        let crds: Vec<_> = chart
+            .crd_files()
+            .map(|(p, t)| render::split_documents(p, t))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        apply::delete_objects(client, &crds, &target.namespace, |d| {
+            eprintln!("✓ deleted {}", d.describe())
+        })
+        .await?;
+    } else {
+        eprintln!(
+            "kept the CRDs (and every AddressPool, ServicePolicy, BGPPeer and RivoraNode): \
+             `rivora uninstall --delete-crds` removes them and all their objects"
+        );
+    }
+    Ok(())
+}
