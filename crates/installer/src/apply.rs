@@ -159,8 +159,8 @@ pub async fn apply_objects(
     Ok(())
 }
 
-/// Deletes objects (in the given order; NotFound is fine), in the foreground so a DaemonSet's
-/// Pods go with it.
+/// Deletes objects (in the given order; NotFound is fine), in the background (the garbage
+/// collector removes a DaemonSet's Pods after it, as `kubectl delete` does).
 pub async fn delete_objects(
     client: &Client,
     docs: &[Document],
@@ -173,7 +173,7 @@ pub async fn delete_objects(
             // Its kind is gone (e.g. the Gateway API CRDs were removed): nothing to delete.
             Err(_) => continue,
         };
-        match api.delete(doc.name(), &DeleteParams::foreground()).await {
+        match api.delete(doc.name(), &DeleteParams::background()).await {
             Ok(_) => progress(doc),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e).with_context(|| format!("deleting {}", doc.describe())),

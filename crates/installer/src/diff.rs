@@ -96,7 +96,7 @@ fn line_diff(a: &str, b: &str) -> Vec<String> {
             out.push(format!(" {}", a[i]));
             i += 1;
             j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
+        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] > lcs[i + 1][j]) {
             out.push(format!("+{}", b[j]));
             j += 1;
         } else {

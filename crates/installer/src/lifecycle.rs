@@ -256,21 +256,28 @@ pub async fn uninstall(
     delete_crds: bool,
 ) -> Result<()> {
     let releases = apply::read_releases(client, &target.namespace, &target.release).await?;
-    let Some(latest) = release::latest(releases) else {
-        bail!(
+    match release::latest(releases) {
+        Some(latest) => {
+            let mut docs = render::split_documents("manifest", &latest.manifest)?;
+            docs.reverse();
+            apply::delete_objects(client, &docs, &target.namespace, |d| {
+                eprintln!("✓ deleted {}", d.describe())
+            })
+            .await?;
+            let n = apply::delete_releases(client, &target.namespace, &target.release).await?;
+            eprintln!("✓ deleted {n} release records");
+        }
+        // Nothing installed any more (an earlier uninstall): only the CRDs are left to delete.
+        None if delete_crds => eprintln!(
+            "no release {} in {}: deleting only the CRDs",
+            target.release, target.namespace
+        ),
+        None => bail!(
             "no release {} in namespace {}",
             target.release,
             target.namespace
-        );
-    };
-    let mut docs = render::split_documents("manifest", &latest.manifest)?;
-    docs.reverse();
-    apply::delete_objects(client, &docs, &target.namespace, |d| {
-        eprintln!("✓ deleted {}", d.describe())
-    })
-    .await?;
-    let n = apply::delete_releases(client, &target.namespace, &target.release).await?;
-    eprintln!("✓ deleted {n} release records");
+        ),
+    }
     if delete_crds {
         let crds: Vec<_> = chart
             .crd_files()
