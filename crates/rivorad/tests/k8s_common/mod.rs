@@ -267,6 +267,13 @@ impl NodeAgent {
         self.rivorad = Some(d);
     }
 
+    /// Starts rivorad in the node's own namespace ([`NodeAgent::new`]) with `extra` arguments.
+    pub fn start_with(&mut self, extra: &[&str]) {
+        let ns = &self.own.as_ref().expect("a node of its own").0;
+        let d = self.spawn(ns, extra);
+        self.rivorad = Some(d);
+    }
+
     /// Starts rivorad in `ns` (the lab's node namespace), with `extra` arguments.
     pub fn start_in(&mut self, ns: &Netns, extra: &[&str]) {
         let d = self.spawn(ns, extra);
