@@ -319,7 +319,11 @@ async fn install_status_upgrade_uninstall() {
         .filter(|l| l.starts_with(['-', '+']))
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect();
-    assert_eq!(changed, ["- - --announce=none", "+ - --announce=bgp"], "{plan}");
+    assert_eq!(
+        changed,
+        ["- - --announce=none", "+ - --announce=bgp"],
+        "{plan}"
+    );
     assert_eq!(
         get(&ds, "rivorad").await.unwrap().metadata.resource_version,
         before_ds.metadata.resource_version,
