@@ -9,6 +9,7 @@
 pub mod chart;
 pub mod render;
 pub mod schema;
+pub mod status;
 pub mod values;
 
 use anyhow::{Result, bail};
