@@ -19,11 +19,13 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use rivora_k8s_api::{AddressPool, RivoraNode};
 
+mod observe;
 mod report;
 mod table;
 #[cfg(test)]
 mod tests;
 
+pub use observe::observe;
 pub use report::{
     CONTROLLER_NAME, Component, LEASE_NAME, Leader, NodeRow, PoolRow, RIVORAD_NAME, Report,
     Unaddressed, evaluate,
