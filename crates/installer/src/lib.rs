@@ -13,6 +13,7 @@ pub mod lifecycle;
 pub mod release;
 pub mod render;
 pub mod schema;
+pub mod status;
 pub mod values;
 
 use anyhow::{Result, bail};

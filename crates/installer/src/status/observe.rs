@@ -1,0 +1,139 @@
+//! The API reads of `rivora status`: the only async part. Each read's failure is kept in its
+//! [`Lookup`] (a missing object or CRD, a forbidden list) so one failed read never hides the
+//! others; [`super::evaluate`] turns them into problems.
+
+use std::collections::BTreeSet;
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::{Api, Client};
+use rivora_k8s_api::class::{ClassConfig, is_ours};
+use rivora_k8s_api::{AddressPool, RivoraNode};
+
+use super::report::{CONTROLLER_NAME, LEASE_NAME, RIVORAD_NAME};
+use super::{Lookup, Observed};
+
+/// Whether an API error says the object (or, for a list, the resource type) does not exist.
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn one<T>(r: kube::Result<Option<T>>) -> Lookup<T> {
+    match r {
+        Ok(Some(t)) => Lookup::Found(t),
+        Ok(None) => Lookup::Missing,
+        Err(e) if not_found(&e) => Lookup::Missing,
+        Err(e) => Lookup::Unreadable(e.to_string()),
+    }
+}
+
+fn list<T: Clone>(r: kube::Result<kube::api::ObjectList<T>>) -> Lookup<Vec<T>> {
+    match r {
+        Ok(l) => Lookup::Found(l.items),
+        Err(e) if not_found(&e) => Lookup::Missing,
+        Err(e) => Lookup::Unreadable(e.to_string()),
+    }
+}
+
+/// The label selector of the rivorad Pods: the DaemonSet's own, or the chart's labels.
+fn pod_selector(ds: &Lookup<DaemonSet>) -> String {
+    ds.found()
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.selector.match_labels.as_ref())
+        .filter(|m| !m.is_empty())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_else(|| {
+            format!("app.kubernetes.io/name=rivora,app.kubernetes.io/component={RIVORAD_NAME}")
+        })
+}
+
+/// Reads Observed from the cluster (namespace = the release namespace; lb_class and
+/// gateway_controller_name select ours). Missing CRDs/objects are reported as findings, not
+/// errors.
+pub async fn observe(
+    client: &kube::Client,
+    namespace: &str,
+    lb_class: &str,
+    gateway_controller_name: &str,
+    chart_version: Option<String>,
+) -> anyhow::Result<Observed> {
+    let c: &Client = client;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(c.clone(), namespace);
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), namespace);
+    let leases: Api<Lease> = Api::namespaced(c.clone(), namespace);
+    let lp = ListParams::default();
+
+    let (daemonset, deployment, lease, nodes, pools, services) = futures::join!(
+        async { one(daemonsets.get_opt(RIVORAD_NAME).await) },
+        async { one(deployments.get_opt(CONTROLLER_NAME).await) },
+        async { one(leases.get_opt(LEASE_NAME).await) },
+        async { list(Api::<RivoraNode>::all(c.clone()).list(&lp).await) },
+        async { list(Api::<AddressPool>::all(c.clone()).list(&lp).await) },
+        async { list(Api::<Service>::all(c.clone()).list(&lp).await) },
+    );
+    let pods_params = ListParams::default().labels(&pod_selector(&daemonset));
+    let (rivorad_pods, classes, gateways) = futures::join!(
+        async {
+            list(
+                Api::<Pod>::namespaced(c.clone(), namespace)
+                    .list(&pods_params)
+                    .await,
+            )
+        },
+        async { list(Api::<GatewayClass>::all(c.clone()).list(&lp).await) },
+        async { list(Api::<Gateway>::all(c.clone()).list(&lp).await) },
+    );
+
+    let class = ClassConfig {
+        class: lb_class.to_string(),
+        default_class: false,
+        gateway_controller: gateway_controller_name.to_string(),
+    };
+    let services = match services {
+        Lookup::Found(all) => {
+            Lookup::Found(all.into_iter().filter(|s| is_ours(s, &class)).collect())
+        }
+        other => other,
+    };
+    let gateways = match (classes, gateways) {
+        (Lookup::Found(classes), Lookup::Found(gateways)) => {
+            let ours: BTreeSet<String> = classes
+                .into_iter()
+                .filter(|gc| gc.spec.controller_name == gateway_controller_name)
+                .filter_map(|gc| gc.metadata.name)
+                .collect();
+            Lookup::Found(
+                gateways
+                    .into_iter()
+                    .filter(|g| ours.contains(&g.spec.gateway_class_name))
+                    .collect(),
+            )
+        }
+        (Lookup::Unreadable(e), _) | (_, Lookup::Unreadable(e)) => Lookup::Unreadable(e),
+        _ => Lookup::Missing,
+    };
+
+    Ok(Observed {
+        namespace: namespace.to_string(),
+        chart_version,
+        now: Timestamp::now(),
+        daemonset,
+        deployment,
+        lease,
+        rivorad_pods,
+        nodes,
+        pools,
+        services,
+        gateways,
+    })
+}
