@@ -11,12 +11,13 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, Resource};
-use rivora_k8s_api::{AddressPool, BGPPeer, ServicePolicy};
+use rivora_k8s_api::{AddressPool, BGPPeer, RivoraNode, ServicePolicy};
 use rivora_kube_testbed::{TestBed, ensure_namespace, unique_name};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -306,6 +307,95 @@ async fn install_status_upgrade_uninstall() {
         )
         .await
         .unwrap();
+
+    // rivora status: without a controller leader it says so and exits 1.
+    let out = cli.run(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("rivora-controller"), "{text}");
+    assert!(text.contains("0.1.0"), "chart version shown: {text}");
+
+    // The test plays the controller (its Lease) and two rivorads (their RivoraNode reports).
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let micro = format!("{}.000000Z", now.trim_end_matches('Z'));
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    apply(
+        &leases,
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "rivora-controller"},
+            "spec": {"holderIdentity": "rivora-controller-7d9f-x", "leaseDurationSeconds": 15,
+                     "renewTime": micro, "acquireTime": micro},
+        }),
+    )
+    .await;
+    let reports: Api<RivoraNode> = Api::all(client.clone());
+    let node_names = [format!("{ns}-a"), format!("{ns}-b")];
+    for (i, node) in node_names.iter().enumerate() {
+        apply(
+            &reports,
+            json!({
+                "apiVersion": "rivora.dev/v1alpha1", "kind": "RivoraNode",
+                "metadata": {"name": node}, "spec": {},
+            }),
+        )
+        .await;
+        reports
+            .patch_status(node, &PatchParams::default(), &Patch::Merge(json!({"status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                     "lastTransitionTime": now},
+                    {"type": "InitialSyncComplete", "status": "True", "reason": "Complete",
+                     "message": "", "lastTransitionTime": now},
+                ],
+                "datapath": {"interface": "eth1", "xdpMode": if i == 0 { "native" } else { "generic" },
+                             "abiVersion": 3, "persistent": true},
+                "vipCount": 1,
+                "heartbeatTime": now,
+                "announce": {"mode": "none"},
+            }})))
+            .await
+            .unwrap();
+    }
+    let out = cli.run(&["status", "-o", "json"]);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["healthy"], true, "{report:#}");
+    let shown = report.to_string();
+    for want in [
+        node_names[0].as_str(),
+        node_names[1].as_str(),
+        "native",
+        "generic",
+        "rivora-controller-7d9f-x",
+        &pool_name,
+    ] {
+        assert!(shown.contains(want), "{want} in {report:#}");
+    }
+    let table = cli.ok(&["status"]);
+    eprintln!("rivora status:\n{table}");
+    assert!(
+        table.contains(&node_names[0]) && table.contains("rivora-controller-7d9f-x"),
+        "{table}"
+    );
+
+    // A Service of ours without an address makes it unhealthy, naming the Service.
+    apply(
+        &services,
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "pending"},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "rivora.dev/lb",
+                     "ports": [{"port": 81, "protocol": "TCP"}]},
+        }),
+    )
+    .await;
+    let out = cli.run(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("lc-apps/pending"), "{text}");
 
     // Upgrade --dry-run shows exactly the DaemonSet's change and changes nothing.
     let before_deploy = get(&deploy, "rivora-controller").await.unwrap();

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use rivora_installer::chart::Chart;
 use rivora_installer::lifecycle::{self, Target, ValuesMode, Waiting};
-use rivora_installer::{ValueInputs, apply, diff};
+use rivora_installer::{ValueInputs, apply, diff, release, status};
+use rivora_k8s_api::class::{GATEWAY_CONTROLLER_NAME, LOAD_BALANCER_CLASS};
 
 /// Rivora's cluster lifecycle over its Helm chart (embedded; no helm needed): the chart's
 /// values are set with `-f` and `--set` as with helm, checked against the chart's schema, and
@@ -34,6 +35,36 @@ enum Command {
     /// Uninstall the release: every object it created, in reverse order, and its records. The
     /// CRDs stay unless --delete-crds.
     Uninstall(UninstallArgs),
+    /// How Rivora stands: chart version, DaemonSet and Deployment readiness, the controller
+    /// leader, each node's report (datapath, XDP mode, VIPs, BGP sessions or L2 holder,
+    /// errors), pools and their usage, Services and Gateways without an address and why.
+    /// Exits 1 when anything is wrong.
+    Status(StatusArgs),
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// Release name.
+    #[arg(long, default_value = "rivora")]
+    release: String,
+    /// Namespace of the release.
+    #[arg(short = 'n', long, default_value = "rivora-system")]
+    namespace: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the in-cluster config).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+}
+
+/// How `status` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Output {
+    /// Tables for people.
+    Table,
+    /// JSON for scripts (the same sections, plus `healthy`).
+    Json,
 }
 
 /// Flags of the commands that talk to a cluster.
@@ -145,6 +176,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Install(args) => install(args).await,
         Command::Upgrade(args) => upgrade(args).await,
+        Command::Status(args) => status(args).await,
         Command::Uninstall(args) => {
             let client = apply::connect(args.kubeconfig.as_deref()).await?;
             let target = Target {
@@ -232,4 +264,53 @@ async fn upgrade(args: UpgradeArgs) -> Result<ExitCode> {
         println!("upgraded to revision {}", plan.revision);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn status(args: StatusArgs) -> Result<ExitCode> {
+    let client = apply::connect(args.kubeconfig.as_deref()).await?;
+    let recorded =
+        release::latest(apply::read_releases(&client, &args.namespace, &args.release).await?);
+    // The classes the release serves come from its values (the chart's defaults otherwise).
+    let chart = Chart::embedded();
+    let values = match &recorded {
+        Some(r) => {
+            let mut v = r.chart.values.clone();
+            rivora_installer::values::merge(&mut v, &r.config);
+            v
+        }
+        None => chart.default_values.clone(),
+    };
+    let lb_class = values["loadBalancerClass"]
+        .as_str()
+        .unwrap_or(LOAD_BALANCER_CLASS);
+    let gateway_controller = values["gatewayAPI"]["controllerName"]
+        .as_str()
+        .unwrap_or(GATEWAY_CONTROLLER_NAME);
+    let observed = status::observe(
+        &client,
+        &args.namespace,
+        lb_class,
+        gateway_controller,
+        recorded.as_ref().map(|r| r.chart.metadata.version.clone()),
+    )
+    .await?;
+    let mut report = status::evaluate(&observed);
+    if recorded.is_none() {
+        report.problems.insert(
+            0,
+            format!(
+                "no release {} in namespace {}: install with `rivora install -n {}` (or pass -n/--release)",
+                args.release, args.namespace, args.namespace
+            ),
+        );
+    }
+    match args.output {
+        Output::Table => print!("{}", report.render_table()),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
+    }
+    Ok(if report.healthy() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
