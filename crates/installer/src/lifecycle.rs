@@ -12,7 +12,7 @@ use crate::apply;
 use crate::chart::Chart;
 use crate::diff;
 use crate::release::{self, Release};
-use crate::render::{self, Manifest, ReleaseInfo};
+use crate::render::{self, Document, Manifest, ReleaseInfo};
 use crate::{ValueInputs, effective_values};
 
 /// Where and what to install, from the command line.
@@ -63,6 +63,7 @@ pub async fn install(
     client: &Client,
     chart: &Chart,
     inputs: &ValueInputs,
+    extra_crds: &[Document],
     target: &Target,
     waiting: Waiting,
 ) -> Result<Manifest> {
@@ -80,7 +81,7 @@ pub async fn install(
             r.chart.metadata.version
         );
     }
-    apply_manifest(client, &manifest, target, waiting).await?;
+    apply_manifest(client, &manifest, extra_crds, target, waiting).await?;
     let record = Release::new(
         &target.release,
         &target.namespace,
@@ -100,12 +101,14 @@ pub async fn install(
 async fn apply_manifest(
     client: &Client,
     manifest: &Manifest,
+    extra_crds: &[Document],
     target: &Target,
     waiting: Waiting,
 ) -> Result<()> {
-    let pb = spinner(&format!("applying {} CRDs", manifest.crds.len()));
-    apply::apply_crds(client, &manifest.crds, waiting.timeout).await?;
-    pb.println(format!("✓ {} CRDs applied and served", manifest.crds.len()));
+    let crds: Vec<Document> = extra_crds.iter().chain(&manifest.crds).cloned().collect();
+    let pb = spinner(&format!("applying {} CRDs", crds.len()));
+    apply::apply_crds(client, &crds, waiting.timeout).await?;
+    pb.println(format!("✓ {} CRDs applied and served", crds.len()));
     apply::apply_objects(
         client,
         &manifest.objects,
@@ -172,6 +175,15 @@ pub struct UpgradePlan {
     pub manifest: Manifest,
 }
 
+/// How an upgrade treats the recorded values and whether it applies anything.
+#[derive(Debug, Clone, Copy)]
+pub struct UpgradeMode {
+    /// Reuse or reset the recorded values.
+    pub values: ValuesMode,
+    /// Only compute the diff.
+    pub dry_run: bool,
+}
+
 /// Upgrades: renders with the recorded values (plus the new ones), shows the object diff, and
 /// unless `dry_run` applies the CRDs and objects, deletes objects no longer rendered (never CRDs
 /// or custom resources) and records the new revision.
@@ -179,11 +191,12 @@ pub async fn upgrade(
     client: &Client,
     chart: &Chart,
     inputs: &ValueInputs,
-    mode: ValuesMode,
+    extra_crds: &[Document],
+    how: UpgradeMode,
     target: &Target,
     waiting: Waiting,
-    dry_run: bool,
 ) -> Result<UpgradePlan> {
+    let (mode, dry_run) = (how.values, how.dry_run);
     let releases = apply::read_releases(client, &target.namespace, &target.release).await?;
     let Some(previous) = release::latest(releases) else {
         bail!(
@@ -209,7 +222,7 @@ pub async fn upgrade(
             manifest,
         });
     }
-    apply_manifest(client, &manifest, target, waiting).await?;
+    apply_manifest(client, &manifest, extra_crds, target, waiting).await?;
     let removed: Vec<_> = old
         .iter()
         .filter(|o| {
@@ -297,4 +310,78 @@ pub async fn uninstall(
         );
     }
     Ok(())
+}
+
+/// The group whose CRDs `--gateway-api-crds` may apply.
+const GATEWAY_API_GROUP: &str = "gateway.networking.k8s.io";
+
+/// Reads `--gateway-api-crds` paths (files, or directories of `*.yaml`, e.g. upstream's
+/// `standard-install.yaml` or `config/crd/standard`): their Gateway API CRDs, other documents
+/// (upstream ships a ValidatingAdmissionPolicy beside them) skipped. Any other CRD, or a path
+/// without a Gateway API CRD, is refused: this flag installs Gateway API and nothing else.
+pub fn read_gateway_api_crds(paths: &[std::path::PathBuf]) -> Result<Vec<Document>> {
+    let mut out = Vec::new();
+    for path in paths {
+        let files = if path.is_dir() {
+            let mut v: Vec<_> = std::fs::read_dir(path)
+                .with_context(|| format!("--gateway-api-crds {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+                .collect();
+            v.sort();
+            v
+        } else {
+            vec![path.clone()]
+        };
+        let before = out.len();
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("--gateway-api-crds: reading {}", file.display()))?;
+            for d in render::split_documents(&file.display().to_string(), &text)? {
+                if d.kind() != "CustomResourceDefinition" {
+                    continue;
+                }
+                let group = d.object["spec"]["group"].as_str().unwrap_or_default();
+                if group != GATEWAY_API_GROUP {
+                    bail!(
+                        "--gateway-api-crds {}: {} is of group {group:?}, not {GATEWAY_API_GROUP}",
+                        file.display(),
+                        d.describe()
+                    );
+                }
+                out.push(d);
+            }
+        }
+        if out.len() == before {
+            bail!(
+                "--gateway-api-crds {}: no Gateway API CustomResourceDefinition in it",
+                path.display()
+            );
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn gateway_api_crds_only() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let e = read_gateway_api_crds(&[repo.join("deploy/chart/crds")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("of group \"rivora.dev\", not gateway.networking.k8s.io"),
+            "{e}"
+        );
+        let e = read_gateway_api_crds(&[repo.join("deploy/rbac")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no Gateway API CustomResourceDefinition"),
+            "{e:#}"
+        );
+        assert!(read_gateway_api_crds(&[]).unwrap().is_empty());
+    }
 }

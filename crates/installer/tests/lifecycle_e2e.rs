@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gateway_api::gatewayclasses::GatewayClass;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
@@ -183,17 +184,21 @@ async fn install_status_upgrade_uninstall() {
         kubeconfig,
         namespace: ns.clone(),
     };
+    // Upstream's standard-channel Gateway API CRDs, as the test dependencies hold them.
+    let gateway_crds = bed.assets().gateway_api_crds.join("standard");
 
     // Install, waiting for the workloads the test then marks ready.
     let mut child = cli
         .command(&[
             "install",
             "--set",
-            "rivorad.interface=eth1",
+            "rivorad.interface=eth1,gatewayAPI.gatewayClass.create=true",
             "--wait",
             "--timeout",
             "90s",
         ])
+        .arg("--gateway-api-crds")
+        .arg(&gateway_crds)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -242,6 +247,16 @@ async fn install_status_upgrade_uninstall() {
         .unwrap();
     assert!(args.contains(&"--interface=eth1".to_string()), "{args:?}");
     assert!(args.contains(&"--announce=none".to_string()), "{args:?}");
+    let classes: Api<GatewayClass> = Api::all(client.clone());
+    let class = get(&classes, "rivora")
+        .await
+        .expect("the chart's GatewayClass");
+    assert_eq!(class.spec.controller_name, "rivora.dev/gateway-controller");
+    assert!(
+        get(&crds, "tcproutes.gateway.networking.k8s.io")
+            .await
+            .is_some()
+    );
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
     for sa in ["rivorad", "rivora-controller"] {
         assert!(get(&sas, sa).await.is_some(), "ServiceAccount {sa}");
@@ -475,7 +490,7 @@ async fn install_status_upgrade_uninstall() {
     );
     assert_eq!(
         cli.helm(&["get", "values", "rivora"]),
-        json!({"rivorad": {"announce": "bgp", "interface": "eth1"}})
+        json!({"rivorad": {"announce": "bgp", "interface": "eth1"}, "gatewayAPI": {"gatewayClass": {"create": true}}})
     );
     let history = cli.helm(&["history", "rivora"]);
     let states: Vec<&str> = history
@@ -518,6 +533,16 @@ async fn install_status_upgrade_uninstall() {
     for name in RIVORA_CRDS {
         assert!(get(&crds, name).await.is_some(), "CRD {name} kept");
     }
+    assert!(
+        get(&classes, "rivora").await.is_none(),
+        "the GatewayClass is the release's"
+    );
+    assert!(
+        get(&crds, "gateways.gateway.networking.k8s.io")
+            .await
+            .is_some(),
+        "Gateway API CRDs are never rivora's to delete"
+    );
     assert!(
         get(&Api::<AddressPool>::all(client.clone()), &pool_name)
             .await

@@ -43,7 +43,7 @@ async fn controller_and_node_agent_work_with_the_charts_service_accounts() {
         wait: false,
         timeout: Duration::from_secs(60),
     };
-    lifecycle::install(&admin, &Chart::embedded(), &inputs, &target, waiting)
+    lifecycle::install(&admin, &Chart::embedded(), &inputs, &[], &target, waiting)
         .await
         .unwrap();
 

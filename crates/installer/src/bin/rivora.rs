@@ -8,8 +8,8 @@ use clap::{Args, Parser, Subcommand};
 use std::time::Duration;
 
 use rivora_installer::chart::Chart;
-use rivora_installer::lifecycle::{self, Target, ValuesMode, Waiting};
-use rivora_installer::{ValueInputs, apply, diff, release, status};
+use rivora_installer::lifecycle::{self, Target, UpgradeMode, ValuesMode, Waiting};
+use rivora_installer::{ValueInputs, apply, diff, release, render, status};
 use rivora_k8s_api::class::{GATEWAY_CONTROLLER_NAME, LOAD_BALANCER_CLASS};
 
 /// Rivora's cluster lifecycle over its Helm chart (embedded; no helm needed): the chart's
@@ -76,6 +76,11 @@ struct ClusterArgs {
     /// Wait until the DaemonSet and Deployment are ready, showing progress.
     #[arg(long)]
     wait: bool,
+    /// Also apply these Gateway API CRDs first (upstream's standard-channel files: a file such as
+    /// standard-install.yaml, or a directory of them; only CRDs of gateway.networking.k8s.io
+    /// are accepted). Never deleted by `rivora uninstall`.
+    #[arg(long, value_name = "PATH")]
+    gateway_api_crds: Vec<PathBuf>,
     /// Bound on each wait (CRDs served, workloads ready), e.g. 300s or 5m.
     #[arg(long, default_value = "300s", value_parser = parse_duration)]
     timeout: Duration,
@@ -228,14 +233,31 @@ async fn install(args: InstallArgs) -> Result<ExitCode> {
     let chart = load_chart(&args.chart)?;
     let inputs = value_inputs(&args.chart)?;
     let target = target(&args.chart);
+    let extra = lifecycle::read_gateway_api_crds(&args.cluster.gateway_api_crds)?;
     if args.dry_run {
         let manifest = lifecycle::render_for(&chart, &inputs.user_values()?, &target, 1)?;
-        print!("{}{}", manifest.crds_yaml(), manifest.objects_yaml());
+        let extra = render::Manifest {
+            crds: extra,
+            ..Default::default()
+        };
+        print!(
+            "{}{}{}",
+            extra.crds_yaml(),
+            manifest.crds_yaml(),
+            manifest.objects_yaml()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let client = apply::connect(args.cluster.kubeconfig.as_deref()).await?;
-    let manifest =
-        lifecycle::install(&client, &chart, &inputs, &target, waiting(&args.cluster)).await?;
+    let manifest = lifecycle::install(
+        &client,
+        &chart,
+        &inputs,
+        &extra,
+        &target,
+        waiting(&args.cluster),
+    )
+    .await?;
     println!("{}", manifest.notes.trim_end());
     Ok(ExitCode::SUCCESS)
 }
@@ -249,14 +271,18 @@ async fn upgrade(args: UpgradeArgs) -> Result<ExitCode> {
         ValuesMode::Reuse
     };
     let client = apply::connect(args.cluster.kubeconfig.as_deref()).await?;
+    let extra = lifecycle::read_gateway_api_crds(&args.cluster.gateway_api_crds)?;
     let plan = lifecycle::upgrade(
         &client,
         &chart,
         &inputs,
-        mode,
+        &extra,
+        UpgradeMode {
+            values: mode,
+            dry_run: args.dry_run,
+        },
         &target(&args.chart),
         waiting(&args.cluster),
-        args.dry_run,
     )
     .await?;
     print!("{}", diff::render(&plan.changes));
