@@ -14,7 +14,7 @@ use rivora_k8s_api::class::{GATEWAY_CONTROLLER_NAME, LOAD_BALANCER_CLASS};
 
 /// Rivora's cluster lifecycle over its Helm chart (embedded; no helm needed): the chart's
 /// values are set with `-f` and `--set` as with helm, checked against the chart's schema, and
-/// rendered exactly as `helm template` renders them.
+/// rendered to the same objects as `helm template` renders.
 #[derive(Parser, Debug)]
 #[command(name = "rivora", version)]
 struct Cli {
