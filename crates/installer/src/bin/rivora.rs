@@ -10,7 +10,7 @@ use std::time::Duration;
 use rivora_installer::chart::Chart;
 use rivora_installer::lifecycle::{self, Target, UpgradeMode, ValuesMode, Waiting};
 use rivora_installer::{ValueInputs, apply, diff, release, render, status};
-use rivora_k8s_api::class::{GATEWAY_CONTROLLER_NAME, LOAD_BALANCER_CLASS};
+use rivora_k8s_api::class::{ClassConfig, GATEWAY_CONTROLLER_NAME, LOAD_BALANCER_CLASS};
 
 /// Rivora's cluster lifecycle over its Helm chart (embedded; no helm needed): the chart's
 /// values are set with `-f` and `--set` as with helm, checked against the chart's schema, and
@@ -306,17 +306,21 @@ async fn status(args: StatusArgs) -> Result<ExitCode> {
         }
         None => chart.default_values.clone(),
     };
-    let lb_class = values["loadBalancerClass"]
-        .as_str()
-        .unwrap_or(LOAD_BALANCER_CLASS);
-    let gateway_controller = values["gatewayAPI"]["controllerName"]
-        .as_str()
-        .unwrap_or(GATEWAY_CONTROLLER_NAME);
+    let class = ClassConfig {
+        class: values["loadBalancerClass"]
+            .as_str()
+            .unwrap_or(LOAD_BALANCER_CLASS)
+            .to_string(),
+        default_class: values["defaultClass"].as_bool().unwrap_or(false),
+        gateway_controller: values["gatewayAPI"]["controllerName"]
+            .as_str()
+            .unwrap_or(GATEWAY_CONTROLLER_NAME)
+            .to_string(),
+    };
     let observed = status::observe(
         &client,
         &args.namespace,
-        lb_class,
-        gateway_controller,
+        &class,
         recorded.as_ref().map(|r| r.chart.metadata.version.clone()),
     )
     .await?;

@@ -57,16 +57,16 @@ fn pod_selector(ds: &Lookup<DaemonSet>) -> String {
         })
 }
 
-/// Reads Observed from the cluster (namespace = the release namespace; lb_class and
-/// gateway_controller_name select ours). Missing CRDs/objects are reported as findings, not
-/// errors.
+/// Reads Observed from the cluster (namespace = the release namespace; `class` selects our
+/// Services, class-less ones too when the release is the default class, and our Gateways).
+/// Missing CRDs/objects are reported as findings, not errors.
 pub async fn observe(
     client: &kube::Client,
     namespace: &str,
-    lb_class: &str,
-    gateway_controller_name: &str,
+    class: &ClassConfig,
     chart_version: Option<String>,
 ) -> anyhow::Result<Observed> {
+    let gateway_controller_name = class.gateway_controller.as_str();
     let c: &Client = client;
     let daemonsets: Api<DaemonSet> = Api::namespaced(c.clone(), namespace);
     let deployments: Api<Deployment> = Api::namespaced(c.clone(), namespace);
@@ -94,14 +94,9 @@ pub async fn observe(
         async { list(Api::<Gateway>::all(c.clone()).list(&lp).await) },
     );
 
-    let class = ClassConfig {
-        class: lb_class.to_string(),
-        default_class: false,
-        gateway_controller: gateway_controller_name.to_string(),
-    };
     let services = match services {
         Lookup::Found(all) => {
-            Lookup::Found(all.into_iter().filter(|s| is_ours(s, &class)).collect())
+            Lookup::Found(all.into_iter().filter(|s| is_ours(s, class)).collect())
         }
         other => other,
     };
