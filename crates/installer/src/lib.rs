@@ -42,32 +42,12 @@ impl ValueInputs {
             values::merge(&mut out, &values::parse_yaml(name, text)?);
         }
         for s in &self.set {
-            merge_keeping_nulls(&mut out, &values::parse_set(s, true)?);
+            values::merge_nulls(&mut out, &values::parse_set(s, true)?, values::Nulls::Keep);
         }
         for s in &self.set_string {
-            merge_keeping_nulls(&mut out, &values::parse_set(s, false)?);
+            values::merge_nulls(&mut out, &values::parse_set(s, false)?, values::Nulls::Keep);
         }
         Ok(out)
-    }
-}
-
-/// Like [`values::merge`] but keeps `null`s, so `--set key=null` still deletes the chart's
-/// default when the user values are merged over the defaults.
-fn merge_keeping_nulls(base: &mut Value, over: &Value) {
-    match (base, over) {
-        (Value::Object(b), Value::Object(o)) => {
-            for (k, v) in o {
-                match b.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => {
-                        merge_keeping_nulls(existing, v)
-                    }
-                    _ => {
-                        b.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
-        (b, o) => *b = o.clone(),
     }
 }
 

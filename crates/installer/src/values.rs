@@ -24,15 +24,31 @@ pub fn parse_yaml(origin: &str, text: &str) -> Result<Value> {
 /// Merges `over` into `base`: maps merge key by key, anything else replaces (helm's
 /// coalescing; a `null` over a key deletes it, as `--set key=null` does in helm).
 pub fn merge(base: &mut Value, over: &Value) {
+    merge_nulls(base, over, Nulls::Delete);
+}
+
+/// What a `null` in the values merged over does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nulls {
+    /// Deletes the key (merging user values over the chart's defaults).
+    Delete,
+    /// Stays a `null`, to delete the default later (collecting `--set` user values).
+    Keep,
+}
+
+/// [`merge`], with the treatment of `null`s chosen.
+pub fn merge_nulls(base: &mut Value, over: &Value, nulls: Nulls) {
     match (base, over) {
         (Value::Object(b), Value::Object(o)) => {
             for (k, v) in o {
-                if v.is_null() {
+                if v.is_null() && nulls == Nulls::Delete {
                     b.remove(k);
                     continue;
                 }
                 match b.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => merge(existing, v),
+                    Some(existing) if existing.is_object() && v.is_object() => {
+                        merge_nulls(existing, v, nulls)
+                    }
                     _ => {
                         b.insert(k.clone(), v.clone());
                     }
