@@ -23,6 +23,7 @@ pub mod objects;
 pub mod snat;
 pub mod stages;
 pub mod vip_index;
+pub mod view;
 pub mod writer;
 
 pub use bpffs::{ensure_bpffs, private_bpffs_reason};

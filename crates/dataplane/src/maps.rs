@@ -339,7 +339,7 @@ unsafe impl Send for MaglevTable {}
 unsafe impl Sync for MaglevTable {}
 
 impl MaglevTable {
-    fn map(data: MapData) -> Result<Self, Error> {
+    pub(crate) fn map(data: MapData) -> Result<Self, Error> {
         let info = data.info().map_err(|e| Error::Map {
             map: "maglev_table",
             source: e,
