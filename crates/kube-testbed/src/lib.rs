@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod assets;
+pub mod audit;
 pub mod forward;
 pub mod pki;
 pub mod rbac;
@@ -85,6 +86,15 @@ const CRD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Set to keep the directory (logs, etcd data) after the test bed stops.
 const KEEP_ENV: &str = "RIVORA_TESTBED_KEEP";
 
+/// How to start a [`TestBed`] beyond the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Write an audit log of every request (user, verb, resource) to [`TestBed::audit_log`]:
+    /// the only place the API server says *who* made a request, which is what a benchmark
+    /// counting a component's requests needs. Off by default: tests need no log.
+    pub audit_log: bool,
+}
+
 static INSTANCE_COUNTER: AtomicU32 = AtomicU32::new(0);
 static NAME_COUNTER: AtomicU32 = AtomicU32::new(0);
 static SHARED: OnceLock<TestBed> = OnceLock::new();
@@ -130,6 +140,11 @@ impl TestBed {
     /// Blocking (it is safe to call from inside a tokio runtime: the waiting happens on a
     /// thread of its own). Fails with the log tail of whichever process did not come up.
     pub fn start() -> Result<TestBed> {
+        Self::start_with(&Options::default())
+    }
+
+    /// [`TestBed::start`] with `options` (an audit log for benchmarks that count requests).
+    pub fn start_with(options: &Options) -> Result<TestBed> {
         rivora_lab::require_root().context("the Kubernetes test bed needs root")?;
         let assets = Assets::locate()?;
         reap_stale_dirs();
@@ -148,14 +163,14 @@ impl TestBed {
         }
         std::fs::create_dir_all(dir.join("pki"))
             .with_context(|| format!("creating {}", dir.display()))?;
-        let bed = Self::start_in(assets, dir.clone());
+        let bed = Self::start_in(assets, dir.clone(), options);
         if bed.is_err() && std::env::var_os(KEEP_ENV).is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         bed
     }
 
-    fn start_in(assets: Assets, dir: PathBuf) -> Result<TestBed> {
+    fn start_in(assets: Assets, dir: PathBuf, options: &Options) -> Result<TestBed> {
         let netns = Arc::new(Netns::new("kapi")?);
         setup_bridge(&netns)?;
         let pki = pki::Pki::generate(&[
@@ -179,7 +194,7 @@ impl TestBed {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let commands = [
             etcd_command(&assets, &dir),
-            apiserver_command(&assets, &dir),
+            apiserver_command(&assets, &dir, options)?,
         ];
         let keeper_ns = Arc::clone(&netns);
         let keeper = std::thread::Builder::new()
@@ -222,6 +237,11 @@ impl TestBed {
         spawned?;
         bed.wait_ready()?;
         Ok(bed)
+    }
+
+    /// The audit log's path (written only when started with [`Options::audit_log`]).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join(audit::LOG_FILE)
     }
 
     /// The instance shared by every test of this test binary, started on first use.
@@ -692,7 +712,11 @@ fn etcd_command(assets: &Assets, dir: &Path) -> (String, Command, PathBuf) {
     ("etcd".into(), cmd, dir.join("etcd.log"))
 }
 
-fn apiserver_command(assets: &Assets, dir: &Path) -> (String, Command, PathBuf) {
+fn apiserver_command(
+    assets: &Assets,
+    dir: &Path,
+    options: &Options,
+) -> Result<(String, Command, PathBuf)> {
     let p = dir.join("pki");
     let f = |n: &str| p.join(n).display().to_string();
     let mut cmd = Command::new(&assets.kube_apiserver);
@@ -718,7 +742,18 @@ fn apiserver_command(assets: &Assets, dir: &Path) -> (String, Command, PathBuf) 
         .arg("--disable-admission-plugins=ServiceAccount")
         .arg("--profiling=false")
         .arg("--v=1");
-    ("kube-apiserver".into(), cmd, dir.join("kube-apiserver.log"))
+    if options.audit_log {
+        let policy = dir.join(audit::POLICY_FILE);
+        std::fs::write(&policy, audit::POLICY).context("writing the audit policy")?;
+        cmd.arg(format!("--audit-policy-file={}", policy.display()))
+            .arg(format!(
+                "--audit-log-path={}",
+                dir.join(audit::LOG_FILE).display()
+            ))
+            .arg("--audit-log-format=json")
+            .arg("--audit-log-maxsize=0");
+    }
+    Ok(("kube-apiserver".into(), cmd, dir.join("kube-apiserver.log")))
 }
 
 /// The thread that owns the two processes. It starts them (so `PR_SET_PDEATHSIG`, which fires
