@@ -22,8 +22,8 @@ pub mod model;
 pub mod objects;
 pub mod snat;
 pub mod stages;
-pub mod vip_index;
 pub mod view;
+pub mod vip_index;
 pub mod writer;
 
 pub use bpffs::{ensure_bpffs, private_bpffs_reason};

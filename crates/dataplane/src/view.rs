@@ -29,7 +29,10 @@ pub struct PinnedView {
 }
 
 fn pinned(pin_dir: &Path, name: &'static str) -> Result<MapData, Error> {
-    MapData::from_pin(pin_dir.join(name)).map_err(|e| Error::Map { map: name, source: e })
+    MapData::from_pin(pin_dir.join(name)).map_err(|e| Error::Map {
+        map: name,
+        source: e,
+    })
 }
 
 fn typed<T>(pin_dir: &Path, name: &'static str, wrap: fn(MapData) -> Map) -> Result<T, Error>
@@ -38,7 +41,10 @@ where
 {
     wrap(pinned(pin_dir, name)?)
         .try_into()
-        .map_err(|e| Error::Map { map: name, source: e })
+        .map_err(|e| Error::Map {
+            map: name,
+            source: e,
+        })
 }
 
 impl PinnedView {
@@ -120,7 +126,10 @@ impl PinnedView {
     fn backend_addr(&self, v4: bool, bid: u32) -> Result<SocketAddr, Error> {
         let map_err = |map| move |e| Error::Map { map, source: e };
         Ok(if v4 {
-            let b = self.backend_map.get(&bid, 0).map_err(map_err("backend_map"))?;
+            let b = self
+                .backend_map
+                .get(&bid, 0)
+                .map_err(map_err("backend_map"))?;
             SocketAddr::new(
                 IpAddr::V4(abi::addr4_from_be(b.addr)),
                 abi::port_from_be(b.port),

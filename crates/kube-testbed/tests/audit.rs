@@ -53,7 +53,10 @@ async fn the_audit_log_counts_requests_by_user() {
         .await
         .is_err()
     {
-        assert!(Instant::now() < deadline, "RBAC never let the writer create");
+        assert!(
+            Instant::now() < deadline,
+            "RBAC never let the writer create"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for i in 1..5 {
