@@ -1,6 +1,6 @@
 //! rivora-bench: makes "the fastest software L4 balancer" measurable.
 //!
-//! Four parts, each printed as a table and written together as markdown
+//! Five parts, each printed as a table and written together as markdown
 //! (docs/benchmarks.md by default):
 //!
 //! 1. per-packet cost of xdp_ingress and tc_nat under BPF_PROG_TEST_RUN,
@@ -12,7 +12,11 @@
 //! 4. the control plane at the spec's capacities (rivorad and the dataplane
 //!    API), config-change-to-forwarding latency, rivorad's peak RSS, and its
 //!    memory (peak RSS plus the BPF maps) with the default and with
-//!    1,048,576-flow tables.
+//!    1,048,576-flow tables;
+//! 5. the Kubernetes control plane against the test bed's real kube-apiserver
+//!    and etcd: address assignment at scale (rivora-controller), EndpointSlice
+//!    change to forwarding and start-up on a node agent serving 2,000
+//!    Services.
 //!
 //! Every figure is reported next to a baseline measured in the same run.
 //! Needs root. Run by hand: `cargo run --release -p rivora-bench`; never
@@ -21,6 +25,7 @@
 
 mod control;
 mod frames;
+mod k8s;
 mod machine;
 mod maglevbench;
 mod progrun;
@@ -41,7 +46,8 @@ use report::{Row, Section, Verdict};
 #[derive(Parser, Debug)]
 #[command(
     name = "rivora-bench",
-    about = "Rivora's benchmarks: per-packet program cost, real traffic on veth, Maglev, control plane. \
+    about = "Rivora's benchmarks: per-packet program cost, real traffic on veth, Maglev, control plane, \
+             Kubernetes control plane. \
              Needs root; prints a table per part and writes them as markdown.",
     after_help = "Environment: RIVORA_BENCH_XDP_OBJECT=PATH runs part 1 with another build of \
                   xdp_ingress.o (same map layouts) in place of the embedded one, for an interleaved \
@@ -57,7 +63,8 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
 
-    /// Run only these parts: 1|progs, 2|traffic, 3|maglev, 4|control (comma-separated).
+    /// Run only these parts: 1|progs, 2|traffic, 3|maglev, 4|control, 5|kubernetes
+    /// (comma-separated).
     #[arg(long, value_name = "PART", value_delimiter = ',')]
     only: Vec<String>,
 
@@ -65,11 +72,16 @@ struct Args {
     /// `cargo build --release -p rivorad` first when run from the workspace.
     #[arg(long, value_name = "PATH")]
     rivorad: Option<PathBuf>,
+
+    /// rivora-controller binary for part 5. Default: the one next to this binary, built with
+    /// `cargo build --release -p rivora-controller` first when run from the workspace.
+    #[arg(long, value_name = "PATH")]
+    controller: Option<PathBuf>,
 }
 
 fn parse_parts(only: &[String]) -> Result<Vec<u8>> {
     if only.is_empty() {
-        return Ok(vec![1, 2, 3, 4]);
+        return Ok(vec![1, 2, 3, 4, 5]);
     }
     let mut v = Vec::new();
     for p in only {
@@ -78,7 +90,10 @@ fn parse_parts(only: &[String]) -> Result<Vec<u8>> {
             "2" | "traffic" => 2,
             "3" | "maglev" => 3,
             "4" | "control" => 4,
-            other => bail!("unknown part {other:?}: use 1|progs, 2|traffic, 3|maglev, 4|control"),
+            "5" | "kubernetes" => 5,
+            other => bail!(
+                "unknown part {other:?}: use 1|progs, 2|traffic, 3|maglev, 4|control, 5|kubernetes"
+            ),
         };
         if !v.contains(&n) {
             v.push(n);
@@ -88,7 +103,8 @@ fn parse_parts(only: &[String]) -> Result<Vec<u8>> {
     Ok(v)
 }
 
-fn failed(title: &str, e: &anyhow::Error) -> Section {
+/// A table that says a part (or sub-part) could not run, and why.
+pub(crate) fn failed(title: &str, e: &anyhow::Error) -> Section {
     Section {
         title: title.into(),
         ratio_label: "-".into(),
@@ -141,7 +157,7 @@ fn run(args: Args) -> Result<()> {
             bail!("interrupted");
         }
         let t = Instant::now();
-        let sec = match part {
+        let secs = match part {
             1 => {
                 let opts = progrun::Opts {
                     runs: if quick { 5 } else { 15 },
@@ -157,26 +173,42 @@ fn run(args: Args) -> Result<()> {
                 .join()
                 .map_err(|_| anyhow::anyhow!("part 1 panicked"))
                 .and_then(|r| r);
-                r.unwrap_or_else(|e| failed("1. Per-packet cost of the programs", &e))
+                vec![r.unwrap_or_else(|e| failed("1. Per-packet cost of the programs", &e))]
             }
             2 => {
                 let rivorad = util::rivorad_binary(args.rivorad.as_deref());
-                rivorad
-                    .and_then(|b| traffic::run(&b, quick))
-                    .unwrap_or_else(|e| failed("2. Real traffic on veth", &e))
+                vec![
+                    rivorad
+                        .and_then(|b| traffic::run(&b, quick))
+                        .unwrap_or_else(|e| failed("2. Real traffic on veth", &e)),
+                ]
             }
-            3 => maglevbench::run(quick).unwrap_or_else(|e| failed("3. Maglev", &e)),
+            3 => vec![maglevbench::run(quick).unwrap_or_else(|e| failed("3. Maglev", &e))],
             4 => {
                 let rivorad = util::rivorad_binary(args.rivorad.as_deref());
-                rivorad
-                    .and_then(|b| control::run(&b, quick))
-                    .unwrap_or_else(|e| failed("4. Control plane", &e))
+                vec![
+                    rivorad
+                        .and_then(|b| control::run(&b, quick))
+                        .unwrap_or_else(|e| failed("4. Control plane", &e)),
+                ]
+            }
+            5 => {
+                let bins = util::rivorad_binary(args.rivorad.as_deref()).and_then(|rivorad| {
+                    Ok(k8s::Bins {
+                        rivorad,
+                        controller: util::controller_binary(args.controller.as_deref())?,
+                    })
+                });
+                bins.and_then(|b| k8s::run(b, quick))
+                    .unwrap_or_else(|e| vec![failed("5. Kubernetes control plane", &e)])
             }
             _ => unreachable!(),
         };
-        sec.print();
+        for sec in secs {
+            sec.print();
+            sections.push(sec);
+        }
         eprintln!("(part {part} took {:.1} s)", t.elapsed().as_secs_f64());
-        sections.push(sec);
     }
 
     let md = render_markdown(
@@ -267,11 +299,12 @@ mod tests {
 
     #[test]
     fn parts_parse() {
-        assert_eq!(parse_parts(&[]).unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(parse_parts(&[]).unwrap(), vec![1, 2, 3, 4, 5]);
+        assert_eq!(parse_parts(&["kubernetes".into()]).unwrap(), vec![5]);
         assert_eq!(
             parse_parts(&["maglev".into(), "1".into()]).unwrap(),
             vec![1, 3]
         );
-        assert!(parse_parts(&["5".into()]).is_err());
+        assert!(parse_parts(&["6".into()]).is_err());
     }
 }

@@ -38,28 +38,49 @@ pub fn workspace_root() -> Option<PathBuf> {
         .then(|| p.canonicalize().unwrap_or(p))
 }
 
-/// The rivorad to benchmark: `explicit`, or the one next to this binary,
-/// rebuilt first (`cargo build -p rivorad` with this binary's profile) when
-/// the workspace is at hand, so the numbers are of the current tree.
+/// The rivorad to benchmark: `explicit`, or the one next to this binary, rebuilt first.
 pub fn rivorad_binary(explicit: Option<&Path>) -> Result<PathBuf> {
+    workspace_binary("rivorad", "rivorad", explicit, "--rivorad")
+}
+
+/// The rivora-controller to benchmark: `explicit`, or the one next to this binary, rebuilt
+/// first.
+pub fn controller_binary(explicit: Option<&Path>) -> Result<PathBuf> {
+    workspace_binary(
+        "rivora-controller",
+        "rivora-controller",
+        explicit,
+        "--controller",
+    )
+}
+
+/// Binary `bin` of package `package`: `explicit` (given as `flag`), or the one next to this
+/// binary, rebuilt first (`cargo build -p PACKAGE --bin BIN` with this binary's profile) when
+/// the workspace is at hand, so the numbers are of the current tree.
+fn workspace_binary(
+    package: &str,
+    bin: &str,
+    explicit: Option<&Path>,
+    flag: &str,
+) -> Result<PathBuf> {
     if let Some(p) = explicit {
         if !p.exists() {
-            bail!("--rivorad {}: no such file", p.display());
+            bail!("{flag} {}: no such file", p.display());
         }
         return Ok(p.to_path_buf());
     }
     let exe = std::env::current_exe().context("current_exe")?;
     let dir = exe.parent().context("binary directory")?;
-    let candidate = dir.join("rivorad");
+    let candidate = dir.join(bin);
     let release = dir.file_name().is_some_and(|n| n == "release");
     if let Some(root) = workspace_root() {
         eprintln!(
-            "building rivorad ({}) so the benchmark runs the current tree...",
+            "building {bin} ({}) so the benchmark runs the current tree...",
             if release { "release" } else { "debug" }
         );
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(&root)
-            .args(["build", "-p", "rivorad", "--bin", "rivorad"]);
+            .args(["build", "-p", package, "--bin", bin]);
         if release {
             cmd.arg("--release");
         }
@@ -70,23 +91,23 @@ pub fn rivorad_binary(explicit: Option<&Path>) -> Result<PathBuf> {
             Ok(s) if s.success() => {}
             Ok(s) if candidate.exists() => {
                 eprintln!(
-                    "warning: building rivorad failed ({s}); using the existing {}",
+                    "warning: building {bin} failed ({s}); using the existing {}",
                     candidate.display()
                 );
             }
-            Ok(s) => bail!("building rivorad failed ({s})"),
+            Ok(s) => bail!("building {bin} failed ({s})"),
             Err(e) if candidate.exists() => {
                 eprintln!(
                     "warning: cannot run cargo ({e}); using the existing {}",
                     candidate.display()
                 );
             }
-            Err(e) => bail!("cannot run cargo to build rivorad: {e}"),
+            Err(e) => bail!("cannot run cargo to build {bin}: {e}"),
         }
     }
     if !candidate.exists() {
         bail!(
-            "no rivorad next to {} (build it with `cargo build --release -p rivorad`, or pass --rivorad)",
+            "no {bin} next to {} (build it with `cargo build --release -p {package}`, or pass {flag})",
             exe.display()
         );
     }
