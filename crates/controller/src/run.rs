@@ -74,9 +74,17 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
+    // managedFields are the largest part of most objects, and only our own entries are read
+    // (whether we hold status to keep or take back): the others are dropped before the store.
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default()).modify(|o: &mut K| {
+            o.managed_fields_mut()
+                .retain(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+        }),
+    )
+    .default_backoff()
+    .touched_objects();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
