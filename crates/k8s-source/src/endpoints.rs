@@ -18,7 +18,7 @@
 //!   first seen (slices are read in name order, so the result does not depend on store order).
 //! - Conditions: absent `ready` and `serving` mean true; `terminating` only when true.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -125,26 +125,55 @@ pub struct PortSelector<'a> {
     pub protocol: &'a str,
 }
 
-/// The slices of Service `namespace/service`, in name order.
-pub fn slices_of<'a>(
-    slices: &'a [Arc<EndpointSlice>],
-    namespace: &str,
-    service: &str,
-) -> Vec<&'a EndpointSlice> {
-    let mut out: Vec<&EndpointSlice> = slices
-        .iter()
-        .map(|s| s.as_ref())
-        .filter(|s| {
-            s.metadata.namespace.as_deref() == Some(namespace)
-                && s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                    .is_some_and(|v| v == service)
-        })
-        .collect();
-    out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    out
+/// Every EndpointSlice grouped by the Service it belongs to (namespace and
+/// `kubernetes.io/service-name`), each group in name order. Built once per snapshot so that
+/// finding a Service's slices costs a lookup, not a scan of every slice in the cluster: with
+/// one scan per Service, a pass over 2,000 Services compared strings 4 million times and took
+/// a quarter of a second, all of it on the path from an endpoint change to forwarding.
+#[derive(Clone, Debug, Default)]
+pub struct SliceIndex {
+    by_service: HashMap<(String, String), Vec<Arc<EndpointSlice>>>,
+}
+
+impl SliceIndex {
+    /// Indexes `slices` (slices without the label belong to no Service and are left out).
+    pub fn new(slices: Vec<Arc<EndpointSlice>>) -> Self {
+        let mut by_service: HashMap<(String, String), Vec<Arc<EndpointSlice>>> = HashMap::new();
+        for s in slices {
+            let owner = s
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                .map(|svc| {
+                    (
+                        s.metadata.namespace.clone().unwrap_or_default(),
+                        svc.clone(),
+                    )
+                });
+            if let Some(owner) = owner {
+                by_service.entry(owner).or_default().push(s);
+            }
+        }
+        for group in by_service.values_mut() {
+            group.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        }
+        SliceIndex { by_service }
+    }
+
+    /// The slices of Service `namespace/service`, in name order.
+    pub fn of(&self, namespace: &str, service: &str) -> Vec<&EndpointSlice> {
+        self.by_service
+            .get(&(namespace.to_string(), service.to_string()))
+            .map(|g| g.iter().map(Arc::as_ref).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl From<Vec<Arc<EndpointSlice>>> for SliceIndex {
+    fn from(slices: Vec<Arc<EndpointSlice>>) -> Self {
+        SliceIndex::new(slices)
+    }
 }
 
 fn same_name(a: Option<&str>, b: Option<&str>) -> bool {
@@ -152,7 +181,7 @@ fn same_name(a: Option<&str>, b: Option<&str>) -> bool {
 }
 
 /// The endpoints of one Service port in one family, from the slices of its Service (as
-/// [`slices_of`] returns them), merged and sorted by (address, port).
+/// [`SliceIndex::of`] returns them), merged and sorted by (address, port).
 pub fn join(
     slices: &[&EndpointSlice],
     port: PortSelector<'_>,
@@ -290,7 +319,8 @@ pub(crate) mod tests {
                 json!({"addressType": "IPv4", "endpoints": []}),
             ),
         ];
-        let names: Vec<_> = slices_of(&all, "ns", "web")
+        let names: Vec<_> = SliceIndex::new(all)
+            .of("ns", "web")
             .iter()
             .map(|s| s.metadata.name.clone().unwrap())
             .collect();
@@ -423,13 +453,8 @@ pub(crate) mod tests {
         // Two non-terminating copies: the first slice (by name) wins, whatever the store order.
         let a = slice("ns", "web-a", Some("web"), body(json!({}), "a"));
         let b = slice("ns", "web-b", Some("web"), body(json!({}), "b"));
-        let store = vec![b, a];
-        let got = join(
-            &slices_of(&store, "ns", "web"),
-            port(None, "TCP"),
-            Family::V4,
-        )
-        .unwrap();
+        let store = SliceIndex::new(vec![b, a]);
+        let got = join(&store.of("ns", "web"), port(None, "TCP"), Family::V4).unwrap();
         assert_eq!(got[0].node.as_deref(), Some("a"));
     }
 

@@ -472,7 +472,7 @@ fn service_backends(
     }
     let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
     let name = svc.metadata.name.as_deref().unwrap_or_default();
-    let slices = endpoints::slices_of(&snapshot.slices, ns, name);
+    let slices = snapshot.slices.of(ns, name);
     let joined = endpoints::join(
         &slices,
         PortSelector {

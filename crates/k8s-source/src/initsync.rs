@@ -475,7 +475,7 @@ mod tests {
         let mut snap = Snapshot {
             services: vec![svc("a", "203.0.113.1"), svc("f", "203.0.113.2")],
             // f's endpoint is a's VIP.
-            slices: vec![slice_to("203.0.113.1")],
+            slices: vec![slice_to("203.0.113.1")].into(),
             policies: vec![],
             ..Snapshot::default()
         };
@@ -498,7 +498,7 @@ mod tests {
             "{}",
             blockers[0]
         );
-        snap.slices = vec![slice_to("10.1.0.1")];
+        snap.slices = vec![slice_to("10.1.0.1")].into();
         assert!(svc_only(
             &mut g,
             &translate(&snap, &node, &ClassConfig::default())

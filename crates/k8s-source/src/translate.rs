@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use rivora_dataplane::{BackendKey, BackendSpec, RateLimit, VipKey, VipSpec, proto};
 use rivora_gateway::ObjKey;
@@ -49,8 +48,8 @@ pub const DEFAULT_AFFINITY_TIMEOUT: Duration = Duration::from_secs(10_800);
 pub struct Snapshot {
     /// Every Service (the function picks ours).
     pub services: Vec<Arc<Service>>,
-    /// Every EndpointSlice carrying the `kubernetes.io/service-name` label.
-    pub slices: Vec<Arc<EndpointSlice>>,
+    /// Every EndpointSlice carrying the `kubernetes.io/service-name` label, by Service.
+    pub slices: endpoints::SliceIndex,
     /// Every ServicePolicy.
     pub policies: Vec<Arc<ServicePolicy>>,
     /// The Gateway API objects.
@@ -648,7 +647,7 @@ fn translate_service(
         }
     }
 
-    let slices = endpoints::slices_of(&snapshot.slices, &key.namespace, &key.name);
+    let slices = snapshot.slices.of(&key.namespace, &key.name);
     let ports = spec.ports.clone().unwrap_or_default();
     let mut vips = Vec::new();
     for port in &ports {
@@ -852,6 +851,7 @@ pub(crate) fn check_vip(vip: &VipSpec) -> Result<(), TranslateError> {
 mod tests {
     use super::*;
     use crate::endpoints::tests::slice;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
     use rivora_dataplane::Mode;
     use rivora_health::ProbeKind;
     use serde_json::{Value, json};
@@ -925,7 +925,7 @@ mod tests {
     ) -> BTreeMap<ServiceKey, Outcome> {
         let snap = Snapshot {
             services,
-            slices,
+            slices: slices.into(),
             policies,
             ..Snapshot::default()
         };

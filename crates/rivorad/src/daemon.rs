@@ -618,6 +618,8 @@ fn reload<S: Source>(
     // Input that is in force already changes nothing: no new generation
     // (docs/metrics.md), but a failed reload before it is over.
     let mut same_input = false;
+    // How long programming the maps took: the part of change-to-forwarding that is rivorad's.
+    let mut took = None;
     let outcome = match source.read(trigger) {
         Reading::Invalid(e) => Err(e),
         Reading::InForce(note) => {
@@ -628,7 +630,10 @@ fn reload<S: Source>(
             Ok(note.to_string())
         }
         Reading::New(candidate) => {
-            match apply::while_running(&mut s, datapath, &candidate.desired, candidate.mode) {
+            let started = std::time::Instant::now();
+            let result = apply::while_running(&mut s, datapath, &candidate.desired, candidate.mode);
+            took = Some(started.elapsed());
+            match result {
                 Ok(report) => {
                     same_input = candidate.same_as_applied && report.is_empty();
                     source.applied(candidate.token, Programmed::of(&s.dataplane));
@@ -650,7 +655,11 @@ fn reload<S: Source>(
                 info!(generation = s.status.config_generation, "re-read: {report}");
             } else {
                 s.status.config_generation += 1;
-                info!(generation = s.status.config_generation, "applied: {report}");
+                let took_ms = took.map(|d| d.as_secs_f64() * 1e3);
+                info!(
+                    generation = s.status.config_generation,
+                    took_ms, "applied: {report}"
+                );
             }
             ReloadInfo {
                 at_unix,

@@ -105,11 +105,11 @@ fn snapshot(
     gateways: Vec<Arc<Gateway>>,
     tcp_routes: Vec<Arc<TcpRoute>>,
     services: Vec<Arc<Service>>,
-    slices: Vec<Arc<EndpointSlice>>,
+    slices: impl Into<crate::endpoints::SliceIndex>,
 ) -> Snapshot {
     Snapshot {
         services,
-        slices,
+        slices: slices.into(),
         policies: vec![],
         gateway_objects: GatewayObjects {
             classes: vec![class(), other_class()],
