@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::jiff::Timestamp;
 use rivora_dataplane::{BackendKey, BackendSpec, RateLimit, VipKey, VipSpec, proto};
 use rivora_gateway::ObjKey;
@@ -591,8 +591,10 @@ fn translate_service(
     vip_addrs: &BTreeSet<IpAddr>,
 ) -> Result<ServiceVips, TranslateError> {
     let key = ServiceKey::of(svc);
-    let spec = svc.spec.clone().unwrap_or_default();
-    let traffic_policy = TrafficPolicy::of(&spec);
+    // Borrowed, not cloned: this runs for every Service on every pass.
+    let no_spec = ServiceSpec::default();
+    let spec = svc.spec.as_ref().unwrap_or(&no_spec);
+    let traffic_policy = TrafficPolicy::of(spec);
     let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
         spec.session_affinity_config
             .as_ref()
@@ -648,9 +650,8 @@ fn translate_service(
     }
 
     let slices = snapshot.slices.of(&key.namespace, &key.name);
-    let ports = spec.ports.clone().unwrap_or_default();
     let mut vips = Vec::new();
-    for port in &ports {
+    for port in spec.ports.iter().flatten() {
         let protocol = port.protocol.as_deref().unwrap_or("TCP");
         let (proto_num, proto_name) = match protocol {
             "TCP" => (proto::TCP, "tcp"),
@@ -759,7 +760,7 @@ fn translate_service(
         // kube-proxy counts every local ready endpoint of the Service, over all its ports
         // and both families (an address counted once).
         let mut all = Vec::new();
-        for p in &ports {
+        for p in spec.ports.iter().flatten() {
             let protocol = p.protocol.as_deref().unwrap_or("TCP");
             if protocol != "TCP" && protocol != "UDP" {
                 continue;
