@@ -59,7 +59,7 @@ pub struct LeaseTiming {
 }
 
 impl Default for LeaseTiming {
-    /// client-go's defaults (15 s, 10 s, 2 s): a 21 s failover budget.
+    /// client-go's defaults (15 s, 10 s, 2 s): a 20 s failover budget.
     fn default() -> Self {
         LeaseTiming {
             duration: Duration::from_secs(15),
