@@ -51,7 +51,9 @@ use report::{Row, Section, Verdict};
              Needs root; prints a table per part and writes them as markdown.",
     after_help = "Environment: RIVORA_BENCH_XDP_OBJECT=PATH runs part 1 with another build of \
                   xdp_ingress.o (same map layouts) in place of the embedded one, for an interleaved \
-                  A/B against another commit's program."
+                  A/B against another commit's program. RIVORA_BENCH_KEEP_WORK=1 keeps part 5's \
+                  scratch directory (the controllers' and node agents' logs, with each pass's and \
+                  apply's took_ms) instead of removing it."
 )]
 struct Args {
     /// Fewer runs and shorter windows (about a minute instead of 3-4); the figures are noisier.
@@ -63,7 +65,9 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
 
-    /// Run only these parts: 1|progs, 2|traffic, 3|maglev, 4|control, 5|kubernetes
+    /// Run only these parts: 1|progs, 2|traffic, 3|maglev, 4|control, 5|kubernetes, or
+    /// sub-parts of part 5: 5a (address assignment), 5b (EndpointSlice change to forwarding),
+    /// 5c (node-agent restart; runs 5b first), 5d (failovers), 5e (Gateway API)
     /// (comma-separated).
     #[arg(long, value_name = "PART", value_delimiter = ',')]
     only: Vec<String>,
@@ -79,20 +83,35 @@ struct Args {
     controller: Option<PathBuf>,
 }
 
-fn parse_parts(only: &[String]) -> Result<Vec<u8>> {
+/// The parts `--only` selects, and for part 5 the sub-parts (empty: all of them).
+fn parse_parts(only: &[String]) -> Result<(Vec<u8>, Vec<char>)> {
     if only.is_empty() {
-        return Ok(vec![1, 2, 3, 4, 5]);
+        return Ok((vec![1, 2, 3, 4, 5], Vec::new()));
     }
     let mut v = Vec::new();
+    let mut k8s = Vec::new();
+    let mut k8s_all = false;
     for p in only {
         let n = match p.trim() {
             "1" | "progs" => 1,
             "2" | "traffic" => 2,
             "3" | "maglev" => 3,
             "4" | "control" => 4,
-            "5" | "kubernetes" => 5,
+            "5" | "kubernetes" => {
+                k8s_all = true;
+                5
+            }
+            sub if sub.len() == 2
+                && sub.starts_with('5')
+                && k8s::SUBPARTS.contains(&sub.as_bytes()[1].to_ascii_lowercase().into()) =>
+            {
+                k8s.push(char::from(sub.as_bytes()[1].to_ascii_lowercase()));
+                5
+            }
             other => bail!(
-                "unknown part {other:?}: use 1|progs, 2|traffic, 3|maglev, 4|control, 5|kubernetes"
+                "unknown part {other:?}: use 1|progs, 2|traffic, 3|maglev, 4|control, \
+                 5|kubernetes, or one of part 5's sub-parts 5a..5{}",
+                k8s::SUBPARTS.last().expect("part 5 has sub-parts")
             ),
         };
         if !v.contains(&n) {
@@ -100,7 +119,13 @@ fn parse_parts(only: &[String]) -> Result<Vec<u8>> {
         }
     }
     v.sort();
-    Ok(v)
+    if k8s_all {
+        k8s.clear();
+    } else {
+        k8s.sort();
+        k8s.dedup();
+    }
+    Ok((v, k8s))
 }
 
 /// A table that says a part (or sub-part) could not run, and why.
@@ -137,7 +162,7 @@ fn run(args: Args) -> Result<()> {
         );
     }
     rivora_lab::install_interrupt_handler();
-    let parts = parse_parts(&args.only)?;
+    let (parts, k8s_parts) = parse_parts(&args.only)?;
     let out = args.out.clone().unwrap_or_else(|| {
         if args.only.is_empty() {
             PathBuf::from("docs/benchmarks.md")
@@ -199,7 +224,7 @@ fn run(args: Args) -> Result<()> {
                         controller: util::controller_binary(args.controller.as_deref())?,
                     })
                 });
-                bins.and_then(|b| k8s::run(b, quick))
+                bins.and_then(|b| k8s::run(b, quick, &k8s_parts))
                     .unwrap_or_else(|e| vec![failed("5. Kubernetes control plane", &e)])
             }
             _ => unreachable!(),
@@ -299,12 +324,25 @@ mod tests {
 
     #[test]
     fn parts_parse() {
-        assert_eq!(parse_parts(&[]).unwrap(), vec![1, 2, 3, 4, 5]);
-        assert_eq!(parse_parts(&["kubernetes".into()]).unwrap(), vec![5]);
+        assert_eq!(parse_parts(&[]).unwrap(), (vec![1, 2, 3, 4, 5], vec![]));
+        assert_eq!(
+            parse_parts(&["kubernetes".into()]).unwrap(),
+            (vec![5], vec![])
+        );
         assert_eq!(
             parse_parts(&["maglev".into(), "1".into()]).unwrap(),
-            vec![1, 3]
+            (vec![1, 3], vec![])
+        );
+        assert_eq!(
+            parse_parts(&["5D".into(), "5a".into(), "2".into()]).unwrap(),
+            (vec![2, 5], vec!['a', 'd'])
+        );
+        // Part 5 whole wins over a sub-part of it.
+        assert_eq!(
+            parse_parts(&["5d".into(), "5".into()]).unwrap(),
+            (vec![5], vec![])
         );
         assert!(parse_parts(&["6".into()]).is_err());
+        assert!(parse_parts(&["5z".into()]).is_err());
     }
 }

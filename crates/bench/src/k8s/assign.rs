@@ -73,10 +73,28 @@ pub async fn run(ctx: &Ctx) -> Result<Section> {
     let _ = services
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await;
+    // ...and let the API server finish deleting before the next part loads it again.
+    let gone = wait_until("5a's Services deleted", Duration::from_secs(300), || {
+        let api = services.clone();
+        async move {
+            let left = api
+                .list(&ListParams::default().limit(1))
+                .await
+                .map_err(|e| e.to_string())?;
+            if left.items.is_empty() {
+                Ok(())
+            } else {
+                Err("some left".to_string())
+            }
+        }
+    })
+    .await;
     for (name, _) in POOLS {
         let _ = pools.delete(name, &DeleteParams::default()).await;
     }
-    result.with_context(|| format!("controller log: {tail}"))
+    let sec = result.with_context(|| format!("controller log: {tail}"))?;
+    gone?;
+    Ok(sec)
 }
 
 /// When each Service was created and when it first had an address.

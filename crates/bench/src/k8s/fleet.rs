@@ -185,12 +185,8 @@ impl Fleet {
     /// EndpointSlice controller's update would replace it).
     pub async fn write_slice(&self, slices: &Api<EndpointSlice>, s: usize) -> Result<()> {
         let name = format!("{}-0", Self::service_name(s));
-        slices
-            .patch(
-                &name,
-                &PatchParams::apply("rivora-bench").force(),
-                &Patch::Apply(self.slice(s)),
-            )
+        let (pp, body) = (PatchParams::apply("rivora-bench").force(), self.slice(s));
+        retry_transport(|| async { slices.patch(&name, &pp, &Patch::Apply(&body)).await })
             .await
             .with_context(|| format!("applying EndpointSlice {name}"))?;
         Ok(())
@@ -207,26 +203,25 @@ impl Fleet {
                 let (services, slices) = (services.clone(), slices.clone());
                 async move {
                     let name = Self::service_name(s);
-                    services
-                        .create(
-                            &PostParams::default(),
-                            &lb_service(&name, &self.class, json!({}))?,
-                        )
-                        .await
-                        .with_context(|| format!("creating Service {name}"))?;
+                    let svc = lb_service(&name, &self.class, json!({}))?;
+                    retry_transport(|| async {
+                        services.create(&PostParams::default(), &svc).await
+                    })
+                    .await
+                    .with_context(|| format!("creating Service {name}"))?;
                     let status = json!({
                         "apiVersion": "v1", "kind": "Service",
                         "status": {"loadBalancer": {"ingress": [
                             {"ip": vip_of(s).to_string(), "ipMode": "VIP"}]}},
                     });
-                    services
-                        .patch_status(
-                            &name,
-                            &PatchParams::apply("rivora-controller").force(),
-                            &Patch::Apply(status),
-                        )
-                        .await
-                        .with_context(|| format!("writing the status of Service {name}"))?;
+                    let pp = PatchParams::apply("rivora-controller").force();
+                    retry_transport(|| async {
+                        services
+                            .patch_status(&name, &pp, &Patch::Apply(&status))
+                            .await
+                    })
+                    .await
+                    .with_context(|| format!("writing the status of Service {name}"))?;
                     self.write_slice(&slices, s).await
                 }
             })
@@ -234,6 +229,27 @@ impl Fleet {
             .try_collect::<Vec<()>>()
             .await?;
         Ok(t.elapsed())
+    }
+}
+
+/// Runs `f` again (up to 3 tries, 200 ms apart) when the connection failed before an answer:
+/// a loaded API server on 2 cores closes connections now and then, and such a request never
+/// reached it. An answer of the API server (any status) is returned as it is.
+async fn retry_transport<T, F, Fut>(mut f: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match f().await {
+            Err(kube::Error::Api(e)) => return Err(kube::Error::Api(e)),
+            Err(_) if tries < 3 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
     }
 }
 

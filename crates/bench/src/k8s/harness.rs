@@ -120,6 +120,10 @@ impl Ctx {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
+        if std::env::var_os("RIVORA_BENCH_KEEP_WORK").is_some() {
+            eprintln!("part 5: kept {} (logs)", self.work.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.work);
     }
 }
@@ -175,6 +179,21 @@ pub struct Controller {
     log: PathBuf,
 }
 
+/// How one rivora-controller replica is started.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch<'a> {
+    /// `--identity` (also names its log).
+    pub id: &'a str,
+    /// `--load-balancer-class`.
+    pub class: &'a str,
+    /// `--lease-duration`, seconds.
+    pub lease_secs: u64,
+    /// `--lease-grace`, seconds (renewed this long before expiry).
+    pub grace_secs: u64,
+    /// Further flags (e.g. `--gateway-controller-name`).
+    pub extra: &'a [&'a str],
+}
+
 impl Controller {
     /// Starts a replica with identity `id`, its Lease in `lease_ns` (`lease_secs` long, renewed
     /// 1 s before expiry), serving `class`, as the ServiceAccount of `kubeconfig`.
@@ -186,15 +205,38 @@ impl Controller {
         class: &str,
         lease_secs: u64,
     ) -> Result<Controller> {
-        let log = ctx.work.join(format!("controller-{id}.log"));
-        let out = std::fs::File::create(&log)?;
+        let launch = Launch {
+            id,
+            class,
+            lease_secs,
+            grace_secs: 1,
+            extra: &[],
+        };
+        Controller::launch(ctx, kubeconfig, lease_ns, &launch)
+    }
+
+    /// Starts a replica as `launch` says, its Lease in `lease_ns`, as the ServiceAccount of
+    /// `kubeconfig`. Its log (appended to, so a restarted replica keeps its history) is
+    /// `controller-ID.log` in the scratch directory.
+    pub fn launch(
+        ctx: &Ctx,
+        kubeconfig: &Path,
+        lease_ns: &str,
+        launch: &Launch,
+    ) -> Result<Controller> {
+        let log = ctx.work.join(format!("controller-{}.log", launch.id));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
+        let lease = [launch.lease_secs, launch.grace_secs].map(|s| s.to_string());
         let child = Command::new(&ctx.bins.controller)
-            .args(["--lease-namespace", lease_ns, "--identity", id])
-            .args(["--lease-duration", &lease_secs.to_string()])
-            .args(["--lease-grace", "1"])
-            .args(["--load-balancer-class", class])
+            .args(["--lease-namespace", lease_ns, "--identity", launch.id])
+            .args(["--lease-duration", &lease[0], "--lease-grace", &lease[1]])
+            .args(["--load-balancer-class", launch.class])
             // Any free loopback port: nothing scrapes it here.
             .args(["--metrics-address", "127.0.0.1:0"])
+            .args(launch.extra)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -219,6 +261,12 @@ impl Controller {
             )),
             _ => None,
         }
+    }
+
+    /// Whether it exited, and its log's last lines: the context of an error.
+    pub fn why(&mut self) -> String {
+        self.exited()
+            .unwrap_or_else(|| format!("controller log: {}", self.log_tail(8)))
     }
 
     /// The last `n` lines of its log.
