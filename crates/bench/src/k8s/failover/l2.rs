@@ -8,6 +8,7 @@
 //! reply and the first solicited NA from a new holder's MAC, beside the budget the docs state
 //! (lease duration + 2 x retry period + 1 s).
 
+use rivora_k8s_source::l2_lease::LeaseTiming;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -39,24 +40,21 @@ use crate::stats::{fmt_ratio, ratio};
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 220, 0, 100);
 /// The IPv6 VIP, in the segment's own subnet (fd00:220::/64).
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x220, 0, 0, 0, 0, 0, 0x100);
-/// The chart's defaults (deploy/chart/values.yaml `rivorad.l2`), as rivorad's flags take them.
-const LEASE_DURATION: Duration = Duration::from_secs(15);
-/// `renewDeadline`.
-const RENEW_DEADLINE: Duration = Duration::from_secs(10);
-/// `retryPeriod`.
-const RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// rivorad's Lease timing defaults, which the chart deploys (deploy/chart/values.yaml
+/// `rivorad.l2`); read from the product, so the bench cannot drift from it.
+fn timing() -> LeaseTiming {
+    LeaseTiming::default()
+}
 /// `refreshInterval`.
 const REFRESH: &str = "60s";
 /// The Lease's name (the chart's `leaseName`, rivorad's default).
 const LEASE_NAME: &str = "rivora-l2-speaker";
-/// docs/kubernetes.md's allowance for the new holder's Lease write and first announcement.
-const TAKEOVER_ALLOWANCE: Duration = Duration::from_secs(1);
 /// How often the client asks for each VIP: the resolution of the figures.
 const ASK_EVERY: Duration = Duration::from_millis(50);
 
 /// The failover budget docs/kubernetes.md states: lease duration + 2 x retry period + 1 s.
 fn budget() -> Duration {
-    LEASE_DURATION + RETRY_PERIOD * 2 + TAKEOVER_ALLOWANCE
+    timing().failover_budget()
 }
 
 /// One node agent of the lab: rivorad in a node's namespace on the segment, its Node object.
@@ -97,11 +95,11 @@ impl Agent {
             "--l2-lease-name",
             LEASE_NAME,
             "--l2-lease-duration",
-            &format!("{}s", LEASE_DURATION.as_secs()),
+            &format!("{}s", timing().duration.as_secs()),
             "--l2-renew-deadline",
-            &format!("{}s", RENEW_DEADLINE.as_secs()),
+            &format!("{}s", timing().renew_deadline.as_secs()),
             "--l2-retry-period",
-            &format!("{}s", RETRY_PERIOD.as_secs()),
+            &format!("{}s", timing().retry_period.as_secs()),
             "--l2-refresh-interval",
             REFRESH,
             // The node's own loopback: nothing scrapes it.
@@ -738,7 +736,7 @@ async fn service(
 /// The rows, method and notes of the measured failovers.
 fn report(runs: &[Failover], cold: (f64, f64)) -> Measured {
     let budget = budget().as_secs_f64();
-    let lease = LEASE_DURATION.as_secs_f64();
+    let lease = timing().duration.as_secs_f64();
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     /// Reads one figure of a failover.
@@ -818,9 +816,9 @@ fn report(runs: &[Failover], cold: (f64, f64)) -> Measured {
          may take the Lease only after seeing it unchanged that long), so each figure is also \
          given as what it adds to it; the first holder's time from a free Lease (agents \
          started at once) is shown for scale.",
-        LEASE_DURATION.as_secs(),
-        RENEW_DEADLINE.as_secs(),
-        RETRY_PERIOD.as_secs(),
+        timing().duration.as_secs(),
+        timing().renew_deadline.as_secs(),
+        timing().retry_period.as_secs(),
         ASK_EVERY.as_millis(),
         ASK_EVERY.as_millis(),
         if runs.len() > 1 {
