@@ -396,7 +396,32 @@ impl NodeAgent {
 
     /// Its log, for errors.
     pub fn log_tail(&self) -> String {
-        rivora_lab::rivorad::tail(&self.work.join("rivorad.stderr.log"), 15)
+        rivora_lab::rivorad::tail(&self.log_path(), 15)
+    }
+
+    /// Where rivorad's log goes.
+    fn log_path(&self) -> PathBuf {
+        self.work.join("rivorad.stderr.log")
+    }
+
+    /// How long its log is now (bytes): a mark for [`NodeAgent::took_ms_since`].
+    pub fn log_mark(&self) -> u64 {
+        std::fs::metadata(self.log_path()).map_or(0, |m| m.len())
+    }
+
+    /// The `took_ms` of the log lines after `mark` that contain `what`: the agent's passes
+    /// ("new desired state") and rivorad's applies ("applied:") time themselves, which
+    /// splits a change-to-forwarding figure into its parts.
+    pub fn took_ms_since(&self, mark: u64, what: &str) -> Result<Vec<f64>> {
+        let log = std::fs::read(self.log_path())
+            .with_context(|| format!("reading {}", self.log_path().display()))?;
+        let after = log.get(mark as usize..).unwrap_or_default();
+        Ok(String::from_utf8_lossy(after)
+            .lines()
+            .filter(|l| l.contains(what))
+            .filter_map(|l| l.split("took_ms=").nth(1))
+            .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+            .collect())
     }
 
     /// Its local API.
