@@ -11,13 +11,13 @@ use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use rivora_k8s_api::AddressPool;
 use rivora_kube_testbed::audit::{AuditCursor, count_of};
 use serde_json::json;
 
-use super::harness::{Controller, Ctx, cpu_secs, hwm_mib, lb_service, ms, wait_until};
+use super::harness::{Controller, Ctx, apply, cpu_secs, hwm_mib, lb_service, ms, wait_until};
 use crate::report::{Row, Section};
 use crate::stats::quantile;
 
@@ -49,20 +49,13 @@ pub async fn run(ctx: &Ctx) -> Result<Section> {
     let kubeconfig = ctx.controller_kubeconfig(&lease_ns).await?;
     let pools: Api<AddressPool> = Api::all(ctx.admin.clone());
     for (name, cidr) in POOLS {
-        let p: AddressPool = serde_json::from_value(json!({
+        let pool = json!({
             "apiVersion": "rivora.dev/v1alpha1", "kind": "AddressPool",
             "metadata": {"name": name},
             "spec": {"addresses": [cidr], "autoAssign": true,
                      "serviceSelector": {"matchLabels": {"pool": name}}},
-        }))?;
-        pools
-            .patch(
-                name,
-                &PatchParams::apply("rivora-bench").force(),
-                &Patch::Apply(&p),
-            )
-            .await
-            .with_context(|| format!("applying AddressPool {name}"))?;
+        });
+        apply(&pools, pool).await?;
     }
     let services: Api<Service> = Api::namespaced(ctx.admin.clone(), &ns);
     let mut controller = Controller::start(ctx, &kubeconfig, &lease_ns, "bench-ctl-0", CLASS, 15)?;

@@ -19,13 +19,15 @@ use anyhow::{Context, Result, anyhow};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use rivora_k8s_api::{AddressPool, RivoraNode};
 use rivora_kube_testbed::GatewayChannel;
 use rivora_kube_testbed::audit::{AuditCursor, count_of};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::harness::{Controller, Ctx, Launch, NodeAgent, cpu_secs, hwm_mib, ms, wait_until};
+use super::harness::{
+    Controller, Ctx, Launch, NodeAgent, apply, cpu_secs, hwm_mib, ms, wait_until,
+};
 use crate::report::{Row, Section};
 use crate::stats::{fmt_ratio, quantile, ratio};
 use objects::{Apis, BACKENDS, ENDPOINTS, Listener, WARM_UP, gateway, gateway_name, gw_api, route};
@@ -83,25 +85,6 @@ pub async fn run(ctx: &Ctx) -> Result<Section> {
     let sec = result?;
     cleaned?;
     Ok(sec)
-}
-
-/// Server-side applies `obj` through `api` as the benchmark.
-async fn apply<K>(api: &Api<K>, obj: Value) -> Result<()>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned,
-{
-    let name = obj["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    api.patch(
-        &name,
-        &PatchParams::apply("rivora-bench").force(),
-        &Patch::Apply(&obj),
-    )
-    .await
-    .with_context(|| format!("applying {} {name}", obj["kind"]))?;
-    Ok(())
 }
 
 /// The GatewayClass, the AddressPool, and the backend Services with their EndpointSlices.

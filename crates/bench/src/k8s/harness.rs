@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rivora_kube_testbed::{Options, TestBed, unique_name};
 use rivora_lab::{Netns, Rivorad};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// The binaries under test.
 #[derive(Clone, Debug)]
@@ -469,4 +469,24 @@ pub fn lb_service(name: &str, class: &str, labels: serde_json::Value) -> Result<
 /// Milliseconds of a duration, as f64.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// Server-side applies `obj` (JSON naming its kind and `metadata.name`) through `api` as the
+/// benchmark's field manager, forcing ownership: every object a sub-part sets up goes this way.
+pub async fn apply<K>(api: &Api<K>, obj: Value) -> Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned,
+{
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply("rivora-bench").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .with_context(|| format!("applying {} {name}", obj["kind"]))?;
+    Ok(())
 }

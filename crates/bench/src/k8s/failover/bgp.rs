@@ -25,7 +25,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::Measured;
 use crate::k8s::fleet::{Fleet, vip_of};
-use crate::k8s::harness::{Ctx, NodeAgent, ms};
+use crate::k8s::harness::{Ctx, NodeAgent, apply, ms};
 use crate::report::Row;
 use crate::stats::{fmt_ratio, quantile, ratio};
 
@@ -80,22 +80,15 @@ pub async fn run(ctx: &Ctx) -> Result<Measured> {
         .await
         .context("labelling the Node")?;
     let peers: Api<rivora_k8s_api::BGPPeer> = Api::all(ctx.admin.clone());
-    let peer: rivora_k8s_api::BGPPeer = serde_json::from_value(json!({
+    let peer = json!({
         "apiVersion": "rivora.dev/v1alpha1", "kind": "BGPPeer",
         "metadata": {"name": ns},
         "spec": {
             "address": ROUTER_ADDR.to_string(), "peerASN": ROUTER_AS, "localASN": NODE_AS,
             "nodeSelector": {"matchLabels": {SELECT_LABEL: ns}},
         },
-    }))?;
-    peers
-        .patch(
-            &ns,
-            &PatchParams::apply("rivora-bench").force(),
-            &Patch::Apply(&peer),
-        )
-        .await
-        .context("applying the BGPPeer")?;
+    });
+    apply(&peers, peer).await?;
     let result = measure(ctx, &ns, &mut agent, &dir, flips).await;
     let bird_log = bird.log_text();
     let _ = peers.delete(&ns, &DeleteParams::default()).await;

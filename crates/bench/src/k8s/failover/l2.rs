@@ -32,7 +32,7 @@ use rivora_lab::{Netns, Rivorad};
 use serde_json::json;
 
 use super::Measured;
-use crate::k8s::harness::{Ctx, wait_until};
+use crate::k8s::harness::{Ctx, apply, wait_until};
 use crate::report::Row;
 use crate::stats::{fmt_ratio, ratio};
 
@@ -721,14 +721,7 @@ async fn service(
             "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
             "endpoints": eps,
         });
-        slices
-            .patch(
-                &name,
-                &PatchParams::apply("rivora-bench").force(),
-                &Patch::Apply(&slice),
-            )
-            .await
-            .with_context(|| format!("applying EndpointSlice {name}"))?;
+        apply(&slices, slice).await?;
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::serde::de::DeserializeOwned;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use rivora_k8s_api::AddressPool;
 use rivora_kube_testbed::unique_name;
@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::Measured;
-use crate::k8s::harness::{Controller, Ctx, Launch, lb_service, ms, wait_until};
+use crate::k8s::harness::{Controller, Ctx, Launch, apply, lb_service, ms, wait_until};
 use crate::report::Row;
 use crate::stats::{fmt_ratio, quantile, ratio};
 
@@ -99,20 +99,13 @@ pub async fn run(ctx: &Ctx) -> Result<Measured> {
     let kubeconfig = ctx.controller_kubeconfig(&lease_ns).await?;
     let pool = unique_name("bench-failover");
     let pools: Api<AddressPool> = Api::all(ctx.admin.clone());
-    let p: AddressPool = serde_json::from_value(json!({
+    let body = json!({
         "apiVersion": "rivora.dev/v1alpha1", "kind": "AddressPool",
         "metadata": {"name": pool},
         "spec": {"addresses": [CIDR], "autoAssign": true,
                  "serviceSelector": {"matchLabels": {"pool": pool}}},
-    }))?;
-    pools
-        .patch(
-            &pool,
-            &PatchParams::apply("rivora-bench").force(),
-            &Patch::Apply(&p),
-        )
-        .await
-        .with_context(|| format!("applying AddressPool {pool}"))?;
+    });
+    apply(&pools, body).await?;
     let setup = Setup {
         services: Api::namespaced(ctx.admin.clone(), &ns),
         leases: Api::namespaced(ctx.admin.clone(), &lease_ns),
