@@ -169,6 +169,15 @@ async fn controller_and_node_agent_work_with_the_charts_service_accounts() {
     .await;
     assert_eq!(vip_count, 1);
     let log = agent.stop();
-    assert!(!log.contains("403") && !log.contains("forbidden"), "{log}");
+    // An RBAC refusal reads "... is forbidden: User ..." with `code: 403`; a bare "403" would
+    // also match timestamps such as 16:43:29.071403Z.
+    let refused = log.lines().find(|l| {
+        let l = l.to_ascii_lowercase();
+        l.contains("forbidden") || l.contains("code: 403")
+    });
+    assert!(
+        refused.is_none(),
+        "an API call was refused: {refused:?}\n{log}"
+    );
     controller.abort();
 }
