@@ -40,6 +40,20 @@ struct rv_abi_all {
 	struct rv_src_range_key4 src_range_key4;
 	struct rv_src_range_key6 src_range_key6;
 	struct rv_frag_key4 frag_key4;
+	struct rv_cls_ctl cls_ctl;
+	struct rv_cls_vip_key4 cls_vip_key4;
+	struct rv_cls_vip_key6 cls_vip_key6;
+	struct rv_cls_vip cls_vip;
+	struct rv_cls_ports cls_ports;
+	struct rv_cls_byte_match cls_byte_match;
+	struct rv_cls_rule cls_rule;
+	struct rv_cls_src_key4 cls_src_key4;
+	struct rv_cls_src_key6 cls_src_key6;
+	struct rv_cls_group cls_group;
+	struct rv_cls_target_key cls_target_key;
+	struct rv_cls_target cls_target;
+	struct rv_cls_frag cls_frag;
+	struct rv_cls_stats cls_stats;
 	struct rv_frag_key6 frag_key6;
 	struct rv_frag_value frag_value;
 	struct rv_frag_rev_value4 frag_rev_value4;
@@ -79,6 +93,13 @@ struct rv_abi_all {
 	enum rv_vip_slot_flags vip_slot_flags;
 	enum rv_vip_index_flags vip_index_flags;
 	enum rv_nat_ep_flags nat_ep_flags;
+	enum rv_cls_consts cls_consts;
+	enum rv_cls_ctl_flags cls_ctl_flags;
+	enum rv_cls_proto_bits cls_proto_bits;
+	enum rv_cls_rule_flags cls_rule_flags;
+	enum rv_cls_group_flags cls_group_flags;
+	enum rv_cls_target_flags cls_target_flags;
+	enum rv_cls_event cls_event;
 };
 
 struct rv_abi_all rv_abi_all __attribute__((used));

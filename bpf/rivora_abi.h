@@ -25,7 +25,7 @@
  * #define, so that it reaches the BTF and the Rust mirror test checks it. */
 enum rv_abi_consts {
 	/* Bumped on any layout or meaning change of a map key or value. */
-	RV_ABI_VERSION = 13,
+	RV_ABI_VERSION = 14,
 	/* Capacities (the architecture spec's Maps table). */
 	RV_MAX_VIPS = 4096,
 	RV_MAX_BACKENDS = 8192,
@@ -843,6 +843,235 @@ struct rv_client_affinity {
 	__u32 backend_generation;
 	__u32 last_seen;
 	__u32 pad;
+};
+
+/*
+ * The classifier (bpf/classify.h): Meridio-2's resource model. A
+ * classifier VIP is a whole address whose packets ordered rules sort into
+ * distribution groups; a group's per-family Maglev table names stable
+ * slots, a slot names a target, and the packet goes to the target's
+ * address as next hop, its destination (the VIP) untouched.
+ */
+enum rv_cls_consts {
+	/* Classifier VIPs per family (cls_vip_map, cls_vip_map6). */
+	RV_CLS_MAX_VIPS = 4096,
+	/* Per-VIP counters (cls_vip_stats_map): both families' VIPs. */
+	RV_CLS_MAX_VIP_IDS = 8192,
+	/* Rule IDs (cls_rule_map). A rule is never rewritten in place: a
+	 * changed rule gets a new ID and the VIPs switch to it, so a state
+	 * may hold half of these. */
+	RV_CLS_MAX_RULES = 8192,
+	/* Rules of one VIP, evaluated in order (bpf_loop). */
+	RV_CLS_MAX_RULES_PER_VIP = 32,
+	/* Port ranges per side and byte matches of one rule (Meridio-2's
+	 * API limits). */
+	RV_CLS_MAX_PORT_RANGES = 20,
+	RV_CLS_MAX_BYTE_MATCHES = 10,
+	/* Group IDs (cls_group_map, cls_group_stats_map). */
+	RV_CLS_MAX_GROUPS = 2048,
+	/* (group, slot) targets of all groups (cls_target_map). */
+	RV_CLS_MAX_TARGETS = 65536,
+	/* Entries of cls_table: every group's per-family tables, plus room
+	 * for a table being rebuilt next to the one in use. A group of N
+	 * slots takes the largest prime <= 100 N per family with targets:
+	 * 10,193 for Meridio-2's default N = 102. */
+	RV_CLS_TABLE_SLOTS = 1048576,
+	/* Source prefixes of all rules, per family (cls_src_map(6)). */
+	RV_CLS_MAX_SRC_PREFIXES = 16384,
+	/* Slots of cls_event_map (enum rv_cls_event, room to grow). */
+	RV_CLS_EVENT_SLOTS = 16,
+	/* Longest fixed L4 header a byte match reads (TCP's 20 bytes). */
+	RV_CLS_HDR_BYTES = 20,
+};
+
+/* cls_ctl_map value (one entry): which families have classifier VIPs.
+ * All zero: xdp_ingress never looks at the classifier. */
+struct rv_cls_ctl {
+	__u32 flags; /* RV_CLS_CTL_* */
+	__u32 pad;
+};
+
+enum rv_cls_ctl_flags {
+	RV_CLS_CTL_V4 = 1 << 0,
+	RV_CLS_CTL_V6 = 1 << 1,
+};
+
+/* cls_vip_map key: an IPv4 classifier VIP (the whole address). */
+struct rv_cls_vip_key4 {
+	__be32 addr;
+};
+
+/* cls_vip_map6 key. */
+struct rv_cls_vip_key6 {
+	__u8 addr[16];
+};
+
+/* cls_vip_map(6) value: the VIP's rules in evaluation order (priority
+ * high to low, then name), replaced whole by one map update (a hash map
+ * update is atomic for readers). */
+struct rv_cls_vip {
+	__u32 stats_id; /* index of cls_vip_stats_map */
+	__u32 count;    /* rules used, <= RV_CLS_MAX_RULES_PER_VIP */
+	__u32 rules[RV_CLS_MAX_RULES_PER_VIP];
+};
+
+/* rv_cls_rule.protos bits. */
+enum rv_cls_proto_bits {
+	RV_CLS_PROTO_TCP = 1 << 0,
+	RV_CLS_PROTO_UDP = 1 << 1,
+	RV_CLS_PROTO_SCTP = 1 << 2,
+};
+
+/* rv_cls_rule.flags bits. */
+enum rv_cls_rule_flags {
+	/* The entry is written and may be used. */
+	RV_CLS_RULE_F_ACTIVE = 1 << 0,
+	/* Only sources in the rule's prefixes of cls_src_map(6) match. */
+	RV_CLS_RULE_F_SOURCES = 1 << 1,
+};
+
+/* An inclusive port range, host byte order. */
+struct rv_cls_ports {
+	__u16 first;
+	__u16 last;
+};
+
+/* One byte match: the `len` (1, 2, 4) bytes at `offset` of the fixed L4
+ * header, read big-endian into a host-order number, ANDed with `mask`,
+ * equal `value`. Only matches of the packet's protocol are evaluated. */
+struct rv_cls_byte_match {
+	__u32 mask;
+	__u32 value;
+	__u8 proto; /* IPPROTO_TCP, _UDP or _SCTP */
+	__u8 offset;
+	__u8 len;
+	__u8 pad;
+};
+
+/* cls_rule_map value, by rule ID. Written once per ID, before any VIP
+ * names the ID, and never changed while one does. */
+struct rv_cls_rule {
+	__u32 group_id;
+	__u32 flags;  /* RV_CLS_RULE_F_* */
+	__u8 protos;  /* RV_CLS_PROTO_* */
+	__u8 n_sports; /* 0: any source port */
+	__u8 n_dports; /* 0: any destination port */
+	__u8 n_bytes;
+	__u32 generation; /* bumped each time the ID is given to a rule */
+	struct rv_cls_ports sports[RV_CLS_MAX_PORT_RANGES];
+	struct rv_cls_ports dports[RV_CLS_MAX_PORT_RANGES];
+	struct rv_cls_byte_match bytes[RV_CLS_MAX_BYTE_MATCHES];
+};
+
+/* cls_src_map key (LPM trie): one source prefix of a rule. The rule ID
+ * matches exactly, the address by prefix (prefixlen counts the ID's 32
+ * bits and the address prefix). Value: the rule ID. */
+struct rv_cls_src_key4 {
+	__u32 prefixlen;
+	__u32 rule_id;
+	__u8 addr[4];
+};
+
+/* cls_src_map6 key. */
+struct rv_cls_src_key6 {
+	__u32 prefixlen;
+	__u32 rule_id;
+	__u8 addr[16];
+};
+
+/* rv_cls_group.flags bits. */
+enum rv_cls_group_flags {
+	/* SCTP hashes on ports and protocol only, so the paths of a
+	 * multihomed association reach one target (nfqlb's default). */
+	RV_CLS_GROUP_F_SCTP_PORTS = 1 << 0,
+};
+
+/* cls_group_map value, by group ID: where the group's per-family tables
+ * are in cls_table. Replaced whole by one map update when a table is
+ * rebuilt elsewhere, so a lookup sees the old tables or the new ones. */
+struct rv_cls_group {
+	__u32 offset4; /* first entry of the IPv4 table */
+	__u32 offset6; /* first entry of the IPv6 table */
+	__u32 size;    /* table length (both families), a prime */
+	__u16 count4;  /* slots in the IPv4 table; 0: no IPv4 target */
+	__u16 count6;
+	__u32 flags;   /* RV_CLS_GROUP_F_* */
+	__u32 generation;
+};
+
+/* cls_target_map key: slot `slot` of group `group_id`. */
+struct rv_cls_target_key {
+	__u32 group_id;
+	__u32 slot;
+};
+
+/* rv_cls_target.flags bits. */
+enum rv_cls_target_flags {
+	RV_CLS_TARGET_F_V4 = 1 << 0,
+	RV_CLS_TARGET_F_V6 = 1 << 1,
+};
+
+/* cls_target_map value: the next hop(s) of a slot. */
+struct rv_cls_target {
+	__be32 addr4;
+	__u8 addr6[16];
+	__u32 flags; /* RV_CLS_TARGET_F_* */
+};
+
+/* cls_frag_map(6) value, keyed by rv_frag_key4/6: where a datagram's
+ * first fragment went, so its later fragments (no ports) follow it. */
+struct rv_cls_frag {
+	__u32 group_id;
+	__u32 slot;
+	__u32 rule_id;
+	__u32 stats_id;
+};
+
+/* cls_rule_stats_map / cls_group_stats_map value (per CPU), by rule or
+ * group ID, and cls_vip_stats_map by the VIP's stats_id. */
+struct rv_cls_stats {
+	__u64 packets;   /* forwarded to a target */
+	__u64 bytes;     /* their frame sizes as received */
+	__u64 no_target; /* dropped: the group had no target of the family */
+	__u64 other;     /* VIP: dropped matching no rule; rule, group: other drops */
+};
+
+/* Indices of cls_event_map (per CPU u64 packets). Append only. */
+enum rv_cls_event {
+	/* A packet to a classifier VIP matched none of its rules: dropped. */
+	RV_CLS_NO_RULE = 0,
+	/* Its rule's group has no target of the packet's family: dropped at
+	 * the rule's priority (never falls through to a lower rule). */
+	RV_CLS_NO_TARGET = 1,
+	/* The FIB knows the target's route but not its neighbour yet:
+	 * dropped (rivorad keeps the targets' neighbour entries resolved). */
+	RV_CLS_NO_NEIGH = 2,
+	/* The FIB has no usable route to the target (unreachable, blackhole,
+	 * forwarding disabled on the interface...): dropped. */
+	RV_CLS_NO_ROUTE = 3,
+	/* Not a drop: a packet over the target route's MTU (IPv4 with DF,
+	 * IPv6) was answered with fragmentation needed / packet too big,
+	 * sourced from the VIP. */
+	RV_CLS_TOO_BIG_ICMP = 4,
+	/* An IPv4 packet without DF over the target route's MTU: XDP cannot
+	 * fragment it, dropped. */
+	RV_CLS_TOO_BIG_DROP = 5,
+	/* Not a drop: TTL or hop limit would expire: handed to the kernel,
+	 * which answers time exceeded as a router does. */
+	RV_CLS_TTL_TO_KERNEL = 6,
+	/* A later fragment whose first fragment was not seen: dropped. */
+	RV_CLS_FRAG_UNMATCHED = 7,
+	/* Truncated or unparsable headers to a classifier VIP: dropped. */
+	RV_CLS_MALFORMED = 8,
+	/* Not a drop: an ICMP echo or other informational ICMP to a VIP was
+	 * sent to a target (hashed on its identifier). */
+	RV_CLS_ECHO = 9,
+	/* Not a drop: an ICMP error about a flow was sent to the flow's
+	 * target (classified by the quoted packet). */
+	RV_CLS_ICMP_ERROR = 10,
+	/* The VIP vanished between the gate and the stage (a removal). */
+	RV_CLS_NO_VIP = 11,
+	RV_CLS_EVENT_COUNT = 12,
 };
 
 #endif /* RIVORA_ABI_H */

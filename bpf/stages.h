@@ -12,8 +12,9 @@
  * are stages: step 2's ICMP errors and later fragments, step 6's FIB slow
  * path (a natForwarding fib packet whose backend's next hop is not cached
  * this tick, about once a second per backend), both directions of the
- * source translation of flows to other nodes' backends (snat.h), and the
- * reset that refuses a new TCP flow of a VIP's refused share (reset.h). A tail
+ * source translation of flows to other nodes' backends (snat.h), the
+ * reset that refuses a new TCP flow of a VIP's refused share (reset.h), and
+ * the classifier (classify.h), whose VIPs never take the other paths. A tail
  * call costs the packet that takes it a few nanoseconds, so forwarding
  * modes (DSR) and IPv6 stay in xdp_ingress.
  *
@@ -65,7 +66,11 @@ enum rv_stage {
 	 * segment becomes a reset back to the client (reset.h). */
 	RV_STAGE_RESET4 = 10,
 	RV_STAGE_RESET6 = 11,
-	RV_STAGE_COUNT = 12,
+	/* Step 3 for a packet to a classifier VIP (classify.h): the whole
+	 * classifier path (Meridio-2's rules and groups). */
+	RV_STAGE_CLS4 = 12,
+	RV_STAGE_CLS6 = 13,
+	RV_STAGE_COUNT = 14,
 };
 
 struct {

@@ -40,6 +40,7 @@
 #include "client_affinity.h"
 #include "stages.h"
 #include "reset.h"
+#include "classify.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -710,8 +711,15 @@ int xdp_ingress(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct rv_pkt p = {};
+	int rc = rv_parse(data, data_end, &p);
 
-	if (rv_parse(data, data_end, &p) != RV_PARSE_OK)
+	/* A classifier VIP's packets (any protocol: the parse may have
+	 * passed on it) continue in the classifier stage. */
+	if (p.family == 4 && rv_cls_wants(p.dst, 0))
+		return rv_stage_jump(ctx, RV_STAGE_CLS4);
+	if (p.family == 6 && rv_cls_wants(p.dst, 1))
+		return rv_stage_jump(ctx, RV_STAGE_CLS6);
+	if (rc != RV_PARSE_OK)
 		return XDP_PASS;
 	if (p.family == 4)
 		return rv_ingress(ctx, &p, 0);
@@ -958,4 +966,16 @@ SEC("xdp")
 int xdp_stage_reset6(struct xdp_md *ctx)
 {
 	return rv_tcp_reset(ctx, 1);
+}
+
+SEC("xdp")
+int xdp_stage_cls4(struct xdp_md *ctx)
+{
+	return rv_cls_stage(ctx, 0);
+}
+
+SEC("xdp")
+int xdp_stage_cls6(struct xdp_md *ctx)
+{
+	return rv_cls_stage(ctx, 1);
 }

@@ -12,7 +12,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Bumped with every layout or meaning change (`RV_ABI_VERSION`).
-pub const ABI_VERSION: u32 = 13;
+pub const ABI_VERSION: u32 = 14;
 /// Capacity of the VIP tables and of the per-service arrays.
 pub const MAX_VIPS: u32 = 4096;
 /// Capacity of the backend arrays; also the backend ID space.
@@ -1203,6 +1203,9 @@ macro_rules! layout {
     };
 }
 
+mod cls;
+pub use cls::*;
+
 /// Every mirrored struct with its C name, for the layout check.
 pub fn layouts() -> Vec<StructLayout> {
     vec![
@@ -1388,6 +1391,9 @@ pub fn layouts() -> Vec<StructLayout> {
             [abi_version, ifindex, xdp_mode, pad]
         ),
     ]
+    .into_iter()
+    .chain(cls::layouts())
+    .collect()
 }
 
 /// Every mirrored enum constant as (C enumerator name, value), for the check.
@@ -1525,6 +1531,9 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         ("RV_DECAP_GRE6", decap::GRE6 as i64),
         ("RV_DECAP_KIND_COUNT", decap::KIND_COUNT as i64),
     ]
+    .into_iter()
+    .chain(cls::constants())
+    .collect()
 }
 
 #[cfg(test)]

@@ -395,6 +395,105 @@ pub fn expected_maps(sizes: &TableSizes) -> Vec<MapSpec> {
             size_of::<abi::VipIndexCtl>(),
             1,
         ),
+        s(
+            "cls_ctl_map",
+            MapType::Array,
+            4,
+            size_of::<abi::ClsCtl>(),
+            1,
+        ),
+        s(
+            "cls_vip_map",
+            MapType::Hash,
+            size_of::<abi::ClsVipKey4>(),
+            size_of::<abi::ClsVip>(),
+            abi::CLS_MAX_VIPS,
+        ),
+        s(
+            "cls_vip_map6",
+            MapType::Hash,
+            size_of::<abi::ClsVipKey6>(),
+            size_of::<abi::ClsVip>(),
+            abi::CLS_MAX_VIPS,
+        ),
+        s(
+            "cls_rule_map",
+            MapType::Array,
+            4,
+            size_of::<abi::ClsRule>(),
+            abi::CLS_MAX_RULES,
+        ),
+        s(
+            "cls_src_map",
+            MapType::LpmTrie,
+            size_of::<abi::ClsSrcKey4>(),
+            4,
+            abi::CLS_MAX_SRC_PREFIXES,
+        ),
+        s(
+            "cls_src_map6",
+            MapType::LpmTrie,
+            size_of::<abi::ClsSrcKey6>(),
+            4,
+            abi::CLS_MAX_SRC_PREFIXES,
+        ),
+        s(
+            "cls_group_map",
+            MapType::Hash,
+            4,
+            size_of::<abi::ClsGroup>(),
+            abi::CLS_MAX_GROUPS,
+        ),
+        s("cls_table", MapType::Array, 4, 4, abi::CLS_TABLE_SLOTS),
+        s(
+            "cls_target_map",
+            MapType::Hash,
+            size_of::<abi::ClsTargetKey>(),
+            size_of::<abi::ClsTarget>(),
+            abi::CLS_MAX_TARGETS,
+        ),
+        s(
+            "cls_frag_map",
+            MapType::LruHash,
+            size_of::<abi::FragKey4>(),
+            size_of::<abi::ClsFrag>(),
+            abi::MAX_FRAGS,
+        ),
+        s(
+            "cls_frag_map6",
+            MapType::LruHash,
+            size_of::<abi::FragKey6>(),
+            size_of::<abi::ClsFrag>(),
+            abi::MAX_FRAGS,
+        ),
+        s(
+            "cls_vip_stats_map",
+            MapType::PerCpuArray,
+            4,
+            size_of::<abi::ClsStats>(),
+            abi::CLS_MAX_VIP_IDS,
+        ),
+        s(
+            "cls_rule_stats_map",
+            MapType::PerCpuArray,
+            4,
+            size_of::<abi::ClsStats>(),
+            abi::CLS_MAX_RULES,
+        ),
+        s(
+            "cls_group_stats_map",
+            MapType::PerCpuArray,
+            4,
+            size_of::<abi::ClsStats>(),
+            abi::CLS_MAX_GROUPS,
+        ),
+        s(
+            "cls_event_map",
+            MapType::PerCpuArray,
+            4,
+            8,
+            abi::CLS_EVENT_SLOTS,
+        ),
     ]
 }
 
@@ -463,6 +562,29 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
     // address: it drops the share as no_backend (never forwards it), where
     // the new program resets it (docs/restarts.md, ABI 13).
     (13, &[]),
+    // The classifier (bpf/classify.h, Meridio-2's rules and groups): its
+    // maps only. An all-zero cls_ctl_map means no classifier VIP, which is
+    // what an ABI 13 rivorad's maps hold.
+    (
+        14,
+        &[
+            "cls_ctl_map",
+            "cls_vip_map",
+            "cls_vip_map6",
+            "cls_rule_map",
+            "cls_src_map",
+            "cls_src_map6",
+            "cls_group_map",
+            "cls_table",
+            "cls_target_map",
+            "cls_frag_map",
+            "cls_frag_map6",
+            "cls_vip_stats_map",
+            "cls_rule_stats_map",
+            "cls_group_stats_map",
+            "cls_event_map",
+        ],
+    ),
 ];
 
 /// 64-bit words of each half of `flow_filter_map` for flow tables of

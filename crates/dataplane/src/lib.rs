@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod bpffs;
+pub mod classifier;
 pub mod compat;
 pub mod endpoints;
 pub mod flow_filter;

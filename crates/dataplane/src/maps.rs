@@ -96,6 +96,8 @@ pub struct Maps {
     pub snat_rev6: HashMap<MapData, abi::SnatRevKey6, abi::SnatRev6>,
     /// Per-CPU source-translation counters (`abi::snat_counter`).
     pub snat_stats: PerCpuArray<MapData, u64>,
+    /// The classifier's maps (Meridio-2's rules and groups).
+    pub cls: crate::classifier::maps::ClsMaps,
 }
 
 /// The part of `struct rv_vip_range_key4` after `prefixlen`: aya's
@@ -313,6 +315,7 @@ impl Maps {
             snat_rev: typed!(ebpf, "snat_rev_map"),
             snat_rev6: typed!(ebpf, "snat_rev_map6"),
             snat_stats: typed!(ebpf, "snat_stats_map"),
+            cls: crate::classifier::maps::ClsMaps::take_from(ebpf)?,
         })
     }
 }
@@ -340,12 +343,18 @@ unsafe impl Sync for MaglevTable {}
 
 impl MaglevTable {
     pub(crate) fn map(data: MapData) -> Result<Self, Error> {
+        Self::map_named(data, "maglev_table")
+    }
+
+    /// Maps another array of u32 slots made like maglev_table (the
+    /// classifier's `cls_table`).
+    pub(crate) fn map_named(data: MapData, name: &'static str) -> Result<Self, Error> {
         let info = data.info().map_err(|e| Error::Map {
-            map: "maglev_table",
+            map: name,
             source: e,
         })?;
         let len = info.max_entries();
-        let mapping = MappedMap::new(data, len as usize * SLOT_STRIDE_U32 * 4, "maglev_table")?;
+        let mapping = MappedMap::new(data, len as usize * SLOT_STRIDE_U32 * 4, name)?;
         Ok(Self {
             ptr: mapping.ptr().cast(),
             _mapping: mapping,

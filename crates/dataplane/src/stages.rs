@@ -42,6 +42,8 @@ pub const STAGES: &[(u32, &str)] = &[
     (9, "xdp_stage_snat_reply6"),
     (10, "xdp_stage_reset4"),
     (11, "xdp_stage_reset6"),
+    (12, "xdp_stage_cls4"),
+    (13, "xdp_stage_cls6"),
 ];
 
 /// The program array's name in the object.

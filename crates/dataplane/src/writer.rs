@@ -341,6 +341,9 @@ pub struct Dataplane {
     /// The backend ID of the refusing pseudo-backend (health flag REJECT)
     /// while some VIP has a `reject_weight`; one for all of them.
     reject_id: Option<u32>,
+    /// The classifier's bookkeeping (Meridio-2's rules and groups), next
+    /// to the VIPs': its own maps, IDs and table.
+    cls: crate::classifier::Classifier,
 }
 
 /// An endpoint entry read back from either family's map.
@@ -392,7 +395,23 @@ impl Dataplane {
             backend_filter: None,
             src_ranges: BTreeMap::new(),
             reject_id: None,
+            cls: crate::classifier::Classifier::new(),
         }
+    }
+
+    /// Makes the classifier maps hold `spec` (see
+    /// [`crate::classifier::writer`]). `prune` as [`crate::classifier::Classifier::apply`].
+    pub fn apply_classifier(
+        &mut self,
+        spec: &crate::classifier::ClassifierSpec,
+        prune: bool,
+    ) -> Result<crate::classifier::ClsReport, Error> {
+        self.cls.apply(&mut self.maps.cls, spec, prune)
+    }
+
+    /// The classifier's bookkeeping (IDs of groups, rules and VIPs).
+    pub fn classifier(&self) -> &crate::classifier::Classifier {
+        &self.cls
     }
 
     /// The backend ID of the pseudo-backend that owns the VIPs' refused
@@ -1658,6 +1677,7 @@ impl Dataplane {
     /// re-creates what it lists.
     pub fn adopt(maps: Maps) -> Result<(Self, AdoptReport), Error> {
         let mut dp = Dataplane::new(maps);
+        dp.cls = crate::classifier::Classifier::adopt(&dp.maps.cls)?;
         dp.read_vip_index()?;
         dp.read_snat_source()?;
         let mut report = AdoptReport::default();
