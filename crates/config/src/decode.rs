@@ -20,7 +20,11 @@ use crate::{
     Protocol, RateLimit, SessionAffinity, Settings, VipConfig,
 };
 
-const TOP_KEYS: &[&str] = &["vips", "settings", "bgp", "l2Announce"];
+/// The `classifier:` section (a child module, to share the helpers).
+#[path = "classifier.rs"]
+mod classifier;
+
+const TOP_KEYS: &[&str] = &["vips", "settings", "bgp", "l2Announce", "classifier"];
 /// How to say "no VIPs" on purpose, for the errors of a file that says
 /// nothing: only an explicit empty list removes every VIP.
 const NO_VIPS_HINT: &str = "write `vips: []` to run without VIPs (a file caught half-written \
@@ -217,6 +221,10 @@ impl Decoder {
         let l2_announce = fields
             .optional("l2Announce")
             .and_then(|n| self.l2_announce(n, "l2Announce"));
+        let classifier = fields
+            .optional("classifier")
+            .map(|n| self.classifier(n, "classifier"))
+            .unwrap_or_default();
         let Some(vips_node) = fields.optional("vips") else {
             let message = match fields.get("vips") {
                 Some(_) => format!("`vips` is empty (null); {NO_VIPS_HINT}"),
@@ -229,6 +237,7 @@ impl Decoder {
                 settings,
                 bgp,
                 l2_announce,
+                classifier: classifier.spec,
             };
         };
         let items = match vips_node.kind() {
@@ -245,6 +254,7 @@ impl Decoder {
                     settings,
                     bgp,
                     l2_announce,
+                    classifier: classifier.spec,
                 };
             }
         };
@@ -339,11 +349,13 @@ impl Decoder {
             self.check_shared_backend_probes(items, &vips);
             self.check_tunnel_sources(items, &vips, &settings);
         }
+        self.check_classifier_vips(&classifier, &vips);
         Config {
             vips,
             settings,
             bgp,
             l2_announce,
+            classifier: classifier.spec,
         }
     }
 

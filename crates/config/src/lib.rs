@@ -83,6 +83,11 @@ pub struct Config {
     /// ARP/NDP answers for the VIPs on one interface (the `l2Announce:`
     /// mapping). None: nothing answers for the VIPs at layer 2.
     pub l2_announce: Option<L2Announce>,
+    /// Meridio-2-style distribution groups and rules (the `classifier:`
+    /// mapping), checked by the dataplane's classifier validation; no
+    /// address is both a classifier VIP and a `vips:` address. Empty when
+    /// absent.
+    pub classifier: rivora_dataplane::classifier::ClassifierSpec,
 }
 
 /// The `bgp:` section: this node's BGP identity and the peers it connects

@@ -168,6 +168,7 @@ fn example_file_parses() {
         },
         bgp: None,
         l2_announce: None,
+        classifier: Default::default(),
     };
     assert_eq!(config, expected);
 }
