@@ -9,6 +9,8 @@
 //! enforces can never drift from them; a test fails when the committed YAML is stale.
 //! Regenerate with `cargo run -p rivora-k8s-api --bin rivora-crdgen -- deploy/chart/crds`. The route
 //! kinds are the exception: their CRDs are Gateway API's own (v1.6), never generated here.
+//! Meridio-2's resource model ([`meridio`], group `meridio-2.nordix.org`) is generated here too,
+//! into a chart template installed only on request, for clusters that do not run Meridio-2.
 //!
 //! The rules rivora-controller and rivorad must agree on live here too, so there is one copy of
 //! each: which Services are Rivora's ([`class`]), which ServicePolicy applies to a Service port
@@ -25,6 +27,7 @@ pub mod attachment;
 pub mod bgp_peer;
 pub mod class;
 pub mod gateway_view;
+pub mod meridio;
 pub mod policy_check;
 pub mod rivora_node;
 pub mod route;
