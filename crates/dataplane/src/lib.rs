@@ -20,6 +20,7 @@ pub mod loader;
 pub mod maps;
 pub mod mmap;
 pub mod model;
+pub mod neighbours;
 pub mod objects;
 pub mod snat;
 pub mod stages;

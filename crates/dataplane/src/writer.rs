@@ -409,6 +409,13 @@ impl Dataplane {
         self.cls.apply(&mut self.maps.cls, spec, prune)
     }
 
+    /// Whether [`Self::apply_classifier`] would accept `spec` (valid, and
+    /// within every capacity), without writing anything: lets a caller
+    /// refuse a whole desired state before any of it is applied.
+    pub fn check_classifier(&self, spec: &crate::classifier::ClassifierSpec) -> Result<(), Error> {
+        self.cls.check(spec)
+    }
+
     /// The classifier's bookkeeping (IDs of groups, rules and VIPs).
     pub fn classifier(&self) -> &crate::classifier::Classifier {
         &self.cls

@@ -23,6 +23,7 @@ mod validate;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use rivora_dataplane::classifier::ClassifierSpec;
 use rivora_dataplane::{BackendKey, Mode, VipSpec};
 use rivora_health::ProbeSpec;
 
@@ -69,6 +70,10 @@ pub struct DesiredState {
     pub vips: Vec<DesiredVip>,
     /// Settings that apply to the node as a whole, not to one VIP.
     pub node: NodeSettings,
+    /// Meridio-2-style classifier VIPs (whole addresses sorted by rules
+    /// into distribution groups); empty for most nodes. Its own model
+    /// because its VIPs are not (address, port, protocol) services.
+    pub classifier: ClassifierSpec,
 }
 
 /// One VIP: what the dataplane programs, plus what the other subsystems
@@ -166,12 +171,15 @@ impl DesiredState {
     }
 
     /// The addresses the ARP/NDP responder answers for: every address of
-    /// an advertised VIP, once (several VIPs may share one address).
+    /// an advertised VIP, once (several VIPs may share one address), and
+    /// every classifier VIP that can forward (a rule leads to a group with
+    /// a target of its family).
     pub fn l2_addresses(&self) -> BTreeSet<IpAddr> {
         self.vips
             .iter()
             .filter(|v| v.announce.advertise)
             .map(|v| v.spec.key.addr)
+            .chain(self.classifier.ready_vips())
             .collect()
     }
 

@@ -81,6 +81,7 @@ fn nat_and_ipv4_l3_dsr_are_told_apart() {
     let state = |vips: Vec<DesiredVip>| DesiredState {
         vips,
         node: NodeSettings::default(),
+        classifier: Default::default(),
     };
     let s = state(vec![vip("a", "10.0.0.1", Mode::Dsr, &[])]);
     assert!(!s.has_nat_vip() && !s.has_ipv4_l3_dsr_vip());
@@ -108,6 +109,7 @@ fn a_shared_backend_is_checked_once_and_l2_answers_each_address_once() {
     let s = DesiredState {
         vips: vec![a, b, c],
         node: NodeSettings::default(),
+        classifier: Default::default(),
     };
     assert_eq!(s.validate(), Ok(()));
     let checks = s.checks();
@@ -146,6 +148,7 @@ fn validate_names_every_broken_rule() {
     let s = DesiredState {
         vips: vec![a, b],
         node: NodeSettings::default(),
+        classifier: Default::default(),
     };
     let problems = s.validate().unwrap_err();
     let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();

@@ -238,6 +238,7 @@ pub fn desired_state(t: &Translation, last_good: &LastGood, snat: SnatAddresses)
             snat,
             ..NodeSettings::default()
         },
+        classifier: Default::default(),
     }
 }
 

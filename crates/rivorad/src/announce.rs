@@ -14,8 +14,14 @@
 //!   attract them. The route's communities are the union of the
 //!   communities of those VIPs. Recomputed after every config apply,
 //!   every health verdict, every drain and on every config-poll tick.
+//! * Classifier VIPs (Meridio-2's rules and groups): a host route for each
+//!   VIP while a rule for it leads to a group with a target of its family,
+//!   withdrawn at once when none does; the other VIPs of the same rules
+//!   stay. Meridio-2's `lb-ready-<group>` files follow the groups
+//!   ([`crate::readiness`]).
 //! * L2: ARP and NDP are answered for every VIP address with `advertise`
-//!   on, healthy or not (static mode: the responder is always active).
+//!   on, healthy or not (static mode: the responder is always active), and
+//!   for every classifier VIP that can forward.
 //!
 //! A change of the node's BGP peers (the file's `bgp:` section, or the
 //! BGPPeers and their Secrets in Kubernetes) is applied in place: only the
@@ -65,6 +71,8 @@ pub struct Announcer {
     /// is announced: BGP routes are withdrawn and a static responder goes quiet (with
     /// Kubernetes the L2 Lease is given up instead).
     datapath_problem: Option<String>,
+    /// Meridio-2's readiness files (`--readiness-dir`), if kept.
+    pub readiness: Option<crate::readiness::ReadinessFiles>,
 }
 
 /// The BGP routes the dataplane's state calls for, with the VIPs behind
@@ -93,7 +101,7 @@ fn desired_routes(
         })
         .map(|b| b.key)
         .collect();
-    routes_for(
+    let mut routes = routes_for(
         dp.vips().map(|v| {
             (
                 v.spec.name.as_str(),
@@ -103,7 +111,28 @@ fn desired_routes(
         }),
         &healthy,
         policy,
-    )
+    );
+    add_classifier_routes(&mut routes, dp.classifier().applied());
+    routes
+}
+
+/// A classifier VIP is announced while one of its rules leads to a group
+/// with a target of its family (per VIP: Meridio-2's router announces all
+/// of a Gateway's VIPs as soon as any group is ready). The route names the
+/// VIP's rules.
+fn add_classifier_routes(
+    routes: &mut BTreeMap<Prefix, (RouteAttrs, Vec<String>)>,
+    spec: &rivora_dataplane::classifier::ClassifierSpec,
+) {
+    for vip in spec.ready_vips() {
+        let e = routes.entry(Prefix::host(vip)).or_default();
+        e.1.extend(
+            spec.rules_of(vip)
+                .iter()
+                .map(|r| format!("rule {}", r.name)),
+        );
+        e.1.sort();
+    }
 }
 
 /// An address is announced when one of its VIPs advertises and has a
@@ -150,7 +179,45 @@ impl Announcer {
         {
             r.set_active(problem.is_none());
         }
+        if problem.is_some() {
+            self.clear_readiness("the datapath does not forward");
+        }
         self.datapath_problem = problem;
+    }
+
+    /// Makes the readiness files follow the classifier's groups that have a
+    /// target (none while the datapath does not forward).
+    pub fn sync_readiness(&self, dp: &Dataplane) {
+        let Some(files) = &self.readiness else {
+            return;
+        };
+        if self.datapath_problem.is_some() {
+            return self.clear_readiness("the datapath does not forward");
+        }
+        match files.sync(dp.classifier().applied().ready_groups()) {
+            Ok((created, removed)) => {
+                for g in created {
+                    info!(group = g, dir = %files.dir().display(), "readiness file created: the group has a target");
+                }
+                for g in removed {
+                    info!(group = g, dir = %files.dir().display(), "readiness file removed: the group has no target");
+                }
+            }
+            Err(e) => error!(dir = %files.dir().display(), "readiness files: {e}"),
+        }
+    }
+
+    /// Removes every readiness file, saying why.
+    pub fn clear_readiness(&self, why: &str) {
+        if let Some(files) = &self.readiness {
+            match files.clear() {
+                Ok(removed) if !removed.is_empty() => {
+                    info!(groups = ?removed, "readiness files removed: {why}")
+                }
+                Ok(_) => {}
+                Err(e) => error!(dir = %files.dir().display(), "readiness files: {e}"),
+            }
+        }
     }
 
     /// Why the datapath does not forward, if it does not.
@@ -325,6 +392,13 @@ pub async fn reconfigure(
     // 1. Under the lock: the new policy, and what changes for the speaker.
     let (bgp_change, l2_changed) = {
         let mut s = shared.lock().expect("state lock");
+        let Shared {
+            dataplane,
+            neighbours,
+            ..
+        } = &mut *s;
+        neighbours.sync(dataplane.classifier().applied());
+        s.announcer.sync_readiness(&s.dataplane);
         let a = &mut s.announcer;
         a.policy = desired.announce_policies();
         let bgp_change = match (&a.speaker, &want_bgp) {

@@ -43,6 +43,17 @@ pub fn program(
         let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
         anyhow::bail!("inconsistent desired state:\n{}", lines.join("\n"));
     }
+    // Everything the classifier could refuse is refused before anything
+    // is written: the VIPs and the classifier are applied together or not.
+    dataplane.check_classifier(&desired.classifier)?;
+    match kernel::prepare_forwarding(interface, desired) {
+        Ok(set) if !set.is_empty() => info!(
+            settings = set.join(", "),
+            "switched forwarding on: the classifier forwards to its targets as a router"
+        ),
+        Ok(_) => {}
+        Err(e) => warn!("{e}"),
+    }
     match kernel::prepare_tunnel_fallback(interface, desired) {
         Ok(kernel::Prepared::AcceptLocalSet) => info!(
             interface,
@@ -87,6 +98,20 @@ pub fn program(
             return Err(e.into());
         }
     };
+    let cls = dataplane.apply_classifier(&desired.classifier, mode == ApplyMode::Prune)?;
+    if !cls.is_empty() {
+        info!(
+            groups_added = cls.groups_added,
+            groups_changed = cls.groups_changed,
+            groups_removed = cls.groups_removed,
+            rules_written = cls.rules_written,
+            rules_removed = cls.rules_removed,
+            vips_written = cls.vips_written,
+            vips_removed = cls.vips_removed,
+            adopted_freed = cls.legacy_freed,
+            "classifier programmed"
+        );
+    }
     dataplane.set_node_syn_rate_limit(desired.node.syn_rate_limit)?;
     Ok(report)
 }

@@ -108,6 +108,12 @@ async fn run_with<S: Source>(args: &Args, interface: &str, mut source: S) -> any
         s.source_status = source.status_reader();
         s.notes = crate::state::Notes::of(&desired);
         s.announcer.l2_gate = source.l2_gate();
+        if let Some(dir) = &args.readiness_dir {
+            s.announcer.readiness = Some(
+                crate::readiness::ReadinessFiles::new(dir)
+                    .map_err(|e| anyhow::anyhow!("--readiness-dir {}: {e}", dir.display()))?,
+            );
+        }
     }
     // BGP sessions and ARP/NDP answers: only once the datapath forwards.
     announce::reconfigure(&shared, &desired, interface).await;
@@ -403,6 +409,7 @@ fn start_state(
         announcer: announce::Announcer::default(),
         source_status: None,
         notes: Default::default(),
+        neighbours: Default::default(),
     }))
 }
 
@@ -485,7 +492,8 @@ async fn run_loop<S: Source>(
                         Ok(n) => info!("released {n} retired backend(s) after the retire grace"),
                         Err(e) => error!("releasing retired backends: {e}"),
                     }
-                    let Shared { dataplane, prober, announcer, .. } = &mut *s;
+                    let Shared { dataplane, prober, announcer, neighbours, .. } = &mut *s;
+                    neighbours.maintain(dataplane.classifier().applied());
                     announcer.set_datapath_problem(datapath.xdp_problem());
                     announcer.refresh(dataplane, prober);
                     occupancy.check(dataplane);
@@ -526,6 +534,13 @@ async fn shutdown(
         Ok(Ok(Err(e))) => warn!("API server: {e}"),
         Err(_) => warn!("API server did not stop within 3 s"),
         _ => {}
+    }
+    if !args.persist_datapath {
+        shared
+            .lock()
+            .expect("state lock")
+            .announcer
+            .clear_readiness("rivorad stops and its datapath with it");
     }
     if args.persist_datapath {
         drop(datapath); // the pinned links keep the programs attached

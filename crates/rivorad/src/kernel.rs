@@ -86,6 +86,38 @@ pub fn prepare_tunnel_fallback(
     Ok(prepared)
 }
 
+/// Switches on forwarding where the classifier needs it, and says what it
+/// changed (for the log). The classifier forwards packets to their target
+/// as a router does, and `bpf_fib_lookup` answers only when the kernel
+/// would forward them too: IPv4 checks the receiving interface's
+/// `forwarding`, IPv6 the `all` one (BPF_FIB_LKUP_RET_FWD_DISABLED
+/// otherwise, and every classifier packet would be dropped as no_route).
+/// Never switches anything off.
+pub fn prepare_forwarding(interface: &str, desired: &DesiredState) -> Result<Vec<String>, String> {
+    let vips = desired.classifier.vips();
+    let mut wanted = Vec::new();
+    if vips.iter().any(|v| v.is_ipv4()) {
+        wanted.push(conf_path(interface, "forwarding"));
+    }
+    if vips.iter().any(|v| v.is_ipv6()) {
+        wanted.push(PathBuf::from("/proc/sys/net/ipv6/conf/all/forwarding"));
+    }
+    let mut set = Vec::new();
+    for path in wanted {
+        if read_u32(&path) == Some(1) {
+            continue;
+        }
+        std::fs::write(&path, "1").map_err(|e| {
+            format!(
+                "cannot set {} to 1 ({e}): the classifier's packets for that family will be dropped                  as no_route (bpf_fib_lookup answers only where the kernel forwards)",
+                path.display()
+            )
+        })?;
+        set.push(path.display().to_string());
+    }
+    Ok(set)
+}
+
 /// Why a `--snat-ports` range that overlaps the kernel's ephemeral ports
 /// (`net.ipv4.ip_local_port_range`) is a problem, or None when it does not.
 /// The node's own connections to a pod on another node may then take a

@@ -11,6 +11,8 @@ mod health;
 mod instance;
 mod kernel;
 mod metrics;
+mod neighbours;
+mod readiness;
 mod source;
 mod state;
 
@@ -205,6 +207,12 @@ pub struct Args {
     /// How often the config file is checked for changes, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub config_poll_ms: u64,
+
+    /// Keep Meridio-2's readiness files here: `lb-ready-<group>` for each classifier
+    /// distribution group with a target to forward to, removed when it has none and when
+    /// rivorad stops without --persist-datapath (Meridio-2's router container reads them).
+    #[arg(long, value_name = "DIR", env = "RIVORA_READINESS_DIR")]
+    pub readiness_dir: Option<PathBuf>,
 }
 
 /// A duration with a unit: `500ms`, `2s`, `1m`.

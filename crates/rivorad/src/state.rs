@@ -31,6 +31,8 @@ pub struct Shared {
     /// What the source in force says about VIPs and backends beyond the
     /// maps (a Service, a pod, a node), for the API.
     pub notes: Notes,
+    /// The classifier targets' next hops, kept resolved.
+    pub neighbours: crate::neighbours::TargetNeighbours,
 }
 
 /// What the API shows about a VIP beyond the maps, kept only for the VIPs

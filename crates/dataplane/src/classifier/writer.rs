@@ -116,6 +116,8 @@ pub struct Classifier {
     vips: BTreeMap<IpAddr, VipState>,
     legacy: Legacy,
     generation: u32,
+    /// The spec the maps hold (the last successful apply).
+    applied: ClassifierSpec,
 }
 
 impl Default for Classifier {
@@ -210,6 +212,7 @@ impl Classifier {
             vips: BTreeMap::new(),
             legacy: Legacy::default(),
             generation: 0,
+            applied: ClassifierSpec::default(),
         }
     }
 
@@ -276,7 +279,15 @@ impl Classifier {
             vips: BTreeMap::new(),
             legacy,
             generation,
+            applied: ClassifierSpec::default(),
         })
+    }
+
+    /// The spec the maps hold: what the last successful apply asked for
+    /// (empty after adoption until the first apply). What announcements
+    /// and readiness follow.
+    pub fn applied(&self) -> &ClassifierSpec {
+        &self.applied
     }
 
     /// VIPs adopted from pinned maps that no apply has claimed yet.
@@ -320,10 +331,7 @@ impl Classifier {
         spec: &ClassifierSpec,
         prune: bool,
     ) -> Result<ClsReport, Error> {
-        if let Err(problems) = super::validate::validate(spec) {
-            return Err(Error::Invalid(problems.join("; ")));
-        }
-        self.check_capacity(spec)?;
+        self.check(spec)?;
         self.generation = self.generation.wrapping_add(1);
         let mut report = ClsReport::default();
 
@@ -474,7 +482,20 @@ impl Classifier {
         if exact != flags {
             write_ctl(maps, exact)?;
         }
+        self.applied = spec.clone();
         Ok(report)
+    }
+
+    /// Whether [`Self::apply`] would accept `spec`: valid and within every
+    /// capacity. Writes nothing.
+    pub fn check(&self, spec: &ClassifierSpec) -> Result<(), Error> {
+        if let Err(problems) = super::validate::validate(spec) {
+            return Err(Error::Invalid(format!(
+                "classifier: {}",
+                problems.join("; ")
+            )));
+        }
+        self.check_capacity(spec)
     }
 
     /// Refuses a spec that cannot fit, before anything is written: the
@@ -503,6 +524,51 @@ impl Classifier {
                 self.group_ids.available(),
                 abi::CLS_MAX_GROUPS
             )));
+        }
+        let vips = spec.vips();
+        for (v6, family) in [(false, "IPv4"), (true, "IPv6")] {
+            let n = vips.iter().filter(|v| v.is_ipv6() == v6).count() as u32;
+            if n > abi::CLS_MAX_VIPS {
+                return Err(Error::Capacity(format!(
+                    "{n} {family} classifier VIPs, at most {}",
+                    abi::CLS_MAX_VIPS
+                )));
+            }
+        }
+        let new_vips = vips.iter().filter(|v| !self.vips.contains_key(v)).count() as u32;
+        if new_vips > self.stats_ids.available() {
+            return Err(Error::Capacity(format!(
+                "{new_vips} new classifier VIPs, {} counter slots free of {}",
+                self.stats_ids.available(),
+                abi::CLS_MAX_VIP_IDS
+            )));
+        }
+        let targets: usize =
+            spec.groups.iter().map(|g| g.targets.len()).sum::<usize>() + self.legacy.targets.len();
+        if targets > abi::CLS_MAX_TARGETS as usize {
+            return Err(Error::Capacity(format!(
+                "{targets} classifier targets (with those adopted at start), at most {}",
+                abi::CLS_MAX_TARGETS
+            )));
+        }
+        // Source prefixes: a changed rule's new ones sit next to its old
+        // ones until the VIPs switch.
+        for v6 in [false, true] {
+            let count = |r: &RuleSpec| r.sources.iter().filter(|s| s.addr.is_ipv6() == v6).count();
+            let kept: usize = self.rules.values().map(|r| count(&r.spec)).sum();
+            let added: usize = spec
+                .rules
+                .iter()
+                .filter(|r| !self.rules.get(&r.name).is_some_and(|o| o.spec == **r))
+                .map(count)
+                .sum();
+            if kept + added > abi::CLS_MAX_SRC_PREFIXES as usize {
+                return Err(Error::Capacity(format!(
+                    "{} classifier source prefixes of one family during the change, at most {}",
+                    kept + added,
+                    abi::CLS_MAX_SRC_PREFIXES
+                )));
+            }
         }
         let mut need = 0u64;
         for g in &spec.groups {

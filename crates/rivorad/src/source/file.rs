@@ -137,6 +137,7 @@ pub fn from_config(config: &Config) -> DesiredState {
                 announce_interval: l.announce_interval,
             }),
         },
+        classifier: config.classifier.clone(),
     }
 }
 
