@@ -33,6 +33,7 @@ pub mod healthz;
 pub mod healthz_server;
 pub mod initsync;
 pub mod l2_lease;
+pub mod meridio;
 pub mod report;
 pub mod select;
 pub mod stores;
