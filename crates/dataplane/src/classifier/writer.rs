@@ -300,6 +300,28 @@ impl Classifier {
             .collect()
     }
 
+    /// Every programmed group: (name, ID, its spec, table length), by name.
+    pub fn groups(&self) -> impl Iterator<Item = (&str, u32, &GroupSpec, u32)> {
+        self.groups
+            .iter()
+            .map(|(n, g)| (n.as_str(), g.id, &g.spec, g.size))
+    }
+
+    /// Every programmed rule: (name, ID, its spec), by name.
+    pub fn rules(&self) -> impl Iterator<Item = (&str, u32, &RuleSpec)> {
+        self.rules
+            .iter()
+            .map(|(n, r)| (n.as_str(), r.id, &r.spec))
+    }
+
+    /// Every programmed VIP: (address, counters slot, its rule IDs in
+    /// evaluation order), by address.
+    pub fn vips(&self) -> impl Iterator<Item = (IpAddr, u32, &[u32])> {
+        self.vips
+            .iter()
+            .map(|(a, v)| (*a, v.stats_id, v.rules.as_slice()))
+    }
+
     /// The group ID of `name`, if programmed.
     pub fn group_id(&self, name: &str) -> Option<u32> {
         self.groups.get(name).map(|g| g.id)
