@@ -61,6 +61,9 @@ pub struct Config {
     pub report_interval: Duration,
     /// How this node announces its VIPs (`--announce`).
     pub announce: AnnounceMode,
+    /// `--gateway`: the Meridio-2 Gateway whose DistributionGroups and L34Routes this node's
+    /// classifier serves (None: no classifier).
+    pub gateway: Option<crate::meridio::GatewayRef>,
 }
 
 /// How a node announces its VIPs (`rivorad --announce`): chosen per deployment, as the spec
@@ -113,6 +116,7 @@ impl Config {
             max_delay: Duration::from_millis(200),
             report_interval: Duration::from_secs(1),
             announce: AnnounceMode::None,
+            gateway: None,
         }
     }
 }
@@ -280,6 +284,7 @@ pub fn start(client: Client, config: Config) -> Handles {
         &config.node_name,
         Arc::clone(&changed),
         bgp_secrets,
+        config.gateway.as_ref().map(|g| g.namespace.as_str()),
     );
     let gate = InitialSync::new(stores.kinds());
     let (offer_tx, offers) = watch::channel(None);
@@ -355,6 +360,9 @@ pub fn start(client: Client, config: Config) -> Handles {
         status: AgentStatus::default(),
         l2_ineligible,
         l2_state,
+        logged_meridio_problems: Vec::new(),
+        meridio_spec: Default::default(),
+        meridio_groups: Vec::new(),
     };
     tokio::spawn(agent.run(offer_tx, status_tx, feedback_rx, report_tx, writes_rx));
     Handles {
@@ -406,6 +414,11 @@ struct Agent {
     l2_ineligible: Option<watch::Sender<Option<String>>>,
     /// L2 mode: the election's state.
     l2_state: Option<watch::Receiver<Election>>,
+    /// `--gateway`: refused Meridio-2 objects as last logged, the last classifier, and the
+    /// groups' reports of the last pass.
+    logged_meridio_problems: Vec<String>,
+    meridio_spec: rivora_dataplane::classifier::ClassifierSpec,
+    meridio_groups: Vec<crate::meridio::GroupReport>,
 }
 
 /// The result of a report write, for the status.
@@ -549,6 +562,7 @@ impl Agent {
         self.log_failures(&t.services);
         self.log_gateway_failures(&t.gateways);
         let mut desired = desired_state(&t, &self.last_good, self.snat_addresses());
+        desired.classifier = self.meridio_pass();
         self.announce_settings(&mut desired);
         self.results = t.services;
         self.gateways = t.gateways;
@@ -569,6 +583,43 @@ impl Agent {
             desired: next.0,
             mode: next.1,
         })
+    }
+
+    /// `--gateway`: the served Gateway's classifier from the Meridio-2 objects of its namespace
+    /// (empty without `--gateway`). Refused objects are logged when what is refused changes.
+    fn meridio_pass(&mut self) -> rivora_dataplane::classifier::ClassifierSpec {
+        let (Some(gw), Some(m)) = (&self.config.gateway, &self.stores.meridio) else {
+            return Default::default();
+        };
+        let snapshot = crate::meridio::MeridioSnapshot {
+            gateways: self.stores.gateways.state(),
+            distribution_groups: m.groups.state(),
+            routes: m.routes.state(),
+            lb_slices: m.lb_slices.state(),
+            core_slices: m.core_slices.state(),
+        };
+        let outcome = crate::meridio::translate(gw, &snapshot);
+        for p in outcome
+            .problems
+            .iter()
+            .filter(|p| !self.logged_meridio_problems.contains(p))
+        {
+            warn!(gateway = %gw, "Meridio-2 object refused: {p}");
+        }
+        if outcome.spec != self.meridio_spec {
+            info!(
+                gateway = %gw,
+                groups = outcome.spec.groups.len(),
+                rules = outcome.spec.rules.len(),
+                vips = outcome.spec.vips().len(),
+                ready_groups = outcome.spec.ready_groups().len(),
+                "Meridio-2 Gateway translated"
+            );
+            self.meridio_spec = outcome.spec.clone();
+        }
+        self.logged_meridio_problems = outcome.problems;
+        self.meridio_groups = outcome.groups;
+        outcome.spec
     }
 
     /// The node's announcing settings into `desired`: in BGP mode the speaker's configuration

@@ -54,6 +54,15 @@ pub enum Kind {
     BgpPeer,
     /// core/v1 Secret of the BGP passwords' namespace (BGP mode only).
     Secret,
+    /// meridio-2.nordix.org DistributionGroup (`--gateway` only).
+    DistributionGroup,
+    /// meridio-2.nordix.org L34Route (`--gateway` only).
+    L34Route,
+    /// meridio-2.nordix.org LoadBalancerEndpointSlice (`--gateway` only).
+    LoadBalancerEndpointSlice,
+    /// discovery.k8s.io/v1 EndpointSlice labelled with a distribution group (`--gateway` only:
+    /// Meridio-2's older endpoint form).
+    GroupEndpointSlice,
 }
 
 impl Kind {
@@ -76,6 +85,15 @@ impl Kind {
     /// from a partial list (a peer seen before its Secret would come up without its password).
     pub const BGP: [Kind; 2] = [Kind::BgpPeer, Kind::Secret];
 
+    /// The kinds watched besides [`Kind::ALL`] when rivorad serves a Meridio-2 Gateway
+    /// (`--gateway`), all in the Gateway's namespace.
+    pub const MERIDIO: [Kind; 4] = [
+        Kind::DistributionGroup,
+        Kind::L34Route,
+        Kind::LoadBalancerEndpointSlice,
+        Kind::GroupEndpointSlice,
+    ];
+
     /// What an operator should know when the API server does not serve this kind.
     pub fn absent_hint(self) -> &'static str {
         match self {
@@ -84,18 +102,25 @@ impl Kind {
                  v1.6 and later serve (standard and experimental channels); older CRDs that \
                  serve only v1alpha2 are not read: upgrade them"
             }
+            Kind::DistributionGroup | Kind::L34Route | Kind::LoadBalancerEndpointSlice => {
+                "install Meridio-2's CRDs (or the chart's with meridio.installCRDs=true) to serve \
+                 a Meridio-2 Gateway"
+            }
             _ => "install Gateway API's CRDs to use Gateways",
         }
     }
 
     /// Kinds a cluster may not serve (Gateway API's CRDs are optional): a 404 on their list
     /// counts as an empty list.
-    pub const OPTIONAL: [Kind; 5] = [
+    pub const OPTIONAL: [Kind; 8] = [
         Kind::GatewayClass,
         Kind::Gateway,
         Kind::TcpRoute,
         Kind::UdpRoute,
         Kind::ReferenceGrant,
+        Kind::DistributionGroup,
+        Kind::L34Route,
+        Kind::LoadBalancerEndpointSlice,
     ];
 }
 
@@ -114,6 +139,10 @@ impl fmt::Display for Kind {
             Kind::Namespace => "Namespace",
             Kind::BgpPeer => "BGPPeer",
             Kind::Secret => "Secret",
+            Kind::DistributionGroup => "DistributionGroup",
+            Kind::L34Route => "L34Route",
+            Kind::LoadBalancerEndpointSlice => "LoadBalancerEndpointSlice",
+            Kind::GroupEndpointSlice => "EndpointSlice (distribution group)",
         })
     }
 }

@@ -1,8 +1,8 @@
 //! The watches of the node agent (Services, EndpointSlices, ServicePolicies, this node's Node,
 //! and Gateway API's GatewayClasses, Gateways, TCPRoutes, UDPRoutes, ReferenceGrants with the
 //! Namespaces their `allowedRoutes` selectors read), and in BGP mode the BGPPeers and the
-//! Secrets of one namespace (their passwords), each a reflector store, and what each has
-//! delivered so far.
+//! Secrets of one namespace (their passwords), with `--gateway` the Meridio-2 objects of the
+//! served Gateway's namespace, each a reflector store, and what each has delivered so far.
 //!
 //! Why Gateway API kinds may be absent: a cluster without Gateway API's CRDs answers 404 to their
 //! list. That is not a reason to hold the initial-sync gate forever, so a 404 on a kind of
@@ -30,6 +30,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use rivora_k8s_api::meridio::{
+    DISTRIBUTION_GROUP_LABEL, DistributionGroup, L34Route, LoadBalancerEndpointSlice,
+};
 use rivora_k8s_api::{BGPPeer, ServicePolicy, TcpRoute, UdpRoute};
 use tokio::sync::Notify;
 use tracing::{info, warn};
@@ -84,7 +87,23 @@ pub struct Stores {
     /// The Secrets of the BGP passwords' namespace (BGP mode only; RBAC lets rivorad read no
     /// others).
     pub secrets: Option<Store<Secret>>,
+    /// The served Meridio-2 Gateway's namespace's objects (`--gateway` only).
+    pub meridio: Option<MeridioStores>,
     states: Arc<Mutex<Vec<(Kind, WatchState)>>>,
+}
+
+/// What a Meridio-2 Gateway's load balancer reads, from the Gateway's namespace only (as
+/// Meridio-2's own load balancer caches it).
+#[derive(Clone)]
+pub struct MeridioStores {
+    /// Its DistributionGroups.
+    pub groups: Store<DistributionGroup>,
+    /// Its L34Routes.
+    pub routes: Store<L34Route>,
+    /// Its LoadBalancerEndpointSlices.
+    pub lb_slices: Store<LoadBalancerEndpointSlice>,
+    /// Its EndpointSlices labelled with a distribution group (the older endpoint form).
+    pub core_slices: Store<EndpointSlice>,
 }
 
 impl Stores {
@@ -96,10 +115,17 @@ impl Stores {
         node_name: &str,
         changed: Arc<Notify>,
         bgp_secrets: Option<&str>,
+        meridio_namespace: Option<&str>,
     ) -> Stores {
         let kinds = Kind::ALL
             .iter()
-            .chain(bgp_secrets.map(|_| Kind::BGP.iter()).into_iter().flatten());
+            .chain(bgp_secrets.map(|_| Kind::BGP.iter()).into_iter().flatten())
+            .chain(
+                meridio_namespace
+                    .map(|_| Kind::MERIDIO.iter())
+                    .into_iter()
+                    .flatten(),
+            );
         let states = Arc::new(Mutex::new(
             kinds
                 .map(|k| (*k, WatchState::default()))
@@ -196,6 +222,36 @@ impl Stores {
                     &changed,
                 )
             }),
+            meridio: meridio_namespace.map(|ns| MeridioStores {
+                groups: spawn(
+                    Kind::DistributionGroup,
+                    Api::namespaced(client.clone(), ns),
+                    watcher::Config::default(),
+                    &states,
+                    &changed,
+                ),
+                routes: spawn(
+                    Kind::L34Route,
+                    Api::namespaced(client.clone(), ns),
+                    watcher::Config::default(),
+                    &states,
+                    &changed,
+                ),
+                lb_slices: spawn(
+                    Kind::LoadBalancerEndpointSlice,
+                    Api::namespaced(client.clone(), ns),
+                    watcher::Config::default(),
+                    &states,
+                    &changed,
+                ),
+                core_slices: spawn(
+                    Kind::GroupEndpointSlice,
+                    Api::namespaced(client.clone(), ns),
+                    watcher::Config::default().labels(DISTRIBUTION_GROUP_LABEL),
+                    &states,
+                    &changed,
+                ),
+            }),
             states,
         }
     }
@@ -228,6 +284,14 @@ impl Stores {
                     Kind::Namespace => self.namespaces.len(),
                     Kind::BgpPeer => self.bgp_peers.as_ref().map_or(0, Store::len),
                     Kind::Secret => self.secrets.as_ref().map_or(0, Store::len),
+                    Kind::DistributionGroup => self.meridio.as_ref().map_or(0, |m| m.groups.len()),
+                    Kind::L34Route => self.meridio.as_ref().map_or(0, |m| m.routes.len()),
+                    Kind::LoadBalancerEndpointSlice => {
+                        self.meridio.as_ref().map_or(0, |m| m.lb_slices.len())
+                    }
+                    Kind::GroupEndpointSlice => {
+                        self.meridio.as_ref().map_or(0, |m| m.core_slices.len())
+                    }
                 };
                 (*k, n)
             })

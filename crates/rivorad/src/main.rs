@@ -48,6 +48,18 @@ pub struct Args {
     #[arg(long)]
     pub kubernetes: bool,
 
+    /// With --kubernetes: also serve this Meridio-2 Gateway (NAMESPACE/NAME) on the
+    /// classifier: the DistributionGroups and L34Routes that belong to it, with targets from
+    /// LoadBalancerEndpointSlices or EndpointSlices labelled with a group, all read in the
+    /// Gateway's namespace (docs/meridio.md).
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME",
+        requires = "kubernetes",
+        env = "RIVORA_GATEWAY"
+    )]
+    pub gateway: Option<String>,
+
     /// With --kubernetes: this node's Node name (its local endpoints, its RivoraNode report).
     #[arg(
         long,

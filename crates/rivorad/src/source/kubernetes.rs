@@ -106,6 +106,12 @@ impl KubernetesSource {
                 }
             }
         };
+        if let Some(g) = &args.gateway {
+            config.gateway = Some(
+                g.parse()
+                    .map_err(|e| anyhow::anyhow!("--gateway {g}: {e}"))?,
+            );
+        }
         Ok(KubernetesSource {
             client,
             config,
