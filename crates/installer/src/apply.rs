@@ -160,7 +160,8 @@ pub async fn apply_objects(
 }
 
 /// Deletes objects (in the given order; NotFound is fine), in the background (the garbage
-/// collector removes a DaemonSet's Pods after it, as `kubectl delete` does).
+/// collector removes a DaemonSet's Pods after it, as `kubectl delete` does). Objects marked
+/// `helm.sh/resource-policy: keep` are left where they are, as Helm leaves them.
 pub async fn delete_objects(
     client: &Client,
     docs: &[Document],
@@ -168,6 +169,10 @@ pub async fn delete_objects(
     mut progress: impl FnMut(&Document),
 ) -> Result<()> {
     for doc in docs {
+        if doc.kept() {
+            eprintln!("✓ kept {} (helm.sh/resource-policy: keep)", doc.describe());
+            continue;
+        }
         let api = match api_for(client, doc, namespace).await {
             Ok(api) => api,
             // Its kind is gone (e.g. the Gateway API CRDs were removed): nothing to delete.

@@ -51,6 +51,13 @@ impl Document {
             .as_str()
             .unwrap_or_default()
     }
+    /// Whether the object asks to outlive its release (`helm.sh/resource-policy: keep`, as
+    /// Helm honours it): uninstall and upgrade leave it in place. The chart's optional
+    /// Meridio-2 CRDs carry it, since deleting a CRD deletes every object of its kind.
+    pub fn kept(&self) -> bool {
+        self.object["metadata"]["annotations"]["helm.sh/resource-policy"].as_str() == Some("keep")
+    }
+
     /// `Kind namespace/name`, for messages and progress lines.
     pub fn describe(&self) -> String {
         match self.namespace() {
@@ -296,6 +303,30 @@ mod tests {
             revision: 1,
             is_install: true,
         }
+    }
+
+    #[test]
+    fn the_meridio_crds_ask_to_be_kept_and_other_objects_do_not() {
+        let chart = Chart::embedded();
+        let mut values = chart.default_values.clone();
+        values["meridio"]["installCRDs"] = serde_json::json!(true);
+        let m = render(&chart, &values, &release()).unwrap();
+        let crds: Vec<&Document> = m
+            .objects
+            .iter()
+            .filter(|d| d.kind() == "CustomResourceDefinition")
+            .collect();
+        assert_eq!(crds.len(), 3, "Meridio-2's three CRDs");
+        assert!(
+            crds.iter().all(|d| d.kept()),
+            "deleting them deletes every object of theirs"
+        );
+        assert!(
+            m.objects
+                .iter()
+                .filter(|d| d.kind() != "CustomResourceDefinition")
+                .all(|d| !d.kept())
+        );
     }
 
     #[test]
