@@ -309,9 +309,7 @@ impl Classifier {
 
     /// Every programmed rule: (name, ID, its spec), by name.
     pub fn rules(&self) -> impl Iterator<Item = (&str, u32, &RuleSpec)> {
-        self.rules
-            .iter()
-            .map(|(n, r)| (n.as_str(), r.id, &r.spec))
+        self.rules.iter().map(|(n, r)| (n.as_str(), r.id, &r.spec))
     }
 
     /// Every programmed VIP: (address, counters slot, its rule IDs in
