@@ -17,7 +17,8 @@ use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
 use crate::dto::{
-    ApiError, BackendInfo, BgpStatus, DrainRequest, SpeakerStatus, Stats, Status, VipInfo,
+    ApiError, BackendInfo, BgpStatus, ClassifierStatus, DrainRequest, SpeakerStatus, Stats, Status,
+    VipInfo,
 };
 use crate::{DEFAULT_SOCKET, paths};
 
@@ -135,6 +136,12 @@ impl Client {
     /// `GET /v1/speaker`: the ARP/NDP responder.
     pub async fn speaker(&self) -> Result<SpeakerStatus, ClientError> {
         self.get(paths::SPEAKER).await
+    }
+
+    /// `GET /v1/classifier`: the classifier's VIPs, rules and groups with
+    /// their counters.
+    pub async fn classifier(&self) -> Result<ClassifierStatus, ClientError> {
+        self.get(paths::CLASSIFIER).await
     }
 
     /// `GET /v1/status`: daemon status.

@@ -658,3 +658,154 @@ pub struct SpeakerVipInfo {
     /// When the last announcement went out (seconds since the epoch).
     pub last_announce_unix: Option<u64>,
 }
+
+/// What `GET /v1/classifier` returns: the classifier (Meridio-2's resource
+/// model: whole-address VIPs whose packets ordered rules sort into
+/// distribution groups of stable Maglev slots) as programmed, with the
+/// datapath's counters summed over CPUs.
+///
+/// Exists because a classifier VIP that drops traffic can do so for several
+/// reasons (no rule matched, the matched group has no target of the
+/// packet's family, the target is unreachable) and the per-VIP, per-rule and
+/// per-group counters are the only way to tell them apart without bpftool.
+/// Empty lists (and no events) on a node without a `classifier:` section.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClassifierStatus {
+    /// Every classifier VIP, by address.
+    pub vips: Vec<ClsVipInfo>,
+    /// Every rule, by name.
+    pub rules: Vec<ClsRuleInfo>,
+    /// Every group, by name.
+    pub groups: Vec<ClsGroupInfo>,
+    /// Classifier-wide events by name (`no_rule`, `no_target`,
+    /// `no_neighbour`, `no_route`, `too_big_icmp`, `too_big_dropped`,
+    /// `ttl_to_kernel`, `fragment_unmatched`, `malformed`, `echo`,
+    /// `icmp_error`, `vip_gone`), every one listed, so the reason of a drop
+    /// that the per-object counters only call `other` can be found.
+    pub events: std::collections::BTreeMap<String, u64>,
+    /// VIPs adopted from pinned maps (an earlier rivorad's) that the
+    /// current configuration has not claimed yet: they still forward, with
+    /// the rules the earlier rivorad wrote, until the first apply that
+    /// prunes removes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unclaimed_vips: Vec<String>,
+}
+
+/// What the datapath counted for one classifier VIP, rule or group, summed
+/// over CPUs (`struct rv_cls_stats`). Counters start at zero when the
+/// object gets its ID: when it is added, when a rule changes (it takes a
+/// new ID), and at every rivorad start (the first apply writes the
+/// classifier anew next to what the pinned maps hold).
+///
+/// Exists as one type so the three tables read the same way: forwarded,
+/// then the two kinds of drops.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClsCounters {
+    /// Packets forwarded to a target.
+    pub packets: u64,
+    /// Their sizes as whole frames as received.
+    pub bytes: u64,
+    /// Packets dropped because the rule's group had no target of the
+    /// packet's family (a rule never lets them fall through to a lower one).
+    pub no_target: u64,
+    /// Packets dropped for any other reason. For a VIP: mostly packets that
+    /// matched none of its rules, plus truncated headers, later fragments
+    /// whose first was not seen, and packets whose target the FIB could not
+    /// reach. For a rule or a group: only the last (no route or neighbour
+    /// to the target, or over the route's MTU). `events` of
+    /// [`ClassifierStatus`] says which.
+    pub other: u64,
+}
+
+/// One classifier VIP.
+///
+/// Exists to show which rules a VIP's packets meet, in the order the
+/// datapath evaluates them, and whether it can forward at all (what decides
+/// whether it is announced).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ClsVipInfo {
+    /// The VIP (a whole address, either family).
+    pub address: String,
+    /// Dataplane counters slot of the VIP (`cls_vip_stats_map` index).
+    pub stats_id: u32,
+    /// Names of its rules in evaluation order: priority high to low, then
+    /// name; the first that matches wins.
+    pub rules: Vec<String>,
+    /// Whether some rule leads to a group with a target of the VIP's family:
+    /// the VIP is announced (BGP, ARP/NDP) only while this holds.
+    pub ready: bool,
+    /// What the datapath did with the packets to it.
+    pub counters: ClsCounters,
+}
+
+/// One classifier rule (Meridio-2's L34Route).
+///
+/// Exists so an operator can compare what the datapath evaluates with what
+/// was meant, and see from its counters whether it matches anything.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ClsRuleInfo {
+    /// Unique among the rules (Kubernetes: `NAMESPACE/NAME`).
+    pub name: String,
+    /// Dataplane rule ID (`cls_rule_map` index); a changed rule takes a new
+    /// one.
+    pub rule_id: u32,
+    /// Higher wins; equal priorities are ordered by name.
+    pub priority: i32,
+    /// The group it sends matching packets to.
+    pub group: String,
+    /// The VIPs it applies to.
+    pub vips: Vec<String>,
+    /// Allowed source prefixes (`192.0.2.0/24`); empty: any source.
+    pub sources: Vec<String>,
+    /// Allowed source ports (`1024-65535`, `80`); empty: any.
+    pub source_ports: Vec<String>,
+    /// Allowed destination ports; empty: any.
+    pub destination_ports: Vec<String>,
+    /// `TCP`, `UDP`, `SCTP`.
+    pub protocols: Vec<String>,
+    /// Header byte matches as Meridio-2 writes them (`tcp[13:1]&0x12=0x2`),
+    /// ANDed.
+    pub byte_matches: Vec<String>,
+    /// What the datapath did with the packets it matched.
+    pub counters: ClsCounters,
+}
+
+/// One target of a group: the endpoint in a stable slot.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ClsTargetInfo {
+    /// Its slot (Meridio-2's identifier), below the group's max_endpoints.
+    pub slot: u16,
+    /// IPv4 next hop, if it has one.
+    pub v4: Option<String>,
+    /// IPv6 next hop, if it has one.
+    pub v6: Option<String>,
+}
+
+/// One distribution group.
+///
+/// Exists to show a group's capacity (slots, table length), which targets
+/// hold which slot per family, and how much traffic went to it or was
+/// dropped for want of a target.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ClsGroupInfo {
+    /// Unique among the groups (Kubernetes: `NAMESPACE/NAME`).
+    pub name: String,
+    /// Dataplane group ID (`cls_group_map` key).
+    pub group_id: u32,
+    /// Its slots are 0..max_endpoints.
+    pub max_endpoints: u16,
+    /// Maglev table length per family: the largest prime <= 100 x
+    /// max_endpoints, fixed whatever the number of targets.
+    pub table_size: u32,
+    /// How SCTP is hashed: `ports` or `five-tuple`.
+    pub sctp_hash: String,
+    /// The usable targets, by slot.
+    pub targets: Vec<ClsTargetInfo>,
+    /// Slots in the IPv4 table (targets with an IPv4 address); 0: IPv4
+    /// packets its rules match are dropped (`no_target`).
+    pub slots_v4: u32,
+    /// Slots in the IPv6 table.
+    pub slots_v6: u32,
+    /// What the datapath did with the packets its rules sent it.
+    pub counters: ClsCounters,
+}

@@ -8,14 +8,15 @@
 //!
 //! Endpoints (all `GET`, all JSON):
 //!
-//! | path           | body                     |
-//! |----------------|--------------------------|
-//! | `/v1/status`   | [`Status`]               |
-//! | `/v1/vips`     | `Vec<`[`VipInfo`]`>`     |
-//! | `/v1/backends` | `Vec<`[`BackendInfo`]`>` |
-//! | `/v1/stats`    | [`Stats`]                |
-//! | `/v1/bgp`      | [`BgpStatus`]            |
-//! | `/v1/speaker`  | [`SpeakerStatus`]        |
+//! | path             | body                     |
+//! |------------------|--------------------------|
+//! | `/v1/status`     | [`Status`]               |
+//! | `/v1/vips`       | `Vec<`[`VipInfo`]`>`     |
+//! | `/v1/backends`   | `Vec<`[`BackendInfo`]`>` |
+//! | `/v1/stats`      | [`Stats`]                |
+//! | `/v1/bgp`        | [`BgpStatus`]            |
+//! | `/v1/speaker`    | [`SpeakerStatus`]        |
+//! | `/v1/classifier` | [`ClassifierStatus`]     |
 //!
 //! Every error response carries an [`ApiError`] body.
 
@@ -47,6 +48,9 @@ pub mod paths {
     pub const BGP: &str = "/v1/bgp";
     /// ARP/NDP responder: [`crate::SpeakerStatus`].
     pub const SPEAKER: &str = "/v1/speaker";
+    /// The classifier's VIPs, rules and groups with their counters:
+    /// [`crate::ClassifierStatus`].
+    pub const CLASSIFIER: &str = "/v1/classifier";
     /// POST [`crate::DrainRequest`]: drain backends; returns the affected
     /// `Vec<`[`crate::BackendInfo`]`>`.
     pub const DRAIN: &str = "/v1/backends/drain";

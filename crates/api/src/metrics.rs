@@ -47,6 +47,19 @@
 //! | `rivora_flow_filter_exact` | gauge (0/1) | |
 //! | `rivora_flow_filter_rebuilds_total` | counter | |
 //! | `rivora_snat_events_total` | counter | `event` (`allocated`, `reused_idle`, `forwarded`, `replied`, `reply_unmatched`, `to_kernel`) |
+//! | `rivora_classifier_vip_ready` | gauge (0/1) | `vip` |
+//! | `rivora_classifier_vip_packets_total` | counter | `vip` |
+//! | `rivora_classifier_vip_bytes_total` | counter | `vip` |
+//! | `rivora_classifier_vip_drops_total` | counter | `vip`, `reason` (`no_target`, `other`) |
+//! | `rivora_classifier_rule_packets_total` | counter | `rule`, `group` |
+//! | `rivora_classifier_rule_bytes_total` | counter | `rule`, `group` |
+//! | `rivora_classifier_rule_drops_total` | counter | `rule`, `group`, `reason` |
+//! | `rivora_classifier_group_packets_total` | counter | `group` |
+//! | `rivora_classifier_group_bytes_total` | counter | `group` |
+//! | `rivora_classifier_group_drops_total` | counter | `group`, `reason` |
+//! | `rivora_classifier_group_targets` | gauge | `group`, `family` (`ipv4`, `ipv6`) |
+//! | `rivora_classifier_group_slots` | gauge | `group` |
+//! | `rivora_classifier_events_total` | counter | `event` |
 //! | `rivora_config_generation` | gauge | |
 //! | `rivora_config_last_reload_success` | gauge (0/1) | |
 //! | `rivora_config_last_reload_timestamp_seconds` | gauge | |
@@ -65,7 +78,7 @@
 //! | `rivora_healthcheck_nodeport_requests_total` | counter | `code` (`200`, `503`) |
 //!
 //! The `rivora_k8s_` and `rivora_healthcheck_` families exist only on a `rivorad --kubernetes`
-//! node.
+//! node; the `rivora_classifier_` families only where a classifier is programmed.
 //!
 //! A family with no series (e.g. no VIPs configured yet) is left out
 //! entirely, as the Go client does. The forwarding mode and the dataplane
@@ -151,6 +164,9 @@ pub struct MetricsSnapshot {
     /// The Kubernetes source's state (`rivorad --kubernetes` only): its
     /// gate, watches and failing Services, the `rivora_k8s_` families.
     pub kubernetes: Option<crate::KubernetesStatus>,
+    /// The classifier (VIPs, rules, groups, events and their counters), the
+    /// `rivora_classifier_` families; None where none is programmed.
+    pub classifier: Option<crate::ClassifierStatus>,
 }
 
 /// One BGP peer's session, so a down session (no traffic attracted) can be
@@ -602,6 +618,10 @@ impl Collector for SnapshotCollector {
             s.snat.iter().map(|(e, v)| ([("event", e.as_str())], *v)),
         )?;
 
+        if let Some(c) = &s.classifier {
+            classifier(&mut enc, c)?;
+        }
+
         // --- daemon ---
         gauges(
             &mut enc,
@@ -664,6 +684,189 @@ impl Collector for SnapshotCollector {
         )?;
         Ok(())
     }
+}
+
+/// Reads one counter of a classifier VIP, rule or group.
+type ClsCounter = fn(&crate::ClsCounters) -> u64;
+
+/// The reasons of the `rivora_classifier_*_drops_total` families.
+const CLS_DROP_REASONS: [(&str, ClsCounter); 2] =
+    [("no_target", |c| c.no_target), ("other", |c| c.other)];
+
+/// The `rivora_classifier_` families: per VIP, per rule, per group, then
+/// the classifier-wide events.
+fn classifier(enc: &mut DescriptorEncoder, c: &crate::ClassifierStatus) -> fmt::Result {
+    let bytes = Unit::Bytes;
+
+    // --- VIPs ---
+    gauges(
+        enc,
+        "rivora_classifier_vip_ready",
+        "Whether a rule of the classifier VIP leads to a group with a target of its family: 1 yes (the VIP is announced), 0 no",
+        None,
+        c.vips
+            .iter()
+            .map(|v| ([("vip", v.address.as_str())], bool_gauge(v.ready))),
+    )?;
+    let forwarded: [(&str, Option<&Unit>, &str, ClsCounter); 2] = [
+        (
+            "rivora_classifier_vip_packets",
+            None,
+            "Packets to the classifier VIP forwarded to a target",
+            |c| c.packets,
+        ),
+        (
+            "rivora_classifier_vip",
+            Some(&bytes),
+            "Bytes to the classifier VIP forwarded to a target, as whole frames as received",
+            |c| c.bytes,
+        ),
+    ];
+    for (name, unit, help, read) in forwarded {
+        counters(
+            enc,
+            name,
+            help,
+            unit,
+            c.vips
+                .iter()
+                .map(|v| ([("vip", v.address.as_str())], read(&v.counters))),
+        )?;
+    }
+    counters(
+        enc,
+        "rivora_classifier_vip_drops",
+        "Packets to the classifier VIP dropped, by reason: no_target (the matched rule's group had no target of the packet's family), other (mostly no rule matched; also truncated headers, unmatched later fragments, no route or neighbour to the target)",
+        None,
+        c.vips.iter().flat_map(|v| {
+            CLS_DROP_REASONS.iter().map(|(reason, read)| {
+                (
+                    [("vip", v.address.as_str()), ("reason", *reason)],
+                    read(&v.counters),
+                )
+            })
+        }),
+    )?;
+
+    // --- rules ---
+    let forwarded: [(&str, Option<&Unit>, &str, ClsCounter); 2] = [
+        (
+            "rivora_classifier_rule_packets",
+            None,
+            "Packets the classifier rule matched that were forwarded to a target of its group",
+            |c| c.packets,
+        ),
+        (
+            "rivora_classifier_rule",
+            Some(&bytes),
+            "Bytes the classifier rule matched that were forwarded, as whole frames as received",
+            |c| c.bytes,
+        ),
+    ];
+    for (name, unit, help, read) in forwarded {
+        counters(
+            enc,
+            name,
+            help,
+            unit,
+            c.rules.iter().map(|r| {
+                (
+                    [("rule", r.name.as_str()), ("group", r.group.as_str())],
+                    read(&r.counters),
+                )
+            }),
+        )?;
+    }
+    counters(
+        enc,
+        "rivora_classifier_rule_drops",
+        "Packets the classifier rule matched that were dropped, by reason: no_target (its group had no target of the packet's family), other (no route or neighbour to the target, or over the route's MTU)",
+        None,
+        c.rules.iter().flat_map(|r| {
+            CLS_DROP_REASONS.iter().map(|(reason, read)| {
+                (
+                    [
+                        ("rule", r.name.as_str()),
+                        ("group", r.group.as_str()),
+                        ("reason", *reason),
+                    ],
+                    read(&r.counters),
+                )
+            })
+        }),
+    )?;
+
+    // --- groups ---
+    let forwarded: [(&str, Option<&Unit>, &str, ClsCounter); 2] = [
+        (
+            "rivora_classifier_group_packets",
+            None,
+            "Packets forwarded to a target of the classifier group",
+            |c| c.packets,
+        ),
+        (
+            "rivora_classifier_group",
+            Some(&bytes),
+            "Bytes forwarded to a target of the classifier group, as whole frames as received",
+            |c| c.bytes,
+        ),
+    ];
+    for (name, unit, help, read) in forwarded {
+        counters(
+            enc,
+            name,
+            help,
+            unit,
+            c.groups
+                .iter()
+                .map(|g| ([("group", g.name.as_str())], read(&g.counters))),
+        )?;
+    }
+    counters(
+        enc,
+        "rivora_classifier_group_drops",
+        "Packets its rules sent to the classifier group that were dropped, by reason: no_target (no target of the packet's family), other (no route or neighbour to the target, or over the route's MTU)",
+        None,
+        c.groups.iter().flat_map(|g| {
+            CLS_DROP_REASONS.iter().map(|(reason, read)| {
+                (
+                    [("group", g.name.as_str()), ("reason", *reason)],
+                    read(&g.counters),
+                )
+            })
+        }),
+    )?;
+    gauges(
+        enc,
+        "rivora_classifier_group_targets",
+        "Targets in the classifier group's table of the family (slots with an address of it); 0: packets of the family its rules match are dropped",
+        None,
+        c.groups.iter().flat_map(|g| {
+            [("ipv4", g.slots_v4), ("ipv6", g.slots_v6)].map(|(family, n)| {
+                (
+                    [("group", g.name.as_str()), ("family", family)],
+                    u64::from(n),
+                )
+            })
+        }),
+    )?;
+    gauges(
+        enc,
+        "rivora_classifier_group_slots",
+        "Slots of the classifier group (maxEndpoints): the most targets it can hold",
+        None,
+        c.groups
+            .iter()
+            .map(|g| ([("group", g.name.as_str())], u64::from(g.max_endpoints))),
+    )?;
+
+    counters(
+        enc,
+        "rivora_classifier_events",
+        "Classifier events on this node, by event: drops by reason (no_rule, no_target, no_neighbour, no_route, too_big_dropped, fragment_unmatched, malformed), packets answered or handed to the kernel (too_big_icmp, ttl_to_kernel, vip_gone) and ICMP forwarded (echo, icmp_error)",
+        None,
+        c.events.iter().map(|(e, n)| ([("event", e.as_str())], *n)),
+    )
 }
 
 /// The `rivora_k8s_` families.
@@ -834,4 +1037,272 @@ fn error(status: StatusCode, mut message: String) -> Response {
         message,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The `rivora_classifier_` families (the others are tested in
+    //! `tests/metrics.rs`), read back with the same independent parser.
+
+    use std::collections::BTreeMap;
+
+    use openmetrics_parser::PrometheusValue;
+    use openmetrics_parser::prometheus::parse_prometheus;
+
+    use super::*;
+    use crate::{ClassifierStatus, ClsCounters, ClsGroupInfo, ClsRuleInfo, ClsVipInfo};
+
+    /// (family, sorted labels) -> value.
+    type Series = BTreeMap<(String, Vec<(String, String)>), f64>;
+
+    fn parse(text: &str) -> Series {
+        let exposition = parse_prometheus(text)
+            .unwrap_or_else(|e| panic!("rendered text does not parse: {e:?}\n{text}"));
+        let mut out = Series::new();
+        for (name, family) in &exposition.families {
+            assert!(!family.help.trim().is_empty(), "{name}: no HELP");
+            for sample in family.iter_samples() {
+                let mut labels: Vec<(String, String)> = sample
+                    .get_labelset()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                labels.sort();
+                let v = match &sample.value {
+                    PrometheusValue::Counter(c) => c.value.as_f64(),
+                    PrometheusValue::Gauge(g) => g.as_f64(),
+                    other => panic!("{name}: unexpected {other:?}"),
+                };
+                assert!(out.insert((name.clone(), labels), v).is_none());
+            }
+        }
+        out
+    }
+
+    fn get(m: &Series, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let mut want: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        want.sort();
+        *m.get(&(name.to_string(), want))
+            .unwrap_or_else(|| panic!("no series {name}{labels:?} in {m:#?}"))
+    }
+
+    fn counters(packets: u64, bytes: u64, no_target: u64, other: u64) -> ClsCounters {
+        ClsCounters {
+            packets,
+            bytes,
+            no_target,
+            other,
+        }
+    }
+
+    fn sample() -> ClassifierStatus {
+        ClassifierStatus {
+            vips: vec![
+                ClsVipInfo {
+                    address: "10.200.100.5".into(),
+                    stats_id: 0,
+                    rules: vec!["udp-range".into(), "web".into()],
+                    ready: true,
+                    counters: counters(100, 14_200, 5, 7),
+                },
+                ClsVipInfo {
+                    address: "fd00::5".into(),
+                    stats_id: 1,
+                    rules: vec!["ns/lone".into()],
+                    ready: false,
+                    counters: counters(0, 0, 3, 0),
+                },
+            ],
+            rules: vec![
+                ClsRuleInfo {
+                    name: "web".into(),
+                    rule_id: 0,
+                    priority: 10,
+                    group: "dg-a".into(),
+                    vips: vec!["10.200.100.5".into()],
+                    sources: vec![],
+                    source_ports: vec![],
+                    destination_ports: vec!["80".into()],
+                    protocols: vec!["TCP".into(), "UDP".into()],
+                    byte_matches: vec![],
+                    counters: counters(100, 14_200, 0, 1),
+                },
+                ClsRuleInfo {
+                    name: "ns/lone".into(),
+                    rule_id: 1,
+                    priority: 1,
+                    group: "ns/dg-\"b\"".into(),
+                    vips: vec!["fd00::5".into()],
+                    sources: vec![],
+                    source_ports: vec![],
+                    destination_ports: vec![],
+                    protocols: vec!["SCTP".into()],
+                    byte_matches: vec!["sctp[4:4]=0".into()],
+                    counters: counters(0, 0, 3, 0),
+                },
+            ],
+            groups: vec![ClsGroupInfo {
+                name: "dg-a".into(),
+                group_id: 0,
+                max_endpoints: 32,
+                table_size: 3191,
+                sctp_hash: "ports".into(),
+                targets: vec![],
+                slots_v4: 2,
+                slots_v6: 1,
+                counters: counters(100, 14_200, 0, 1),
+            }],
+            events: event_names()
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.to_string(), i as u64))
+                .collect(),
+            unclaimed_vips: vec![],
+        }
+    }
+
+    fn event_names() -> [&'static str; 3] {
+        ["no_rule", "no_target", "echo"]
+    }
+
+    #[test]
+    fn classifier_families_carry_every_counter() {
+        let snapshot = MetricsSnapshot {
+            classifier: Some(sample()),
+            ..Default::default()
+        };
+        let text = render(&snapshot);
+        let m = parse(&text);
+        let v4 = [("vip", "10.200.100.5")];
+        assert_eq!(get(&m, "rivora_classifier_vip_ready", &v4), 1.0);
+        assert_eq!(
+            get(&m, "rivora_classifier_vip_ready", &[("vip", "fd00::5")]),
+            0.0
+        );
+        assert_eq!(get(&m, "rivora_classifier_vip_packets_total", &v4), 100.0);
+        assert_eq!(get(&m, "rivora_classifier_vip_bytes_total", &v4), 14_200.0);
+        assert_eq!(
+            get(
+                &m,
+                "rivora_classifier_vip_drops_total",
+                &[("vip", "10.200.100.5"), ("reason", "no_target")]
+            ),
+            5.0
+        );
+        assert_eq!(
+            get(
+                &m,
+                "rivora_classifier_vip_drops_total",
+                &[("vip", "10.200.100.5"), ("reason", "other")]
+            ),
+            7.0
+        );
+        let web = [("rule", "web"), ("group", "dg-a")];
+        assert_eq!(get(&m, "rivora_classifier_rule_packets_total", &web), 100.0);
+        assert_eq!(
+            get(&m, "rivora_classifier_rule_bytes_total", &web),
+            14_200.0
+        );
+        // Label values are escaped and read back unchanged.
+        assert_eq!(
+            get(
+                &m,
+                "rivora_classifier_rule_drops_total",
+                &[
+                    ("rule", "ns/lone"),
+                    ("group", "ns/dg-\"b\""),
+                    ("reason", "no_target")
+                ]
+            ),
+            3.0
+        );
+        assert_eq!(
+            get(
+                &m,
+                "rivora_classifier_rule_drops_total",
+                &[("rule", "web"), ("group", "dg-a"), ("reason", "other")]
+            ),
+            1.0
+        );
+        let dg = [("group", "dg-a")];
+        assert_eq!(get(&m, "rivora_classifier_group_packets_total", &dg), 100.0);
+        assert_eq!(
+            get(&m, "rivora_classifier_group_bytes_total", &dg),
+            14_200.0
+        );
+        assert_eq!(
+            get(
+                &m,
+                "rivora_classifier_group_drops_total",
+                &[("group", "dg-a"), ("reason", "no_target")]
+            ),
+            0.0
+        );
+        assert_eq!(
+            get(
+                &m,
+                "rivora_classifier_group_targets",
+                &[("group", "dg-a"), ("family", "ipv4")]
+            ),
+            2.0
+        );
+        assert_eq!(
+            get(
+                &m,
+                "rivora_classifier_group_targets",
+                &[("group", "dg-a"), ("family", "ipv6")]
+            ),
+            1.0
+        );
+        assert_eq!(get(&m, "rivora_classifier_group_slots", &dg), 32.0);
+        for (i, e) in event_names().iter().enumerate() {
+            assert_eq!(
+                get(&m, "rivora_classifier_events_total", &[("event", e)]),
+                i as f64
+            );
+        }
+        // Counters, and only counters, end in _total; every family is typed.
+        assert!(text.contains("# TYPE rivora_classifier_vip_packets_total counter\n"));
+        assert!(text.contains("# TYPE rivora_classifier_group_targets gauge\n"));
+        assert!(text.contains("# TYPE rivora_classifier_vip_ready gauge\n"));
+        // Exactly these classifier families, nothing else of the classifier.
+        let families: std::collections::BTreeSet<&str> = m
+            .keys()
+            .map(|(n, _)| n.as_str())
+            .filter(|n| n.starts_with("rivora_classifier_"))
+            .collect();
+        assert_eq!(
+            families.into_iter().collect::<Vec<_>>(),
+            [
+                "rivora_classifier_events_total",
+                "rivora_classifier_group_bytes_total",
+                "rivora_classifier_group_drops_total",
+                "rivora_classifier_group_packets_total",
+                "rivora_classifier_group_slots",
+                "rivora_classifier_group_targets",
+                "rivora_classifier_rule_bytes_total",
+                "rivora_classifier_rule_drops_total",
+                "rivora_classifier_rule_packets_total",
+                "rivora_classifier_vip_bytes_total",
+                "rivora_classifier_vip_drops_total",
+                "rivora_classifier_vip_packets_total",
+                "rivora_classifier_vip_ready",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_empty_classifier_emits_no_family() {
+        let text = render(&MetricsSnapshot {
+            classifier: Some(ClassifierStatus::default()),
+            ..Default::default()
+        });
+        assert!(!text.contains("rivora_classifier_"), "{text}");
+        let none = render(&MetricsSnapshot::default());
+        assert_eq!(text, none);
+    }
 }

@@ -25,7 +25,8 @@ use axum::routing::{get, post};
 use serde::Serialize;
 
 use crate::dto::{
-    ApiError, BackendInfo, BgpStatus, DrainRequest, SpeakerStatus, Stats, Status, VipInfo,
+    ApiError, BackendInfo, BgpStatus, ClassifierStatus, DrainRequest, SpeakerStatus, Stats, Status,
+    VipInfo,
 };
 use crate::paths;
 
@@ -124,6 +125,13 @@ pub trait ApiSource: Send + Sync + 'static {
     fn speaker(&self) -> Result<SpeakerStatus, ApiFailure> {
         Err(ApiFailure::NotSupported(
             "this rivorad has no L2 speaker".into(),
+        ))
+    }
+    /// The classifier (rules, groups, their VIPs and counters), for `GET
+    /// /v1/classifier`. The default answers [`ApiFailure::NotSupported`].
+    fn classifier(&self) -> Result<ClassifierStatus, ApiFailure> {
+        Err(ApiFailure::NotSupported(
+            "this rivorad has no classifier".into(),
         ))
     }
 }
@@ -356,6 +364,7 @@ fn router(source: Arc<dyn ApiSource>) -> Router {
         .route(paths::STATS, get(get_stats))
         .route(paths::BGP, get(get_bgp))
         .route(paths::SPEAKER, get(get_speaker))
+        .route(paths::CLASSIFIER, get(get_classifier))
         .route(paths::DRAIN, post(post_drain))
         .route(paths::UNDRAIN, post(post_undrain))
         .fallback(not_found)
@@ -385,6 +394,10 @@ async fn get_bgp(State(src): Src) -> Response {
 
 async fn get_speaker(State(src): Src) -> Response {
     query(src, |s| s.speaker()).await
+}
+
+async fn get_classifier(State(src): Src) -> Response {
+    query(src, |s| s.classifier()).await
 }
 
 async fn post_drain(State(src): Src, body: Bytes) -> Response {
@@ -448,12 +461,15 @@ async fn not_found(method: Method, uri: Uri) -> Response {
         StatusCode::NOT_FOUND,
         format!(
             "no such endpoint: {method} {}; known endpoints: GET {}, GET {}, GET {}, GET {}, \
-             POST {}, POST {}",
+             GET {}, GET {}, GET {}, POST {}, POST {}",
             uri.path(),
             paths::STATUS,
             paths::VIPS,
             paths::BACKENDS,
             paths::STATS,
+            paths::BGP,
+            paths::SPEAKER,
+            paths::CLASSIFIER,
             paths::DRAIN,
             paths::UNDRAIN,
         ),
@@ -479,4 +495,252 @@ async fn method_not_allowed(method: Method, uri: Uri) -> Response {
 
 fn error_response(status: StatusCode, error: String) -> Response {
     (status, Json(ApiError { error })).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The classifier route through a real socket and the real client (the
+    //! other routes are exercised in `tests/api.rs`).
+
+    use super::*;
+    use crate::client::{Client, ClientError};
+    use crate::dto::{
+        ClsCounters, ClsGroupInfo, ClsRuleInfo, ClsTargetInfo, ClsVipInfo, ReloadInfo,
+    };
+
+    /// A source with (`Some`) or without (`None`, the trait's default)
+    /// a classifier.
+    struct Fake(Option<ClassifierStatus>);
+
+    impl ApiSource for Fake {
+        fn status(&self) -> Status {
+            Status {
+                version: "0.1.0".into(),
+                abi_version: 14,
+                interface: "eth0".into(),
+                ifindex: 2,
+                xdp_mode_requested: "auto".into(),
+                xdp_mode: "native".into(),
+                pin_dir: "/sys/fs/bpf/rivora".into(),
+                config_path: "/etc/rivora/rivora.yaml".into(),
+                config_generation: 1,
+                last_reload: ReloadInfo {
+                    at_unix: 0,
+                    ok: true,
+                    error: None,
+                    changes: None,
+                },
+                vip_count: 0,
+                backend_count: 0,
+                started_at_unix: 1_700_000_000,
+                programs: vec![],
+                persist_datapath: false,
+                start: String::new(),
+                kubernetes: None,
+            }
+        }
+        fn vips(&self) -> Vec<VipInfo> {
+            vec![]
+        }
+        fn backends(&self) -> Vec<BackendInfo> {
+            vec![]
+        }
+        fn stats(&self) -> Result<Stats, String> {
+            Err("not in this test".into())
+        }
+        fn classifier(&self) -> Result<ClassifierStatus, ApiFailure> {
+            match &self.0 {
+                Some(c) => Ok(c.clone()),
+                None => Err(ApiFailure::NotSupported(
+                    "this rivorad has no classifier".into(),
+                )),
+            }
+        }
+    }
+
+    /// Leaves the trait's default in place.
+    struct Plain;
+
+    impl ApiSource for Plain {
+        fn status(&self) -> Status {
+            Fake(None).status()
+        }
+        fn vips(&self) -> Vec<VipInfo> {
+            vec![]
+        }
+        fn backends(&self) -> Vec<BackendInfo> {
+            vec![]
+        }
+        fn stats(&self) -> Result<Stats, String> {
+            Err("not in this test".into())
+        }
+    }
+
+    fn sample() -> ClassifierStatus {
+        ClassifierStatus {
+            vips: vec![ClsVipInfo {
+                address: "2001:db8::5".into(),
+                stats_id: 3,
+                rules: vec!["udp-range".into(), "web".into()],
+                ready: true,
+                counters: ClsCounters {
+                    packets: u64::MAX,
+                    bytes: 1 << 40,
+                    no_target: 5,
+                    other: 7,
+                },
+            }],
+            rules: vec![ClsRuleInfo {
+                name: "ns/web".into(),
+                rule_id: 9,
+                priority: 10,
+                group: "dg-a".into(),
+                vips: vec!["2001:db8::5".into()],
+                sources: vec!["192.0.2.0/24".into()],
+                source_ports: vec!["1024-65535".into()],
+                destination_ports: vec!["80".into(), "443".into()],
+                protocols: vec!["TCP".into(), "SCTP".into()],
+                byte_matches: vec!["tcp[13:1]&0x12=0x2".into()],
+                counters: ClsCounters::default(),
+            }],
+            groups: vec![ClsGroupInfo {
+                name: "dg-a".into(),
+                group_id: 0,
+                max_endpoints: 32,
+                table_size: 3191,
+                sctp_hash: "ports".into(),
+                targets: vec![ClsTargetInfo {
+                    slot: 4,
+                    v4: None,
+                    v6: Some("fd00::4".into()),
+                }],
+                slots_v4: 0,
+                slots_v6: 1,
+                counters: ClsCounters {
+                    packets: 1,
+                    bytes: 100,
+                    no_target: 2,
+                    other: 0,
+                },
+            }],
+            events: [("no_rule".to_string(), 7), ("no_target".to_string(), 5)].into(),
+            unclaimed_vips: vec!["10.9.9.9".into()],
+        }
+    }
+
+    struct Dir(std::path::PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(tag: &str) -> Dir {
+        let p =
+            std::env::temp_dir().join(format!("rivora-api-server-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+
+    /// Serves `source` until the returned sender is dropped or fired.
+    async fn start(
+        path: &Path,
+        source: Arc<dyn ApiSource>,
+    ) -> (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<io::Result<()>>,
+    ) {
+        let sock = bind(path).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(sock.serve(source, async {
+            let _ = rx.await;
+        }));
+        (tx, task)
+    }
+
+    #[tokio::test]
+    async fn classifier_round_trips() {
+        let d = dir("cls");
+        let path = d.0.join("rivorad.sock");
+        let (stop, task) = start(&path, Arc::new(Fake(Some(sample())))).await;
+        let got = Client::new(&path).classifier().await.unwrap();
+        assert_eq!(got, sample());
+        // An empty classifier: empty lists, and no `unclaimed_vips` key.
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+        let (stop, task) = start(&path, Arc::new(Fake(Some(ClassifierStatus::default())))).await;
+        assert_eq!(
+            Client::new(&path).classifier().await.unwrap(),
+            ClassifierStatus::default()
+        );
+        let json = serde_json::to_value(ClassifierStatus::default()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"vips": [], "rules": [], "groups": [], "events": {}})
+        );
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn classifier_on_a_source_without_one_is_501() {
+        let d = dir("plain");
+        let path = d.0.join("rivorad.sock");
+        let (stop, task) = start(&path, Arc::new(Plain)).await;
+        match Client::new(&path).classifier().await.unwrap_err() {
+            ClientError::Api { status, message } => {
+                assert_eq!(status, 501);
+                assert_eq!(message, "this rivorad has no classifier");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn unknown_route_lists_the_classifier() {
+        let d = dir("nope");
+        let path = d.0.join("rivorad.sock");
+        let (stop, task) = start(&path, Arc::new(Plain)).await;
+        let p = path.clone();
+        let body = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut s = StdUnixStream::connect(&p).unwrap();
+            write!(
+                s,
+                "GET /v1/classifiers HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        })
+        .await
+        .unwrap();
+        assert!(body.starts_with("HTTP/1.1 404"), "{body}");
+        assert!(body.contains("GET /v1/classifier,"), "{body}");
+        // POST on the read-only route: 405 with the usual hint.
+        let p = path.clone();
+        let body = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut s = StdUnixStream::connect(&p).unwrap();
+            write!(
+                s,
+                "POST /v1/classifier HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            )
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        })
+        .await
+        .unwrap();
+        assert!(body.starts_with("HTTP/1.1 405"), "{body}");
+        assert!(body.contains("read-only"), "{body}");
+        stop.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
 }

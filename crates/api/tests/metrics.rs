@@ -174,6 +174,7 @@ fn sample_snapshot() -> MetricsSnapshot {
             l2_holder: None,
             l2_ineligible: None,
         }),
+        classifier: None,
     }
 }
 

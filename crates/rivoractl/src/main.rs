@@ -67,13 +67,16 @@ enum Command {
     /// requested one, so a fallback to slow generic mode is visible), the
     /// attached BPF programs with their kernel ids, the config generation and
     /// the result of the last reload, whose errors are otherwise only in the
-    /// daemon log.
+    /// daemon log; with a classifier, how many of its VIPs can forward.
     Status,
     /// List VIPs and their backends, to verify the config was applied as intended.
     ///
     /// One row per VIP (frontend, forwarding mode, service id, Maglev table
     /// slice as offset+size, worst load imbalance), then one row per
-    /// VIP/backend pair with weight, backend id and state.
+    /// VIP/backend pair with weight, backend id and state. With a
+    /// classifier, its VIPs follow: whether each can forward, its rules in
+    /// evaluation order and its counters (`-o json` lists the other VIPs
+    /// only; `rivoractl rules -o json` has the classifier's).
     Vips,
     /// List backends and why each is in its state: drain, retirement, health probe.
     ///
@@ -110,6 +113,34 @@ enum Command {
     Bgp,
     /// Show the ARP/NDP responder: interface, MAC, VIPs answered, announcements.
     Speaker,
+    /// List the classifier's rules (Meridio-2's L34Routes) and what they matched.
+    ///
+    /// One row per rule, highest priority first (the order the datapath
+    /// tries a VIP's rules; equal priorities by name): its group, VIPs,
+    /// protocols, source prefixes and ports, destination ports and byte
+    /// matches (a column most rules leave empty is shown only when one
+    /// uses it), then what the rule matched: packets and bytes forwarded,
+    /// packets dropped because its group had no target of their family
+    /// (they never fall through to a lower rule), and other drops (no route
+    /// or neighbour to the target). Then each classifier VIP: whether it
+    /// can forward (some rule leads to a group with a target of its family:
+    /// only then is it announced), its rules in evaluation order and its
+    /// counters, whose other drops are mostly packets that matched no rule.
+    /// Last, the classifier's events by name (`no_rule`, `no_target`,
+    /// `no_neighbour`, ...). With `-o json`: the whole `GET /v1/classifier`
+    /// answer (`vips`, `rules`, `groups`, `events`).
+    Rules,
+    /// List the classifier's distribution groups, their targets and what they forwarded.
+    ///
+    /// One row per group: its slots (maxEndpoints), the Maglev table length
+    /// per family (the largest prime <= 100 x slots, whatever the number of
+    /// targets), how SCTP is hashed, the targets in its IPv4 and IPv6
+    /// tables, the rules that lead to it, and the packets and bytes
+    /// forwarded to its targets, drops for want of a target of the packet's
+    /// family, and other drops. Then every group's targets by slot, with
+    /// their IPv4 and IPv6 next hops. With `-o json`: the whole `GET
+    /// /v1/classifier` answer, as for `rules`.
+    Groups,
     /// Drain backends: established flows finish, no new flow goes to them.
     ///
     /// Use before maintenance of a backend host: draining lets the flows
@@ -230,6 +261,17 @@ fn selector_failure(e: ClientError) -> Failure {
     }
 }
 
+/// The classifier for the summaries of `status` and `vips`, which must
+/// not fail for its sake: absent from a rivorad without one (HTTP 501) or
+/// older than the endpoint (404), the reason when it cannot be read.
+async fn classifier_view(client: &Client) -> render::ClassifierView {
+    match client.classifier().await {
+        Ok(c) => Ok(Some(c)),
+        Err(ClientError::Api { status, .. }) if status == 501 || status == 404 => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Why a command failed.
 enum Failure {
     /// The API call failed; the message is the client's.
@@ -297,7 +339,8 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
             if json {
                 render::json(&s)
             } else {
-                render::status(&s, now_unix())
+                let cls = classifier_view(&client).await;
+                render::status_with(&s, render::classifier_row(&cls), now_unix())
             }
         }
         Command::Vips => {
@@ -305,7 +348,17 @@ async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
             if json {
                 render::json(&v)
             } else {
-                render::vips(&v)
+                render::vips_with_classifier(&v, &classifier_view(&client).await)
+            }
+        }
+        Command::Rules | Command::Groups => {
+            let c = client.classifier().await?;
+            if json {
+                render::json(&c)
+            } else if matches!(cli.command, Command::Rules) {
+                render::rules(&c)
+            } else {
+                render::groups(&c)
             }
         }
         Command::Backends => {
@@ -525,6 +578,12 @@ mod tests {
                 "{bad}"
             );
         }
+
+        let cli = Cli::try_parse_from(["rivoractl", "rules", "-o", "json"]).unwrap();
+        assert!(matches!(cli.command, Command::Rules) && cli.output == Output::Json);
+        let cli = Cli::try_parse_from(["rivoractl", "groups"]).unwrap();
+        assert!(matches!(cli.command, Command::Groups));
+        assert!(Cli::try_parse_from(["rivoractl", "groups", "dg-a"]).is_err());
 
         let cli = Cli::try_parse_from(["rivoractl", "watch"]).unwrap();
         assert!(matches!(

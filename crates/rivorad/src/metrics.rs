@@ -84,6 +84,18 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
         .into_iter()
         .map(|(n, e, c)| (n.to_string(), e, c))
         .collect();
+    // Nothing is read where no classifier is programmed (nor adopted): its
+    // families stay out of the scrape.
+    let cls = dp.classifier();
+    let classifier = if cls.vips().next().is_none()
+        && cls.rules().next().is_none()
+        && cls.groups().next().is_none()
+        && cls.unclaimed().is_empty()
+    {
+        None
+    } else {
+        Some(crate::state::classifier_status(dp)?)
+    };
     let flow_guard_rate = dp.flow_guard().map(|g| g.rate).unwrap_or(0);
     let f = dp.flow_filter_status();
     Ok(MetricsSnapshot {
@@ -100,6 +112,7 @@ pub fn snapshot(shared: &Arc<Mutex<Shared>>) -> Result<MetricsSnapshot, String> 
             })
             .unwrap_or_default(),
         kubernetes: s.source_status.as_ref().map(|read| read(dp)),
+        classifier,
         vips,
         drops,
         backends,

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use rivora_abi as abi;
 use rivora_api::server::ApiFailure;
 use rivora_api::{
-    ApiSource, BackendCounters, BackendInfo, BackendStats, DropCount, Stats, Status, TableUsage,
+    ApiSource, BackendCounters, BackendInfo, BackendStats, ClassifierStatus, ClsCounters,
+    ClsGroupInfo, ClsRuleInfo, ClsTargetInfo, ClsVipInfo, DropCount, Stats, Status, TableUsage,
     VipBackend, VipInfo, VipStats,
 };
 use rivora_dataplane::model::RateLimit;
@@ -120,6 +121,127 @@ pub fn backend_counters(dp: &Dataplane) -> Result<BTreeMap<BackendKey, BackendCo
             (c.key, counters)
         })
         .collect())
+}
+
+/// Each item's text form (`Display`).
+fn strings<'a, T: ToString + 'a>(items: impl IntoIterator<Item = &'a T>) -> Vec<String> {
+    items.into_iter().map(ToString::to_string).collect()
+}
+
+/// One classifier counters slot, summed over CPUs.
+fn cls_sum(per_cpu: &[abi::ClsStats]) -> ClsCounters {
+    per_cpu.iter().fold(ClsCounters::default(), |mut c, s| {
+        c.packets += s.packets;
+        c.bytes += s.bytes;
+        c.no_target += s.no_target;
+        c.other += s.other;
+        c
+    })
+}
+
+/// The classifier as the API shows it: what the dataplane's classifier
+/// programmed (groups, rules, VIPs by their IDs) with the per-CPU counters
+/// of `cls_vip_stats_map`, `cls_rule_stats_map`, `cls_group_stats_map` and
+/// `cls_event_map` summed. One syscall per object: call it at scrape or CLI
+/// rate.
+pub fn classifier_status(dp: &Dataplane) -> Result<ClassifierStatus, String> {
+    let cls = dp.classifier();
+    let maps = &dp.maps().cls;
+    let ready = cls.applied().ready_vips();
+    let rule_names: BTreeMap<u32, &str> = cls.rules().map(|(name, id, _)| (id, name)).collect();
+    let vips = cls
+        .vips()
+        .map(|(addr, stats_id, rules)| {
+            let per_cpu = maps
+                .vip_stats
+                .get(&stats_id, 0)
+                .map_err(|e| format!("cls_vip_stats_map[{stats_id}] ({addr}): {e}"))?;
+            Ok(ClsVipInfo {
+                address: addr.to_string(),
+                stats_id,
+                rules: rules
+                    .iter()
+                    .map(|id| {
+                        rule_names
+                            .get(id)
+                            .map_or_else(|| format!("#{id}"), |n| n.to_string())
+                    })
+                    .collect(),
+                ready: ready.contains(&addr),
+                counters: cls_sum(&per_cpu),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let rules = cls
+        .rules()
+        .map(|(name, rule_id, r)| {
+            let per_cpu = maps
+                .rule_stats
+                .get(&rule_id, 0)
+                .map_err(|e| format!("cls_rule_stats_map[{rule_id}] ({name}): {e}"))?;
+            Ok(ClsRuleInfo {
+                name: name.to_string(),
+                rule_id,
+                priority: r.priority,
+                group: r.group.clone(),
+                vips: strings(&r.vips),
+                sources: strings(&r.sources),
+                source_ports: strings(&r.source_ports),
+                destination_ports: strings(&r.destination_ports),
+                protocols: strings(&r.protocols),
+                byte_matches: strings(&r.byte_matches),
+                counters: cls_sum(&per_cpu),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let groups = cls
+        .groups()
+        .map(|(name, group_id, g, table_size)| {
+            let per_cpu = maps
+                .group_stats
+                .get(&group_id, 0)
+                .map_err(|e| format!("cls_group_stats_map[{group_id}] ({name}): {e}"))?;
+            let mut targets: Vec<ClsTargetInfo> = g
+                .targets
+                .iter()
+                .map(|t| ClsTargetInfo {
+                    slot: t.slot,
+                    v4: t.v4.map(|a| a.to_string()),
+                    v6: t.v6.map(|a| a.to_string()),
+                })
+                .collect();
+            targets.sort_by_key(|t| t.slot);
+            Ok(ClsGroupInfo {
+                name: name.to_string(),
+                group_id,
+                max_endpoints: g.max_endpoints,
+                table_size,
+                sctp_hash: g.sctp_hash.as_str().to_string(),
+                targets,
+                slots_v4: g.slots(false).len() as u32,
+                slots_v6: g.slots(true).len() as u32,
+                counters: cls_sum(&per_cpu),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let events = abi::cls_event::NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let per_cpu = maps
+                .events
+                .get(&(i as u32), 0)
+                .map_err(|e| format!("cls_event_map[{i}] ({name}): {e}"))?;
+            Ok((name.to_string(), per_cpu.iter().sum()))
+        })
+        .collect::<Result<BTreeMap<String, u64>, String>>()?;
+    Ok(ClassifierStatus {
+        vips,
+        rules,
+        groups,
+        events,
+        unclaimed_vips: cls.unclaimed().iter().map(|a| a.to_string()).collect(),
+    })
 }
 
 /// The API's view of [`Shared`].
@@ -389,6 +511,11 @@ impl ApiSource for StateSource {
             .expect("state lock")
             .announcer
             .speaker_status())
+    }
+
+    fn classifier(&self) -> Result<ClassifierStatus, ApiFailure> {
+        let s = self.0.lock().expect("state lock");
+        classifier_status(&s.dataplane).map_err(ApiFailure::Internal)
     }
 
     fn set_drain(&self, backend: &str, drain: bool) -> Result<Vec<BackendInfo>, ApiFailure> {
