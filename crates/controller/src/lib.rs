@@ -12,6 +12,9 @@
 //! * [`gateway_status`]: GatewayClass, Gateway, listener and route status from the Gateway API
 //!   evaluation, the addresses and the RivoraNode reports (pure);
 //! * [`gateway_run`]: the Gateway API watches and status writes of the leader's pass;
+//! * [`meridio_status`]: DistributionGroup status for Meridio-2's Gateways (opt-in,
+//!   `--distribution-group-status`): which Gateways are Meridio-2's and what each group's
+//!   conditions are (pure), and the watches and writes of the leader's pass;
 //! * [`run`]: the watches and the leader's write loop;
 //! * [`metrics`]: what `/metrics` serves.
 
@@ -22,6 +25,7 @@ pub mod gateway_status;
 pub mod ipam;
 pub mod l2_reach;
 pub mod leader;
+pub mod meridio_status;
 pub mod metrics;
 pub mod observe;
 pub mod policy_status;

@@ -1,7 +1,8 @@
 //! The API edge: watch Services, AddressPools, Namespaces and ServicePolicies (and Gateway API's
-//! kinds and RivoraNodes, in [`crate::gateway_run`]), and — while this replica leads — recompute
-//! every assignment, every ServicePolicy status and every Gateway API status from the whole
-//! snapshot and write what differs.
+//! kinds and RivoraNodes, in [`crate::gateway_run`]; with [`OptIn::distribution_group_status`]
+//! Meridio-2's, in [`crate::meridio_status`]), and — while this replica leads — recompute every
+//! assignment, every ServicePolicy status and every Gateway API status (and DistributionGroup
+//! status) from the whole snapshot and write what differs.
 //!
 //! Why "recompute everything" instead of per-event patches: the allocator is a pure function of
 //! the snapshot, so a restart, a failover and a missed event all end in the same state, and the
@@ -30,6 +31,7 @@ use crate::gateway_run::{self, GatewayWatch, GatewayWrites};
 use crate::ipam::{self, ClaimKey, ClaimView, Outcome};
 use crate::l2_reach;
 use crate::leader::Leadership;
+use crate::meridio_status::watch::{MeridioWatch, MeridioWrites};
 use crate::metrics::{Metrics, StatusWrites};
 use crate::observe::{self, ClassConfig, FIELD_MANAGER};
 use crate::policy_status::{self, ServiceIndex};
@@ -49,6 +51,18 @@ pub struct Settings {
     pub metrics: Arc<Metrics>,
 }
 
+/// Writers a replica runs only when asked to (the binary's opt-in flags; all off by default).
+///
+/// Why apart from [`Settings`]: they are additions to what every replica does, and
+/// [`replica`] (what the tests of the rest call) runs without them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OptIn {
+    /// `--distribution-group-status`: write the `Ready` and `CapacityExceeded` conditions of the
+    /// DistributionGroups of Meridio-2's Gateways ([`crate::meridio_status`]). Off by default:
+    /// Meridio-2's own DistributionGroup controller writes them, and two writers would fight.
+    pub distribution_group_status: bool,
+}
+
 /// The watched objects.
 #[derive(Clone)]
 pub struct Stores {
@@ -59,6 +73,8 @@ pub struct Stores {
     /// The nodes' reports: who is the L2 speaker and what it cannot serve.
     nodes: Store<RivoraNode>,
     gateway: Arc<GatewayWatch>,
+    /// Meridio-2's kinds, with [`OptIn::distribution_group_status`] only.
+    meridio: Option<Arc<MeridioWatch>>,
 }
 
 /// Starts one watch into a store; `changed` is notified on every event (the Gateway half's
@@ -73,12 +89,30 @@ where
         + Sync
         + 'static,
 {
+    spawn_watch_with(api, watcher::Config::default(), changed)
+}
+
+/// [`spawn_watch`] with a watcher configuration (a label selector, say).
+pub(crate) fn spawn_watch_with<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: Arc<Notify>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
     let (store, writer) = reflector::store();
     // managedFields are the largest part of most objects, and only our own entries are read
     // (whether we hold status to keep or take back): the others are dropped before the store.
     let stream = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default()).modify(|o: &mut K| {
+        watcher(api, config).modify(|o: &mut K| {
             o.managed_fields_mut()
                 .retain(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
         }),
@@ -100,6 +134,12 @@ where
 /// Starts the four watches of the Service half, and the Gateway half's once Gateway API is
 /// served ([`GatewayWatch`]); `changed` is notified on every event.
 pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
+    watch_all_with(client, changed, OptIn::default())
+}
+
+/// [`watch_all`], and what `opt_in` asks for (Meridio-2's kinds once they are served,
+/// [`MeridioWatch`]).
+pub fn watch_all_with(client: &Client, changed: Arc<Notify>, opt_in: OptIn) -> Stores {
     Stores {
         services: spawn_watch(Api::<Service>::all(client.clone()), Arc::clone(&changed)),
         pools: spawn_watch(
@@ -112,6 +152,9 @@ pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
             Arc::clone(&changed),
         ),
         nodes: spawn_watch(Api::<RivoraNode>::all(client.clone()), Arc::clone(&changed)),
+        meridio: opt_in
+            .distribution_group_status
+            .then(|| Arc::new(MeridioWatch::new(client.clone(), Arc::clone(&changed)))),
         gateway: Arc::new(GatewayWatch::new(client.clone(), changed)),
     }
 }
@@ -148,6 +191,8 @@ pub struct PassReport {
     pub policy_write_errors: usize,
     /// What the Gateway half wrote (GatewayClass, Gateway, route status).
     pub gateway: GatewayWrites,
+    /// What the DistributionGroup status writer wrote ([`OptIn::distribution_group_status`]).
+    pub meridio: MeridioWrites,
     /// Whether the pass stopped because leadership could not be confirmed.
     pub not_leader: bool,
 }
@@ -158,6 +203,7 @@ impl PassReport {
         self.service_writes + self.pool_writes + self.policy_writes > 0
             || self.policy_write_errors > 0
             || g.classes + g.gateways + g.routes + g.errors + g.conflicts > 0
+            || self.meridio.groups + self.meridio.errors > 0
     }
 }
 
@@ -171,8 +217,19 @@ pub async fn replica(
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    replica_with(client, leader, settings, OptIn::default(), shutdown).await
+}
+
+/// [`replica`] with the writers `opt_in` asks for (as the binary runs it).
+pub async fn replica_with(
+    client: Client,
+    leader: crate::leader::LeaderConfig,
+    settings: Settings,
+    opt_in: OptIn,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
     let changed = Arc::new(Notify::new());
-    let stores = watch_all(&client, Arc::clone(&changed));
+    let stores = watch_all_with(&client, Arc::clone(&changed), opt_in);
     let mut leadership = Leadership::start(client.clone(), leader).await?;
     info!(identity = %settings.identity, "waiting for leadership");
     tokio::select! {
@@ -479,6 +536,13 @@ pub async fn pass(
             gateway_run::write(client, leadership, &mut confirmed_at, snap, &outcome).await?;
         settings.metrics.record_gateway_writes(&report.gateway);
         if report.gateway.not_leader {
+            report.not_leader = true;
+            return Ok(report);
+        }
+    }
+    if let Some(meridio) = &stores.meridio {
+        report.meridio = meridio.pass(client, leadership, &mut confirmed_at).await?;
+        if report.meridio.not_leader {
             report.not_leader = true;
             return Ok(report);
         }

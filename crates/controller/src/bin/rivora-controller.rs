@@ -1,5 +1,6 @@
 //! rivora-controller: assigns addresses from AddressPools to Rivora's LoadBalancer Services and
-//! Gateways, and writes ServicePolicy and Gateway API (GatewayClass, Gateway, route) status.
+//! Gateways, and writes ServicePolicy and Gateway API (GatewayClass, Gateway, route) status, and
+//! with `--distribution-group-status` the status of Meridio-2's DistributionGroups.
 //! Run two replicas; one leads through a Lease and is the only writer.
 
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use clap::Parser;
 use rivora_controller::leader::LeaderConfig;
 use rivora_controller::metrics::Metrics;
 use rivora_controller::observe::{ClassConfig, LOAD_BALANCER_CLASS};
-use rivora_controller::run::{self, Settings};
+use rivora_controller::run::{self, OptIn, Settings};
 use tracing::{error, info};
 
 /// Assigns addresses from Rivora's AddressPools to LoadBalancer Services and writes
@@ -47,6 +48,14 @@ struct Args {
     /// addresses and status; the nodes' rivorad takes the same flag).
     #[arg(long, default_value = rivora_k8s_api::class::GATEWAY_CONTROLLER_NAME)]
     gateway_controller_name: String,
+    /// Also write the Ready and CapacityExceeded conditions of the DistributionGroups of
+    /// Meridio-2's Gateways (GatewayClass controllerName
+    /// meridio-2.nordix.org/gateway-controller), as Meridio-2 defines them. Off by default: a
+    /// cluster running Meridio-2's own controller-manager already owns these conditions (its
+    /// DistributionGroup controller writes them), and two writers would fight over them. Turn
+    /// it on only where Rivora serves Meridio-2's model without that controller.
+    #[arg(long)]
+    distribution_group_status: bool,
     /// Address of the HTTP server with /metrics (Prometheus) and /healthz.
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_address: std::net::SocketAddr,
@@ -91,7 +100,10 @@ async fn run_main(args: Args) -> Result<()> {
         resync: Duration::from_secs(30),
         metrics,
     };
-    run::replica(
+    if args.distribution_group_status {
+        info!("--distribution-group-status: writing the status of Meridio-2's DistributionGroups");
+    }
+    run::replica_with(
         client,
         LeaderConfig {
             lease_name: args.lease_name,
@@ -101,6 +113,9 @@ async fn run_main(args: Args) -> Result<()> {
             grace: Duration::from_secs(args.lease_grace),
         },
         settings,
+        OptIn {
+            distribution_group_status: args.distribution_group_status,
+        },
         async {
             let _ = tokio::signal::ctrl_c().await;
         },
