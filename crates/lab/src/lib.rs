@@ -36,6 +36,7 @@ pub mod bgp_peers;
 pub mod cluster;
 pub mod demo;
 pub mod dsr;
+pub mod ecmp;
 pub mod fib;
 pub mod front;
 pub mod link;
