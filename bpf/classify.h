@@ -51,6 +51,7 @@
 #define RV_ICMP_REDIRECT 5
 #define RV_ICMPV6_MLD_FIRST 130
 #define RV_ICMPV6_NDP_LAST 137
+#define RV_ICMPV6_MLD2_REPORT 143
 #define RV_IP_DF 0x4000
 
 /* What the parse found (rv_cls_pkt.kind). */
@@ -96,6 +97,12 @@ struct rv_cls_pkt {
 	__u8 kind;       /* enum rv_cls_kind */
 	__u8 first_frag; /* an L4 packet that is the first of several fragments */
 	__u8 hdr_len;    /* bytes of hdr copied from the L4 header */
+	/* The protocol a datagram's fragments are keyed by: IPv4's protocol
+	 * field, IPv6's Fragment header's next header (the same in the first
+	 * and the later fragments, where the final protocol may sit behind
+	 * more extension headers in the first). */
+	__u8 frag_proto;
+	__u8 pad[3];
 	__u8 hdr[RV_CLS_HDR_ROOM];
 };
 
@@ -257,7 +264,7 @@ static __always_inline int rv_cls_parse_l4(struct xdp_md *ctx, struct rv_cls_pkt
 				return RV_CLS_PARSE_BAD; /* a fragmented error: nfqlb drops it too */
 			return rv_cls_parse_quote(data_end, p, icmp + 1, v6);
 		}
-		if (v6 && type >= RV_ICMPV6_MLD_FIRST && type <= RV_ICMPV6_NDP_LAST)
+		if (v6 && ((type >= RV_ICMPV6_MLD_FIRST && type <= RV_ICMPV6_NDP_LAST) || type == RV_ICMPV6_MLD2_REPORT))
 			return RV_CLS_PARSE_KERNEL;
 		/* Echo and the other informational types: the identifier (the
 		 * first half of the rest word) takes the source port's place. */
@@ -283,6 +290,13 @@ static __always_inline int rv_cls_parse_ipv4(struct xdp_md *ctx, struct rv_cls_p
 	p->src[0] = ip->saddr;
 	p->dst[0] = ip->daddr;
 	p->vip[0] = ip->daddr;
+	cur += hlen;
+	if (cur > data_end)
+		return RV_CLS_PARSE_BAD;
+	p->frag_proto = ip->protocol;
+	/* Where the L4 header is, or a later fragment's data starts (what a
+	 * too-big answer quotes 8 bytes of). */
+	p->l4_off = cur - data;
 	if (ip->frag_off & bpf_htons(RV_IP_MF | RV_IP_OFFSET)) {
 		p->frag_id = (__be32)ip->id;
 		if (ip->frag_off & bpf_htons(RV_IP_OFFSET)) {
@@ -292,9 +306,6 @@ static __always_inline int rv_cls_parse_ipv4(struct xdp_md *ctx, struct rv_cls_p
 		}
 		p->first_frag = 1;
 	}
-	cur += hlen;
-	if (cur > data_end)
-		return RV_CLS_PARSE_BAD;
 	p->l4_off = cur - data;
 	return rv_cls_parse_l4(ctx, p, ip->protocol, 0);
 }
@@ -305,6 +316,7 @@ static __always_inline int rv_cls_parse_ipv6(struct xdp_md *ctx, struct rv_cls_p
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ipv6hdr *ip6 = cur;
 	__u32 ext_bytes = 0;
+	int seen_frag = 0;
 	__u8 nexthdr;
 
 	if ((void *)(ip6 + 1) > data_end || ip6->version != 6)
@@ -334,15 +346,24 @@ static __always_inline int rv_cls_parse_ipv6(struct xdp_md *ctx, struct rv_cls_p
 
 			if ((void *)(fh + 1) > data_end)
 				return RV_CLS_PARSE_BAD;
+			/* At most one (RFC 8200 4.1): a second one would give the
+			 * datagram two identities. */
+			if (seen_frag)
+				return RV_CLS_PARSE_BAD;
+			seen_frag = 1;
 			ext_bytes += sizeof(*fh);
+			if (ext_bytes > RV_MAX_IPV6_EXT_BYTES)
+				return RV_CLS_PARSE_BAD;
 			off = bpf_ntohs(fh->frag_off);
 			nexthdr = fh->nexthdr;
+			p->frag_proto = nexthdr;
 			cur = fh + 1;
 			if (off & (RV_IP6_OFFSET | RV_IP6_MF))
 				p->frag_id = fh->identification;
 			if (off & RV_IP6_OFFSET) {
 				p->proto = nexthdr;
 				p->kind = RV_CLS_KIND_FRAG;
+				p->l4_off = cur - data;
 				return RV_CLS_PARSE_OK;
 			}
 			if (off & RV_IP6_MF)
@@ -566,6 +587,10 @@ static __always_inline int rv_cls_forward(struct xdp_md *ctx, const struct rv_cl
 	/* The lookup's source is the packet's own, so policy routing by
 	 * source is honoured (for an ICMP error: the error's sender, not the
 	 * quoted flow's client). */
+	/* bpf_fib_lookup's length is 16 bits: a header claiming more (only a
+	 * lying one can) must still fail the MTU check, not wrap past it. */
+	if (tot_len > 0xffff)
+		tot_len = 0xffff;
 	rv_fib_params(&fib, ctx, pk->src, dst, tot_len, v6);
 	if (v6) {
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
@@ -599,6 +624,10 @@ static __always_inline int rv_cls_forward(struct xdp_md *ctx, const struct rv_cl
 		}
 		__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 		__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+		if (pk->kind == RV_CLS_KIND_ECHO)
+			rv_cls_event(RV_CLS_ECHO);
+		else if (pk->kind == RV_CLS_KIND_ICMP_ERR)
+			rv_cls_event(RV_CLS_ICMP_ERROR);
 		if (fib.ifindex == ctx->ingress_ifindex)
 			return XDP_TX;
 		return bpf_redirect(fib.ifindex, 0);
@@ -607,15 +636,22 @@ static __always_inline int rv_cls_forward(struct xdp_md *ctx, const struct rv_cl
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		struct rv_pkt q = {};
 
+		/* XDP cannot fragment. A later fragment is answered too (as a
+		 * router answers any packet too big for its next hop), quoting
+		 * its IP header(s) and 8 bytes of its data. */
 		if (!df) {
 			rv_cls_event(RV_CLS_TOO_BIG_DROP);
+			return XDP_DROP;
+		}
+		/* The answer quotes 8 bytes past the headers: a frame without
+		 * them can be over the MTU only by a lying length. */
+		if ((__u64)pk->l4_off + RV_QUOTE_L4 > (__u64)(data_end - data)) {
+			rv_cls_event(RV_CLS_MALFORMED);
 			return XDP_DROP;
 		}
 		rv_cls_event(RV_CLS_TOO_BIG_ICMP);
 		q.l3_off = pk->l3_off;
 		q.l4_off = pk->l4_off;
-		if (pk->kind == RV_CLS_KIND_FRAG)
-			return XDP_DROP; /* no L4 header to quote: the first fragment was answered */
 		return rv_reply_too_big(ctx, &q, fib.mtu_result, v6);
 	}
 	rv_cls_event(rc == BPF_FIB_LKUP_RET_NO_NEIGH ? RV_CLS_NO_NEIGH : RV_CLS_NO_ROUTE);
@@ -660,12 +696,12 @@ static __always_inline int rv_cls_stage(struct xdp_md *ctx, const int v6)
 		struct rv_cls_frag *f;
 
 		if (v6) {
-			struct rv_frag_key6 k = { .id = p->frag_id, .proto = p->proto };
+			struct rv_frag_key6 k = { .id = p->frag_id, .proto = p->frag_proto };
 			__builtin_memcpy(k.src, p->src, 16);
 			__builtin_memcpy(k.dst, p->dst, 16);
 			f = bpf_map_lookup_elem(&cls_frag_map6, &k);
 		} else {
-			struct rv_frag_key4 k = { .src = p->src[0], .dst = p->dst[0], .id = p->frag_id, .proto = p->proto };
+			struct rv_frag_key4 k = { .src = p->src[0], .dst = p->dst[0], .id = p->frag_id, .proto = p->frag_proto };
 			f = bpf_map_lookup_elem(&cls_frag_map, &k);
 		}
 		if (!f) {
@@ -728,18 +764,14 @@ static __always_inline int rv_cls_stage(struct xdp_md *ctx, const int v6)
 		rv_cls_count_all(&at, 0, RV_CLS_COUNT_NO_TARGET);
 		return XDP_DROP;
 	}
-	if (p->kind == RV_CLS_KIND_ECHO)
-		rv_cls_event(RV_CLS_ECHO);
-	else if (p->kind == RV_CLS_KIND_ICMP_ERR)
-		rv_cls_event(RV_CLS_ICMP_ERROR);
 	if (p->first_frag) {
 		if (v6) {
-			struct rv_frag_key6 k = { .id = p->frag_id, .proto = p->proto };
+			struct rv_frag_key6 k = { .id = p->frag_id, .proto = p->frag_proto };
 			__builtin_memcpy(k.src, p->src, 16);
 			__builtin_memcpy(k.dst, p->dst, 16);
 			bpf_map_update_elem(&cls_frag_map6, &k, &at, BPF_ANY);
 		} else {
-			struct rv_frag_key4 k = { .src = p->src[0], .dst = p->dst[0], .id = p->frag_id, .proto = p->proto };
+			struct rv_frag_key4 k = { .src = p->src[0], .dst = p->dst[0], .id = p->frag_id, .proto = p->frag_proto };
 			bpf_map_update_elem(&cls_frag_map, &k, &at, BPF_ANY);
 		}
 	}

@@ -102,6 +102,21 @@ pub const MAP_NAMES: &[&str] = &[
     "snat_rev_map",
     "snat_rev_map6",
     "snat_stats_map",
+    "cls_ctl_map",
+    "cls_vip_map",
+    "cls_vip_map6",
+    "cls_rule_map",
+    "cls_src_map",
+    "cls_src_map6",
+    "cls_group_map",
+    "cls_table",
+    "cls_target_map",
+    "cls_frag_map",
+    "cls_frag_map6",
+    "cls_vip_stats_map",
+    "cls_rule_stats_map",
+    "cls_group_stats_map",
+    "cls_event_map",
 ];
 
 /// Pin name prefixes of the persistent links (`--persist-datapath`).
@@ -1056,4 +1071,25 @@ fn driver_name(interface: &str) -> Option<String> {
     }
     let end = info.driver.iter().position(|&c| c == 0).unwrap_or(32);
     Some(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clean-up must know every map the objects pin: a name missing here
+    /// is a pin left behind (and a pin directory that cannot be removed)
+    /// after every stop without --persist-datapath.
+    #[test]
+    fn map_names_are_every_pinned_map() {
+        let mut pinned: Vec<&str> =
+            crate::compat::expected_maps(&crate::compat::TableSizes::defaults())
+                .iter()
+                .map(|m| m.name)
+                .collect();
+        let mut named = MAP_NAMES.to_vec();
+        pinned.sort_unstable();
+        named.sort_unstable();
+        assert_eq!(named, pinned);
+    }
 }
