@@ -33,6 +33,11 @@ command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v trafgen >/dev/null 2>&1 || need+=(netsniff-ng)
+# e2e_classifier_shapes.rs: captures (tcpdump), DF pings (ping), and SCTP in user space (usrsctp,
+# loaded with dlopen: this kernel has no SCTP).
+command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
+command -v ping >/dev/null 2>&1 || need+=(iputils-ping)
+compgen -G '/usr/lib/*/libusrsctp.so.2' >/dev/null || need+=(libusrsctp2)
 # GNU time: build-testdeps.sh records the Go builds' time and peak memory with it.
 [ -x /usr/bin/time ] || need+=(time)
 # Real BGP peers for the speaker's interop tests.
