@@ -216,6 +216,8 @@ pub struct Parsed {
     pub dport: u16,
     /// VLAN IDs found.
     pub vlans: usize,
+    /// IPv4 TTL or IPv6 hop limit.
+    pub ttl: u8,
 }
 
 /// Parses `frame` and fails unless its IPv4 header checksum and its TCP/UDP
@@ -224,7 +226,7 @@ pub fn parse_checked(frame: &[u8]) -> Result<Parsed> {
     let p = SlicedPacket::from_ethernet(frame).context("etherparse cannot parse the frame")?;
     let vlans = p.link_exts.len();
     let net = p.net.as_ref().context("no IP header")?;
-    let (src, dst, v4, v6) = match net {
+    let (src, dst, ttl, v4, v6) = match net {
         NetSlice::Ipv4(ip) => {
             let h = ip.header().to_header();
             if h.header_checksum != h.calc_header_checksum() {
@@ -233,6 +235,7 @@ pub fn parse_checked(frame: &[u8]) -> Result<Parsed> {
             (
                 IpAddr::from(h.source),
                 IpAddr::from(h.destination),
+                h.time_to_live,
                 Some(h),
                 None,
             )
@@ -242,6 +245,7 @@ pub fn parse_checked(frame: &[u8]) -> Result<Parsed> {
             (
                 IpAddr::from(h.source),
                 IpAddr::from(h.destination),
+                h.hop_limit,
                 None,
                 Some(h),
             )
@@ -283,6 +287,7 @@ pub fn parse_checked(frame: &[u8]) -> Result<Parsed> {
         sport,
         dport,
         vlans,
+        ttl,
     })
 }
 
@@ -305,6 +310,7 @@ mod tests {
             assert_eq!((p.src, p.dst), (spec.src, spec.dst));
             assert_eq!((p.sport, p.dport), (spec.sport, spec.dport));
             assert_eq!(p.vlans, spec.vlans.len());
+            assert_eq!(p.ttl, 64);
             // The varied field is the (low 32 bits of the) source address.
             let tail: [u8; 4] = f.bytes[f.vary_off..f.vary_off + 4].try_into().unwrap();
             let src_tail = match spec.src {

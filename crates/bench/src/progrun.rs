@@ -7,9 +7,10 @@
 //! harness's own cost is measured by tail-calling `bench_sink` (returns
 //! XDP_TX, or TC_ACT_OK) in runs interleaved with the measured ones, and
 //! subtracted pairwise. The dataplane's own per-VIP counters then prove that
-//! every iteration took the intended path.
+//! every iteration took the intended path (the classifier's rows: its own
+//! per-VIP, per-rule and per-group counters and `cls_event_map`).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
@@ -17,9 +18,13 @@ use aya::maps::{Array, MapData, PerCpuArray, ProgramArray};
 use aya::programs::{ProgramFd, SchedClassifier, TestRun, TestRunOptions, TestRunResult, Xdp};
 use aya::{Ebpf, EbpfLoader};
 use rivora_abi as abi;
+use rivora_dataplane::classifier::{
+    ClassifierSpec, GroupSpec, PortRange, RuleProto, RuleSpec, SctpHash, TargetSpec,
+};
 use rivora_dataplane::snat::SnatSource;
 use rivora_dataplane::{
-    BackendSpec, Datapath, Dataplane, LoadOptions, Mode, VipKey, VipSpec, objects, proto,
+    BackendSpec, Datapath, Dataplane, LoadOptions, Mode, SourceRange, VipKey, VipSpec, objects,
+    proto,
 };
 
 use crate::frames::{self, Frame, FrameSpec};
@@ -30,6 +35,7 @@ use rivora_lab::fib::{BACKEND_HOP_MAC, CLIENT_HOP_MAC, NODE4, NODE6};
 static BENCH_XDP: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_xdp.o"));
 static BENCH_TC: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench_tc.o"));
 
+const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
@@ -188,6 +194,17 @@ enum Expect {
     /// it in `snat_stats_map`'s `replied` and in the VIP's
     /// `reply_packets`, as tc_nat counts the replies it restores).
     SnatReply { vip: String },
+    /// A packet to classifier VIP `vip` (bpf/classify.h). `rule`: the rule
+    /// (and `group` its group) that must have forwarded every iteration,
+    /// `frame_len` bytes each; None: matched no rule, dropped (`no_rule`).
+    /// Every other classifier VIP, rule and group counter, every other
+    /// `cls_event_map` counter and every NAT VIP counter must stay put.
+    Cls {
+        vip: IpAddr,
+        rule: Option<String>,
+        group: Option<String>,
+        frame_len: u64,
+    },
 }
 
 /// Counters that prove paths.
@@ -200,6 +217,12 @@ struct Snapshot {
     iterations: u64,
     tailcall_miss: u64,
     restore_fail: u64,
+    /// The classifier's counters (summed over CPUs): per programmed VIP,
+    /// rule (by name) and group (by name), and `cls_event_map`.
+    cls_vips: Vec<(IpAddr, abi::ClsStats)>,
+    cls_rules: Vec<(String, abi::ClsStats)>,
+    cls_groups: Vec<(String, abi::ClsStats)>,
+    cls_events: Vec<u64>,
 }
 
 /// One timed comparison: program under test vs the harness alone.
@@ -642,13 +665,40 @@ impl Rig {
             .context("counters")?
             .try_into()?;
         let get = |i: u32| -> Result<u64> { Ok(arr.get(&i, 0)?.iter().sum()) };
+        let (iterations, tailcall_miss, restore_fail) = (
+            get(BC_ITERATIONS)?,
+            get(BC_TAILCALL_MISS)?,
+            get(BC_RESTORE_FAIL)?,
+        );
+        let cls = self.dp.classifier();
+        let m = &self.dp.maps().cls;
+        let mut cls_vips = Vec::new();
+        for (addr, id, _) in cls.vips() {
+            cls_vips.push((addr, cls_stats(&m.vip_stats, id)?));
+        }
+        let mut cls_rules = Vec::new();
+        for (name, id, _) in cls.rules() {
+            cls_rules.push((name.to_string(), cls_stats(&m.rule_stats, id)?));
+        }
+        let mut cls_groups = Vec::new();
+        for (name, id, _, _) in cls.groups() {
+            cls_groups.push((name.to_string(), cls_stats(&m.group_stats, id)?));
+        }
+        let mut cls_events = Vec::new();
+        for i in 0..abi::cls_event::COUNT {
+            cls_events.push(m.events.get(&i, 0)?.iter().sum());
+        }
         Ok(Snapshot {
             vips,
             drops,
             snat,
-            iterations: get(BC_ITERATIONS)?,
-            tailcall_miss: get(BC_TAILCALL_MISS)?,
-            restore_fail: get(BC_RESTORE_FAIL)?,
+            iterations,
+            tailcall_miss,
+            restore_fail,
+            cls_vips,
+            cls_rules,
+            cls_groups,
+            cls_events,
         })
     }
 
@@ -888,6 +938,137 @@ fn delta(before: &Snapshot, after: &Snapshot, vip: &str) -> abi::VipStats {
     }
 }
 
+/// A classifier counter slot summed over the CPUs.
+fn cls_stats(map: &PerCpuArray<MapData, abi::ClsStats>, id: u32) -> Result<abi::ClsStats> {
+    Ok(map
+        .get(&id, 0)?
+        .iter()
+        .fold(abi::ClsStats::default(), |a, s| abi::ClsStats {
+            packets: a.packets + s.packets,
+            bytes: a.bytes + s.bytes,
+            no_target: a.no_target + s.no_target,
+            other: a.other + s.other,
+        }))
+}
+
+/// After minus before, of the classifier counters listed under `key` (a
+/// VIP, rule or group that appears in only one snapshot counts from 0).
+fn cls_delta<K: PartialEq>(
+    before: &[(K, abi::ClsStats)],
+    after: &[(K, abi::ClsStats)],
+    key: &K,
+) -> abi::ClsStats {
+    let get = |l: &[(K, abi::ClsStats)]| {
+        l.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, s)| *s)
+            .unwrap_or_default()
+    };
+    let (b, a) = (get(before), get(after));
+    abi::ClsStats {
+        packets: a.packets.wrapping_sub(b.packets),
+        bytes: a.bytes.wrapping_sub(b.bytes),
+        no_target: a.no_target.wrapping_sub(b.no_target),
+        other: a.other.wrapping_sub(b.other),
+    }
+}
+
+/// The classifier's part of [`prove`]: `vip`'s counters, `rule`'s and
+/// `group`'s (None: no rule matched) moved by exactly `n` iterations and
+/// nothing else of the classifier's moved.
+fn prove_cls(
+    b: &Snapshot,
+    a: &Snapshot,
+    n: u64,
+    vip: &IpAddr,
+    rule: Option<&str>,
+    group: Option<&str>,
+    frame_len: u64,
+) -> Result<String> {
+    let zero = abi::ClsStats::default();
+    // Events: only `no_rule`, and only when no rule may match.
+    for i in 0..abi::cls_event::COUNT as usize {
+        let d =
+            a.cls_events.get(i).copied().unwrap_or(0) - b.cls_events.get(i).copied().unwrap_or(0);
+        let want = if rule.is_none() && i == abi::cls_event::NO_RULE as usize {
+            n
+        } else {
+            0
+        };
+        ensure!(
+            d == want,
+            "cls_event_map: {} +{d}, expected +{want} for {n} iterations",
+            abi::cls_event::NAMES[i]
+        );
+    }
+    // The VIP, and no other.
+    let dv = cls_delta(&b.cls_vips, &a.cls_vips, vip);
+    let want_vip = match rule {
+        Some(_) => abi::ClsStats {
+            packets: n,
+            bytes: n * frame_len,
+            ..zero
+        },
+        None => abi::ClsStats { other: n, ..zero },
+    };
+    ensure!(
+        dv == want_vip,
+        "classifier VIP {vip}: {dv:?} for {n} iterations, expected {want_vip:?}"
+    );
+    for (other, _) in &a.cls_vips {
+        if other != vip {
+            let d = cls_delta(&b.cls_vips, &a.cls_vips, other);
+            ensure!(d == zero, "classifier VIP {other} moved: {d:?}");
+        }
+    }
+    // The rule that matched and its group, and no other rule or group.
+    let fwd = abi::ClsStats {
+        packets: n,
+        bytes: n * frame_len,
+        ..zero
+    };
+    for (list_b, list_a, named, what) in [
+        (&b.cls_rules, &a.cls_rules, rule, "rule"),
+        (&b.cls_groups, &a.cls_groups, group, "group"),
+    ] {
+        if let Some(name) = named {
+            ensure!(
+                list_a.iter().any(|(k, _)| k == name),
+                "no classifier {what} {name} is programmed"
+            );
+        }
+        for (k, _) in list_a {
+            let d = cls_delta(list_b, list_a, k);
+            let want = if Some(k.as_str()) == named { fwd } else { zero };
+            ensure!(
+                d == want,
+                "classifier {what} {k}: {d:?} for {n} iterations, expected {want:?}"
+            );
+        }
+    }
+    let others = a.cls_rules.len().saturating_sub(1);
+    Ok(match (rule, group) {
+        (Some(rule), Some(group)) => format!(
+            "{} iterations: classifier VIP packets +{} (bytes +{}), rule {rule} packets +{}, \
+             group {group} packets +{}, the {others} other rules (of every classifier VIP) +0, \
+             every cls_event_map counter +0",
+            fmt_count(n as f64),
+            fmt_count(dv.packets as f64),
+            fmt_count(dv.bytes as f64),
+            fmt_count(n as f64),
+            fmt_count(n as f64),
+        ),
+        _ => format!(
+            "{} iterations: cls_event_map no_rule +{} (every other event +0), classifier VIP \
+             other +{}, packets +0, all {} rules and every group +0",
+            fmt_count(n as f64),
+            fmt_count(n as f64),
+            fmt_count(dv.other as f64),
+            a.cls_rules.len()
+        ),
+    })
+}
+
 /// Checks the counters against `expect`; returns the evidence text, or an
 /// error naming what did not add up.
 fn prove(t: &Timed, expect: &Expect) -> Result<String> {
@@ -1016,6 +1197,16 @@ fn prove(t: &Timed, expect: &Expect) -> Result<String> {
                 fmt_count(n as f64)
             ))
         }
+        Expect::Cls {
+            vip,
+            rule,
+            group,
+            frame_len,
+        } => {
+            ensure!(!others_moved(None), "a NAT VIP's counters moved");
+            let ev = prove_cls(b, a, n, vip, rule.as_deref(), group.as_deref(), *frame_len)?;
+            Ok(format!("{ev}, no NAT VIP, drop or snat counter moved"))
+        }
     }
 }
 
@@ -1057,6 +1248,10 @@ enum OutCheck {
         dports: std::ops::RangeInclusive<u16>,
         next_hop: [u8; 6],
     },
+    /// Routed without NAT (the classifier): the same addresses and ports,
+    /// the same length, TTL / hop limit one lower, to the MAC of one of
+    /// these targets (address, MAC).
+    Routed(Vec<(IpAddr, [u8; 6])>),
 }
 
 struct CaseResult {
@@ -1221,6 +1416,40 @@ fn run_case(rig: &mut Rig, c: &Case) -> Result<CaseResult> {
             format!(
                 "out: src {}:{}, dst {}:{}, dst MAC the FIB's next hop, checksums ok",
                 p.src, p.sport, p.dst, p.dport
+            )
+        }
+        OutCheck::Routed(targets) => {
+            let inp = frames::parse_checked(&c.frame.bytes)?;
+            ensure!(
+                t.out.len() == c.frame.bytes.len(),
+                "routed frame is {} bytes, sent {} (no NAT, no encapsulation)",
+                t.out.len(),
+                c.frame.bytes.len()
+            );
+            ensure!(
+                (p.src, p.sport, p.dst, p.dport) == (inp.src, inp.sport, inp.dst, inp.dport),
+                "routed frame's addresses or ports changed: {}:{} -> {}:{}",
+                p.src,
+                p.sport,
+                p.dst,
+                p.dport
+            );
+            ensure!(
+                p.ttl + 1 == inp.ttl,
+                "TTL / hop limit {} after, {} before",
+                p.ttl,
+                inp.ttl
+            );
+            let mac: [u8; 6] = t.out[..6].try_into().unwrap();
+            let to = targets
+                .iter()
+                .find(|(_, m)| *m == mac)
+                .map(|(a, _)| *a)
+                .context("destination MAC is no target's")?;
+            format!(
+                "out: dst {} kept (no NAT), TTL {} -> {}, dst MAC of target {to} (its permanent \
+                 neighbour), checksums ok",
+                p.dst, inp.ttl, p.ttl
             )
         }
         OutCheck::Encap(..) => unreachable!("handled above"),
@@ -1506,6 +1735,386 @@ fn fib_lab() -> Result<(rivora_lab::Netns, u32)> {
     Ok((lab.ns, lab.ingress_ifindex))
 }
 
+/// Labels of the classifier rows, in the order [`cls_cases`] returns them
+/// (also the rows shown as not run when their setup fails).
+const CLS_LABELS: [&str; 5] = [
+    "Classifier (Meridio-2) IPv4 TCP, first rule matches: no NAT, FIB lookup + redirect to the target",
+    "Classifier IPv4 TCP, 32 rules, only the last matches (31 misses after a source-prefix hit and every port range scanned)",
+    "Classifier IPv4 TCP, 32 rules, only the last matches (31 misses on the source prefix)",
+    "Classifier (Meridio-2) IPv6 TCP, first rule matches: no NAT, FIB lookup + redirect to the target",
+    "Classifier IPv4 TCP, no rule matches (dropped, counted)",
+];
+
+/// The classifier rows' VIPs: one rule for both families; 32 rules whose
+/// 31 first hit the source prefix and miss on ports; 32 rules whose 31
+/// first miss the source prefix.
+const CLS_VIP4: &str = "10.200.103.1";
+const CLS_VIP6: &str = "fd00:200:103::1";
+const CLS_VIP4_32: &str = "10.200.103.2";
+const CLS_VIP4_32_SRC: &str = "10.200.103.3";
+/// The clients' source port in the classifier rows.
+const CLS_SPORT: u16 = 43000;
+/// On-link targets (slots 0..CLS_TARGETS of the group) in the FIB
+/// namespace's up0 subnet.
+const CLS_TARGETS: u8 = 4;
+
+/// Target `i`: 10.200.9.(16 + i), fd00:200:9::(16 + i, in hex), and the MAC
+/// of its permanent neighbour entries.
+fn cls_target(i: u8) -> (Ipv4Addr, Ipv6Addr, [u8; 6]) {
+    (
+        Ipv4Addr::new(10, 200, 9, 16 + i),
+        Ipv6Addr::new(0xfd00, 0x200, 9, 0, 0, 0, 0, u16::from(16 + i)),
+        [0x02, 0xaa, 0, 0, 0, 16 + i],
+    )
+}
+
+/// Destination port ranges of the 32-rule VIPs' rules: 19 below port 80
+/// (each range test reads both bounds), then 80: the scan reaches the end
+/// before it matches.
+fn cls_dports() -> Vec<PortRange> {
+    (0..19u16)
+        .map(|k| PortRange {
+            first: 1 + 3 * k,
+            last: 2 + 3 * k,
+        })
+        .chain([PortRange {
+            first: 80,
+            last: 80,
+        }])
+        .collect()
+}
+
+/// Source port ranges of the 32-rule VIPs' rules: 19 below the clients'
+/// port, then one that holds it (`hit`) or, again, one below it.
+fn cls_sports(hit: bool) -> Vec<PortRange> {
+    (0..19u16)
+        .map(|k| PortRange {
+            first: 1024 + 1000 * k,
+            last: 1024 + 1000 * k + 499,
+        })
+        .chain([if hit {
+            PortRange {
+                first: 32768,
+                last: 60999,
+            }
+        } else {
+            PortRange {
+                first: 20000,
+                last: CLS_SPORT - 1,
+            }
+        }])
+        .collect()
+}
+
+fn cls_rule(name: String, priority: i32, group: &str, vip: &[&str]) -> RuleSpec {
+    RuleSpec {
+        name,
+        priority,
+        group: group.into(),
+        vips: addrs(vip),
+        sources: vec![],
+        source_ports: vec![],
+        destination_ports: vec![],
+        protocols: [RuleProto::Tcp].into_iter().collect(),
+        byte_matches: vec![],
+    }
+}
+
+/// The classifier the rows run against (rules and groups named in
+/// [`cls_cases`]).
+fn cls_spec() -> Result<ClassifierSpec> {
+    let targets = (0..CLS_TARGETS)
+        .map(|i| {
+            let (v4, v6, _) = cls_target(i);
+            TargetSpec {
+                slot: u16::from(i),
+                v4: Some(v4),
+                v6: Some(v6),
+            }
+        })
+        .collect();
+    let client_net: SourceRange = "10.200.0.0/24".parse().map_err(|e: String| anyhow!(e))?;
+    let mut rules = Vec::new();
+    let mut first = cls_rule("a-first".into(), 10, "bench-targets", &[CLS_VIP4, CLS_VIP6]);
+    first.destination_ports = vec![PortRange {
+        first: 80,
+        last: 80,
+    }];
+    rules.push(first);
+    for (prefix, vip) in [("b", CLS_VIP4_32), ("b2", CLS_VIP4_32_SRC)] {
+        for k in 0..31 {
+            let mut r = cls_rule(
+                format!("{prefix}-miss-{k:02}"),
+                100 - k,
+                "bench-spare",
+                &[vip],
+            );
+            r.sources = vec![if prefix == "b" {
+                client_net
+            } else {
+                format!("10.201.{k}.0/24")
+                    .parse()
+                    .map_err(|e: String| anyhow!(e))?
+            }];
+            r.destination_ports = cls_dports();
+            r.source_ports = cls_sports(false);
+            rules.push(r);
+        }
+        let mut last = cls_rule(format!("{prefix}-last"), 1, "bench-targets", &[vip]);
+        last.sources = vec![client_net];
+        last.destination_ports = cls_dports();
+        last.source_ports = cls_sports(true);
+        rules.push(last);
+    }
+    Ok(ClassifierSpec {
+        groups: vec![
+            // Meridio-2's default maxEndpoints: a 10,193-entry table.
+            GroupSpec {
+                name: "bench-targets".into(),
+                max_endpoints: 102,
+                sctp_hash: SctpHash::Ports,
+                targets,
+            },
+            // The missing rules' group: never reached (its target has no
+            // neighbour entry, so a packet sent there would be dropped and
+            // counted as no_neighbour).
+            GroupSpec {
+                name: "bench-spare".into(),
+                max_endpoints: 2,
+                sctp_hash: SctpHash::Ports,
+                targets: vec![TargetSpec {
+                    slot: 0,
+                    v4: Some(Ipv4Addr::new(10, 200, 9, 64)),
+                    v6: None,
+                }],
+            },
+        ],
+        rules,
+    })
+}
+
+/// One iteration through the harness before the timed runs: the verdict
+/// must be `want`, or the error says which classifier events moved.
+fn cls_warm(rig: &mut Rig, f: &Frame, want: u32) -> Result<()> {
+    rig.set_frame(Hook::Xdp, f, Vary::No)?;
+    rig.set_slot(Hook::Xdp, Slot::Real)?;
+    let before = rig.snapshot(Hook::Xdp)?;
+    let (v, _, _) = rig.harness_run(Hook::Xdp, &f.bytes, 1)?;
+    if v != want {
+        let after = rig.snapshot(Hook::Xdp)?;
+        let moved: Vec<String> = after
+            .cls_events
+            .iter()
+            .zip(&before.cls_events)
+            .enumerate()
+            .filter(|(_, (a, b))| a > b)
+            .map(|(i, (a, b))| format!("{} +{}", abi::cls_event::NAMES[i], a - b))
+            .collect();
+        bail!(
+            "warm-up verdict {}, expected {}; classifier events: {}",
+            verdict_name(Hook::Xdp, v),
+            verdict_name(Hook::Xdp, want),
+            if moved.is_empty() {
+                "none".to_string()
+            } else {
+                moved.join(", ")
+            }
+        );
+    }
+    Ok(())
+}
+
+/// One classifier row: frame, VIP, the rule that must match (None: none
+/// may), verdict, output check, the evidence's description of the rules.
+type ClsCaseSpec = (
+    FrameSpec,
+    &'static str,
+    Option<&'static str>,
+    u32,
+    OutCheck,
+    &'static str,
+);
+
+/// Part 1's rows for the classifier (bpf/classify.h, stages cls4/6):
+/// programs [`cls_spec`] and times each case. The calling thread must be
+/// in [`fib_lab`]'s namespace, with the targets' neighbour entries added
+/// and `rig.ingress_ifindex` set: the classifier forwards only by
+/// bpf_fib_lookup + redirect. Returns each row's label and result in the
+/// order of [`CLS_LABELS`]; an error means the setup failed. The caller
+/// removes the classifier afterwards.
+fn cls_cases(rig: &mut Rig) -> Result<Vec<(&'static str, Result<CaseResult>)>> {
+    let opts = rig.opts;
+    rig.dp
+        .apply_classifier(&cls_spec()?, true)
+        .map_err(|e| anyhow!("programming the classifier: {e}"))?;
+    let v4: Vec<(IpAddr, [u8; 6])> = (0..CLS_TARGETS)
+        .map(cls_target)
+        .map(|(a, _, m)| (IpAddr::V4(a), m))
+        .collect();
+    let v6: Vec<(IpAddr, [u8; 6])> = (0..CLS_TARGETS)
+        .map(cls_target)
+        .map(|(_, a, m)| (IpAddr::V6(a), m))
+        .collect();
+    let shape_hit = "; each of the 31 earlier rules: TCP, source 10.200.0.0/24 (its LPM lookup \
+                     hits), 20 destination port ranges (the last holds 80, so all are read), 20 \
+                     source port ranges (none holds the client's port): the most a rule without \
+                     byte matches reads before it misses; the last rule the same, its 20th source \
+                     range holding the port";
+    let shape_src = "; each of the 31 earlier rules: TCP, source 10.201.k.0/24 (its LPM lookup \
+                     misses and evaluation of the rule stops there), the same port ranges; the \
+                     last rule as in the row above";
+    // (frame, VIP, matching rule, verdict, output check, evidence).
+    let specs: [ClsCaseSpec; 5] = [
+        (
+            FrameSpec::tcp(CLIENT4, CLS_SPORT, CLS_VIP4, 80),
+            CLS_VIP4,
+            Some("a-first"),
+            XDP_REDIRECT,
+            OutCheck::Routed(v4.clone()),
+            "; one rule (TCP, destination port 80)",
+        ),
+        (
+            FrameSpec::tcp(CLIENT4, CLS_SPORT, CLS_VIP4_32, 80),
+            CLS_VIP4_32,
+            Some("b-last"),
+            XDP_REDIRECT,
+            OutCheck::Routed(v4.clone()),
+            shape_hit,
+        ),
+        (
+            FrameSpec::tcp(CLIENT4, CLS_SPORT, CLS_VIP4_32_SRC, 80),
+            CLS_VIP4_32_SRC,
+            Some("b2-last"),
+            XDP_REDIRECT,
+            OutCheck::Routed(v4),
+            shape_src,
+        ),
+        (
+            FrameSpec::tcp(CLIENT6, CLS_SPORT, CLS_VIP6, 80),
+            CLS_VIP6,
+            Some("a-first"),
+            XDP_REDIRECT,
+            OutCheck::Routed(v6),
+            "; one rule (TCP, destination port 80)",
+        ),
+        (
+            FrameSpec::tcp(CLIENT4, CLS_SPORT, CLS_VIP4, 8080),
+            CLS_VIP4,
+            None,
+            XDP_DROP,
+            OutCheck::Unchanged,
+            "; the VIP's one rule (TCP, destination port 80) misses on the port",
+        ),
+    ];
+    let mut out = Vec::new();
+    for ((spec, vip, rule, verdict, check, shape), label) in specs.into_iter().zip(CLS_LABELS) {
+        let frame = frames::build(&spec);
+        let c = Case {
+            label: label.into(),
+            hook: Hook::Xdp,
+            expect: Expect::Cls {
+                vip: vip.parse()?,
+                rule: rule.map(String::from),
+                group: rule.map(|_| "bench-targets".to_string()),
+                frame_len: frame.bytes.len() as u64,
+            },
+            frame,
+            vary: Vary::No,
+            repeat: opts.repeat,
+            want_retval: verdict,
+            out: check,
+            limit: 0.0,
+        };
+        let r = cls_warm(rig, &c.frame, verdict)
+            .and_then(|_| run_case(rig, &c))
+            .map(|mut r| {
+                let group = if rule.is_some() {
+                    "; group of 102 slots (Meridio-2's default: a 10,193-entry table), 4 on-link \
+                     targets"
+                } else {
+                    ""
+                };
+                r.row.evidence.push_str(&format!(
+                    "{shape}{group}; per core, the program alone: {:.1} Mpps (1 s / {:.1} ns; \
+                     without the driver, and test_run does not transmit a redirected frame); \
+                     no spec target",
+                    if r.ns > 0.0 { 1e3 / r.ns } else { f64::NAN },
+                    r.ns
+                ));
+                r
+            });
+        out.push((label, r));
+    }
+    Ok(out)
+}
+
+/// Runs [`cls_cases`] in the FIB namespace (adding the targets' permanent
+/// neighbour entries on up0 first), then removes the classifier, so the
+/// rows after these run as before: with no classifier VIP, xdp_ingress
+/// reads one array entry per packet and never consults the classifier.
+fn cls_rows(
+    rig: &mut Rig,
+    fib: &Result<(rivora_lab::Netns, u32)>,
+    cpu: usize,
+) -> Result<Vec<(&'static str, Result<CaseResult>)>> {
+    let rows = match fib {
+        Ok((ns, ifindex)) => {
+            let ifindex = *ifindex;
+            let neighbours = (0..CLS_TARGETS).try_for_each(|i| {
+                let (a4, a6, mac) = cls_target(i);
+                let mac = mac
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":");
+                for a in [a4.to_string(), a6.to_string()] {
+                    ns.run(&[
+                        "ip",
+                        "neigh",
+                        "replace",
+                        &a,
+                        "lladdr",
+                        &mac,
+                        "dev",
+                        "up0",
+                        "nud",
+                        "permanent",
+                    ])?;
+                }
+                Ok::<_, anyhow::Error>(())
+            });
+            neighbours.and_then(|_| {
+                let rig = &mut *rig;
+                ns.within(move || {
+                    let _ = crate::machine::pin_current_thread(cpu);
+                    rig.ingress_ifindex = Some(ifindex);
+                    let r = cls_cases(rig);
+                    rig.ingress_ifindex = None;
+                    r
+                })
+                .map_err(|e| anyhow!("{e}"))
+                .and_then(|r| r)
+            })
+        }
+        Err(e) => Err(anyhow!("no FIB namespace: {e}")),
+    };
+    rig.dp
+        .apply_classifier(&ClassifierSpec::default(), true)
+        .map_err(|e| anyhow!("removing the classifier: {e}"))?;
+    let flags = rig.dp.maps().cls.ctl.get(&0, 0)?.flags;
+    ensure!(
+        flags == 0,
+        "the classifier's families flags are {flags:#x} after removing it"
+    );
+    Ok(rows.unwrap_or_else(|e| {
+        let e = crate::util::short_error(&e);
+        CLS_LABELS
+            .iter()
+            .map(|l| (*l, Err(anyhow!("{e}"))))
+            .collect()
+    }))
+}
+
 fn finish_case(
     c: &Case,
     t: &Timed,
@@ -1690,7 +2299,17 @@ pub fn run(opts: Opts) -> Result<Section> {
          exactly N for a SYN or a UDP datagram (neither makes an entry), by 0 for the handshake-ACK row \
          (a segment without state: it makes the connection's affinity entry, the one insert a \
          connection now costs). The affinity and NAT tables are emptied first; the `table full` rows \
-         first make 70,000 established flows (LRU, 65,536 entries), so an insert would evict.",
+         first make 70,000 established flows (LRU, 65,536 entries), so an insert would evict.\n\n\
+         Classifier rows (Meridio-2's model, bpf/classify.h, placed after the NAT row with \
+         `natForwarding: fib`): the classifier forwards only by bpf_fib_lookup + redirect, so they run \
+         like that row, with an ingress interface in a namespace whose FIB has the group's targets \
+         on-link with permanent neighbour entries. Their proof is the classifier's own counters \
+         (`cls_vip_stats_map`, `cls_rule_stats_map`, `cls_group_stats_map`, `cls_event_map`): the \
+         VIP's, the matching rule's and its group's packets (and bytes) grow by exactly the iterations, \
+         and every other rule, group, VIP and event counter by 0 (the no-rule row: `no_rule` and the \
+         VIP's `other` by the iterations, nothing else); the NAT VIP, drop and snat counters must not \
+         move either. The classifier is removed after these rows, so the rows after them run with no \
+         classifier VIP, as before.",
         runs = opts.runs,
         rep = opts.repeat,
         repn = opts.repeat_new,
@@ -2260,6 +2879,24 @@ pub fn run(opts: Opts) -> Result<Section> {
         rig.dp
             .apply(&rig.desired.clone())
             .map_err(|e| anyhow!("{e}"))?;
+        if mode == Mode::Nat {
+            // The classifier (Meridio-2's model) next to the NAT row that
+            // also leaves by FIB lookup + redirect: same namespace, same
+            // ingress interface, measured right after it.
+            for (label, r) in cls_rows(&mut rig, &fib, cpu)? {
+                match r {
+                    Ok(r) => {
+                        results.push((label.to_string(), r.ns, r.ratio));
+                        sec.rows.push(r.row);
+                    }
+                    Err(e) => sec.rows.push(
+                        Row::info(label, "-")
+                            .not_run()
+                            .evidence(format!("not measured: {}", crate::util::short_error(&e))),
+                    ),
+                }
+            }
+        }
     }
 
     // Source translation (ETP Cluster, bpf/snat.h): translated packets
@@ -2493,6 +3130,56 @@ pub fn run(opts: Opts) -> Result<Section> {
             fib - nat
         ));
     }
+    if let (Some((a, ar)), Some((fib, fib_r))) = (
+        find(CLS_LABELS[0]),
+        find("NAT IPv4 TCP, established flow, natForwarding fib"),
+    ) {
+        let shown = |l: &str| match find(l) {
+            Some((ns, x)) => format!("{ns:.0} ns, {x:.2}x"),
+            None => "not measured".to_string(),
+        };
+        let mpps = |l: &str| match find(l) {
+            Some((ns, _)) if ns > 0.0 => format!("{:.1}", 1e3 / ns),
+            _ => "?".to_string(),
+        };
+        let per_rule = |l: &str| match find(l) {
+            Some((ns, _)) => format!("{:.0} ns", (ns - a) / 31.0),
+            None => "not measured".to_string(),
+        };
+        sec.notes.push(format!(
+            "Classifier (Meridio-2's model, bpf/classify.h; no spec target). A TCP packet to a \
+             classifier VIP whose first rule matches costs {a:.0} ns ({ar:.2}x; IPv6 {}), {:+.0} ns \
+             against the NAT VIP with `natForwarding: fib` ({fib:.0} ns, {fib_r:.2}x), which also \
+             leaves by FIB lookup and redirect. The classifier rewrites no address and keeps no \
+             flow state, but its packet goes through a stage of its own (xdp_ingress finds the VIP \
+             in cls_vip_map, tail-calls the stage, which parses the frame again, looks the VIP up \
+             again and copies its rule list to per-CPU scratch), runs the rule loop in bpf_loop, \
+             hashes the flow into the group's Maglev table (two more hash lookups: group and \
+             target), calls bpf_fib_lookup on every packet (natForwarding fib reads a per-backend \
+             next-hop cache instead) and counts on the VIP, the rule and the group. Each rule that \
+             misses adds about {} when its source prefix matches and every port range is read \
+             (32 rules, the most a VIP can have, with the last matching: {}), {} when its source \
+             prefix misses (one LPM lookup, a helper call; {}). A packet that matches no rule is \
+             dropped and counted for {}. Per core, the program alone would run at {} Mpps \
+             (first rule, IPv4), {} (IPv6), {} (32 rules, worst case), {} (no rule, dropped); \
+             natForwarding fib {} Mpps. These are the program's costs only, with its maps in the \
+             CPU caches: the driver's receive and the transmit of the redirected frame (which \
+             BPF_PROG_TEST_RUN does not carry out) come on top, and part 2 has no classifier \
+             phase, so no whole-path forwarding rate is measured for the classifier here.",
+            shown(CLS_LABELS[3]),
+            a - fib,
+            per_rule(CLS_LABELS[1]),
+            shown(CLS_LABELS[1]),
+            per_rule(CLS_LABELS[2]),
+            shown(CLS_LABELS[2]),
+            shown(CLS_LABELS[4]),
+            mpps(CLS_LABELS[0]),
+            mpps(CLS_LABELS[3]),
+            mpps(CLS_LABELS[1]),
+            mpps(CLS_LABELS[4]),
+            mpps("NAT IPv4 TCP, established flow, natForwarding fib"),
+        ));
+    }
     if let (Some((ipip, ipip_r)), Some((fb, _))) = (
         find("DSR-IPIP IPv4 TCP, established flow (FIB"),
         find("DSR-IPIP IPv4 TCP, established flow, no route"),
@@ -2576,4 +3263,61 @@ pub fn run(opts: Opts) -> Result<Section> {
             .to_string(),
     );
     Ok(sec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(packets: u64, bytes: u64, other: u64) -> abi::ClsStats {
+        abi::ClsStats {
+            packets,
+            bytes,
+            no_target: 0,
+            other,
+        }
+    }
+
+    /// Counters of a classifier with VIP `vip`, rules `r1`, `r2` and group
+    /// `g`; `events[no_rule]` as given.
+    fn snap(vip: abi::ClsStats, r1: abi::ClsStats, r2: abi::ClsStats, no_rule: u64) -> Snapshot {
+        let mut events = vec![0; abi::cls_event::COUNT as usize];
+        events[abi::cls_event::NO_RULE as usize] = no_rule;
+        Snapshot {
+            cls_vips: vec![
+                ("10.200.103.1".parse().unwrap(), vip),
+                ("10.200.103.2".parse().unwrap(), abi::ClsStats::default()),
+            ],
+            cls_rules: vec![("r1".into(), r1), ("r2".into(), r2)],
+            cls_groups: vec![("g".into(), r1)],
+            cls_events: events,
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn classifier_proof_accepts_only_the_intended_path() {
+        let vip: IpAddr = "10.200.103.1".parse().unwrap();
+        let zero = abi::ClsStats::default();
+        let before = snap(zero, zero, zero, 0);
+        // Forwarded by r1: 10 packets of 100 bytes.
+        let fwd = snap(st(10, 1000, 0), st(10, 1000, 0), zero, 0);
+        assert!(prove_cls(&before, &fwd, 10, &vip, Some("r1"), Some("g"), 100).is_ok());
+        // Claimed for r2, or one iteration short, or the wrong length: refused.
+        assert!(prove_cls(&before, &fwd, 10, &vip, Some("r2"), Some("g"), 100).is_err());
+        assert!(prove_cls(&before, &fwd, 11, &vip, Some("r1"), Some("g"), 100).is_err());
+        assert!(prove_cls(&before, &fwd, 10, &vip, Some("r1"), Some("g"), 90).is_err());
+        // Another rule moved too: refused.
+        let both = snap(st(10, 1000, 0), st(10, 1000, 0), st(1, 100, 0), 0);
+        assert!(prove_cls(&before, &both, 10, &vip, Some("r1"), Some("g"), 100).is_err());
+        // An event moved on a forwarded path: refused.
+        let ev = snap(st(10, 1000, 0), st(10, 1000, 0), zero, 1);
+        assert!(prove_cls(&before, &ev, 10, &vip, Some("r1"), Some("g"), 100).is_err());
+        // No rule: no_rule and the VIP's `other`, nothing else.
+        let none = snap(st(0, 0, 10), zero, zero, 10);
+        assert!(prove_cls(&before, &none, 10, &vip, None, None, 100).is_ok());
+        assert!(prove_cls(&before, &fwd, 10, &vip, None, None, 100).is_err());
+        let short = snap(st(0, 0, 9), zero, zero, 10);
+        assert!(prove_cls(&before, &short, 10, &vip, None, None, 100).is_err());
+    }
 }
