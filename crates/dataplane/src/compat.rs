@@ -565,26 +565,7 @@ pub const ADDITIVE_UPGRADES: &[(u32, &[&str])] = &[
     // The classifier (bpf/classify.h, Meridio-2's rules and groups): its
     // maps only. An all-zero cls_ctl_map means no classifier VIP, which is
     // what an ABI 13 rivorad's maps hold.
-    (
-        14,
-        &[
-            "cls_ctl_map",
-            "cls_vip_map",
-            "cls_vip_map6",
-            "cls_rule_map",
-            "cls_src_map",
-            "cls_src_map6",
-            "cls_group_map",
-            "cls_table",
-            "cls_target_map",
-            "cls_frag_map",
-            "cls_frag_map6",
-            "cls_vip_stats_map",
-            "cls_rule_stats_map",
-            "cls_group_stats_map",
-            "cls_event_map",
-        ],
-    ),
+    (14, crate::classifier::maps::CLS_MAP_NAMES),
 ];
 
 /// 64-bit words of each half of `flow_filter_map` for flow tables of

@@ -52,7 +52,8 @@ pub enum LoadOutcome {
     Reset(Vec<String>),
 }
 
-/// Names of every map the objects pin, for clean-up.
+/// Names of the maps the objects pin besides the classifier's
+/// ([`crate::classifier::maps::CLS_MAP_NAMES`]); [`map_names`] has them all.
 pub const MAP_NAMES: &[&str] = &[
     "vip_map",
     "vip_map6",
@@ -102,21 +103,6 @@ pub const MAP_NAMES: &[&str] = &[
     "snat_rev_map",
     "snat_rev_map6",
     "snat_stats_map",
-    "cls_ctl_map",
-    "cls_vip_map",
-    "cls_vip_map6",
-    "cls_rule_map",
-    "cls_src_map",
-    "cls_src_map6",
-    "cls_group_map",
-    "cls_table",
-    "cls_target_map",
-    "cls_frag_map",
-    "cls_frag_map6",
-    "cls_vip_stats_map",
-    "cls_rule_stats_map",
-    "cls_group_stats_map",
-    "cls_event_map",
 ];
 
 /// Pin name prefixes of the persistent links (`--persist-datapath`).
@@ -824,6 +810,14 @@ pub fn remove_pins(pin_dir: &Path) -> Result<(), Error> {
     }
 }
 
+/// Names of every map the objects pin, for clean-up and inspection.
+pub fn map_names() -> impl Iterator<Item = &'static str> {
+    MAP_NAMES
+        .iter()
+        .chain(crate::classifier::maps::CLS_MAP_NAMES)
+        .copied()
+}
+
 /// Removes the pins of the persistent links in `pin_dir`: a link whose last
 /// reference was its pin is detached.
 pub fn remove_link_pins(pin_dir: &Path) -> Result<Vec<String>, Error> {
@@ -846,7 +840,7 @@ pub fn remove_link_pins(pin_dir: &Path) -> Result<Vec<String>, Error> {
 
 /// Removes the pins of every Rivora map in `pin_dir`.
 pub fn remove_map_pins(pin_dir: &Path) -> Result<(), Error> {
-    for name in MAP_NAMES {
+    for name in map_names() {
         match std::fs::remove_file(pin_dir.join(name)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1087,7 +1081,7 @@ mod tests {
                 .iter()
                 .map(|m| m.name)
                 .collect();
-        let mut named = MAP_NAMES.to_vec();
+        let mut named: Vec<&str> = map_names().collect();
         pinned.sort_unstable();
         named.sort_unstable();
         assert_eq!(named, pinned);

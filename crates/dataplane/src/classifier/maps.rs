@@ -44,6 +44,26 @@ const _: () = {
     assert!(offset_of!(abi::ClsSrcKey6, addr) == 4 + offset_of!(ClsSrcData6, addr));
 };
 
+/// The classifier's pinned maps, by name: what ABI 14 added (compat.rs)
+/// and what clean-up removes (loader.rs).
+pub const CLS_MAP_NAMES: &[&str] = &[
+    "cls_ctl_map",
+    "cls_vip_map",
+    "cls_vip_map6",
+    "cls_rule_map",
+    "cls_src_map",
+    "cls_src_map6",
+    "cls_group_map",
+    "cls_table",
+    "cls_target_map",
+    "cls_frag_map",
+    "cls_frag_map6",
+    "cls_vip_stats_map",
+    "cls_rule_stats_map",
+    "cls_group_stats_map",
+    "cls_event_map",
+];
+
 /// Every classifier map the control plane writes or reads.
 pub struct ClsMaps {
     /// Which families have classifier VIPs (index 0).

@@ -15,7 +15,7 @@ use std::process::Command;
 
 use rivora_dataplane::compat::{self, PinnedState, TableSizes};
 use rivora_dataplane::holder::{self, HookMode};
-use rivora_dataplane::loader::MAP_NAMES;
+use rivora_dataplane::loader::map_names;
 
 use crate::facts::*;
 use crate::firewall;
@@ -154,8 +154,7 @@ pub fn interface(name: &str) -> InterfaceFacts {
 
 /// IDs of the maps pinned in `pin_dir` under Rivora's names.
 fn pinned_map_ids(pin_dir: &Path) -> HashSet<u32> {
-    MAP_NAMES
-        .iter()
+    map_names()
         .filter_map(|n| aya::maps::MapInfo::from_pin(pin_dir.join(n)).ok())
         .map(|i| i.id())
         .collect()
