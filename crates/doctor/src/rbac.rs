@@ -101,7 +101,14 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), p.len());
         // 32 from the ClusterRole, 5 from the Role.
-        assert_eq!(p.len(), 37, "{p:#?}");
+        assert!(has(
+            None,
+            "meridio-2.nordix.org",
+            "l34routes",
+            None,
+            "watch"
+        ));
+        assert_eq!(p.len(), 43, "{p:#?}");
         assert_eq!(
             p.iter()
                 .find(|x| x.subresource.is_some())
