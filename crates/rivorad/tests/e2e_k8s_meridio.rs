@@ -33,8 +33,9 @@ use serde_json::{Value, json};
 
 const VIP4: &str = "10.220.100.21";
 const VIP6: &str = "fd00:220:100::21";
-/// gw2's VIP.
+/// gw2's VIPs.
 const VIP2: &str = "10.220.100.22";
+const VIP2_6: &str = "fd00:220:100::22";
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 fn meridio_api(t: &K8sTest, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -198,7 +199,7 @@ async fn a_meridio_gateway_on_the_classifier() {
         .pods
         .iter()
         .map(|p| (p, vec![VIP4, VIP6]))
-        .chain(node2.pods.iter().map(|p| (p, vec![VIP2])));
+        .chain(node2.pods.iter().map(|p| (p, vec![VIP2, VIP2_6])));
     for (p, vips) in owners {
         p.ns.run(&["ip", "link", "set", "lo", "up"]).unwrap();
         for v in &vips {
@@ -218,7 +219,9 @@ async fn a_meridio_gateway_on_the_classifier() {
     for v in [VIP4, VIP6] {
         lab.route_vip_via(v.parse().unwrap(), 1).unwrap();
     }
-    lab.route_vip_via(VIP2.parse().unwrap(), 2).unwrap();
+    for v in [VIP2, VIP2_6] {
+        lab.route_vip_via(v.parse().unwrap(), 2).unwrap();
+    }
 
     let groups = meridio_api(&t, "DistributionGroup", "distributiongroups");
     let routes = meridio_api(&t, "L34Route", "l34routes");
@@ -286,7 +289,7 @@ async fn a_meridio_gateway_on_the_classifier() {
         10,
         json!({"gateway": "gw2", "destinationPorts": ["80"], "protocols": ["TCP", "UDP"]}),
     );
-    gw2_route["spec"]["destinationCIDRs"] = json!([format!("{VIP2}/32")]);
+    gw2_route["spec"]["destinationCIDRs"] = json!([format!("{VIP2}/32"), format!("{VIP2_6}/128")]);
     apply(&routes, gw2_route).await;
     apply(&lbes, lb_slice_on(&t, &lab, 2, "gw2", "dg-c", &[(0, 0)])).await;
 
@@ -314,9 +317,13 @@ async fn a_meridio_gateway_on_the_classifier() {
     let c1 = agent.api().classifier().await.unwrap();
     let c2 = agent2.api().classifier().await.unwrap();
     assert_eq!(vips_of(&c1), [VIP4, VIP6], "node 1 serves gw");
-    assert_eq!(vips_of(&c2), [VIP2], "node 2 serves gw2");
-    let r = round(&lab.client, false, at(VIP2, 80), 31000);
-    assert_eq!(names(&r), [node2.pods[0].name.clone()], "gw2's target: {r}");
+    assert_eq!(vips_of(&c2), [VIP2, VIP2_6], "node 2 serves gw2");
+    for vip in [VIP2, VIP2_6] {
+        for tcp in [true, false] {
+            let r = round(&lab.client, tcp, at(vip, 80), 31000);
+            assert_eq!(names(&r), [node2.pods[0].name.clone()], "gw2's target: {r}");
+        }
+    }
 
     let (dg_a, dg_b) = (vec![pod(0), pod(1)], vec![pod(2)]);
     for vip in [VIP4, VIP6] {
