@@ -113,7 +113,8 @@ struct rv_cls_pkt {
 struct rv_cls_scratch {
 	struct rv_cls_pkt pkt;
 	struct rv_cls_vip vip;
-	__u32 rule_id; /* the matching rule, or RV_CLS_NONE */
+	__u32 rule_id;  /* the matching rule, or RV_CLS_NONE */
+	__u32 group_id; /* its group */
 	__u32 v6;
 };
 
@@ -502,6 +503,7 @@ static long rv_cls_rule_step(__u32 i, void *unused)
 	if (!rv_cls_rule_matches(r, id, s))
 		return 0;
 	s->rule_id = id;
+	s->group_id = r->group_id;
 	return 1;
 }
 
@@ -555,7 +557,7 @@ static __always_inline int rv_cls_forward(struct xdp_md *ctx, const struct rv_cl
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct bpf_fib_lookup fib = {};
-	__u32 dst[4] = {};
+	__u32 src[4] = {}, dst[4] = {};
 	__u64 bytes = data_end - data;
 	__u32 tot_len;
 	int df = 1, rc;
@@ -571,6 +573,7 @@ static __always_inline int rv_cls_forward(struct xdp_md *ctx, const struct rv_cl
 			return XDP_PASS;
 		}
 		tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		__builtin_memcpy(src, &ip6->saddr, 16);
 		__builtin_memcpy(dst, t->addr6, 16);
 	} else {
 		struct iphdr *ip = (void *)(eth + 1);
@@ -582,27 +585,16 @@ static __always_inline int rv_cls_forward(struct xdp_md *ctx, const struct rv_cl
 		}
 		tot_len = bpf_ntohs(ip->tot_len);
 		df = !!(ip->frag_off & bpf_htons(RV_IP_DF));
+		src[0] = ip->saddr;
 		dst[0] = t->addr4;
 	}
 	/* The lookup's source is the packet's own, so policy routing by
 	 * source is honoured (for an ICMP error: the error's sender, not the
-	 * quoted flow's client). */
-	/* bpf_fib_lookup's length is 16 bits: a header claiming more (only a
+	 * quoted flow's client). bpf_fib_lookup's length is 16 bits: a header claiming more (only a
 	 * lying one can) must still fail the MTU check, not wrap past it. */
 	if (tot_len > 0xffff)
 		tot_len = 0xffff;
-	rv_fib_params(&fib, ctx, pk->src, dst, tot_len, v6);
-	if (v6) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-		if ((void *)(ip6 + 1) > data_end)
-			return XDP_DROP;
-		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
-	} else {
-		struct iphdr *ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) > data_end)
-			return XDP_DROP;
-		fib.ipv4_src = ip->saddr;
-	}
+	rv_fib_params(&fib, ctx, src, dst, tot_len, v6);
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
 		rv_cls_count_all(at, bytes, RV_CLS_COUNT_FWD);
@@ -732,12 +724,7 @@ static __always_inline int rv_cls_stage(struct xdp_md *ctx, const int v6)
 		return XDP_DROP;
 	}
 	at.rule_id = s->rule_id;
-	{
-		struct rv_cls_rule *r = bpf_map_lookup_elem(&cls_rule_map, &at.rule_id);
-		if (!r)
-			return XDP_DROP;
-		at.group_id = r->group_id;
-	}
+	at.group_id = s->group_id;
 
 	/* 3. Pick. */
 	g = bpf_map_lookup_elem(&cls_group_map, &at.group_id);
