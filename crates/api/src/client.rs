@@ -43,6 +43,21 @@ pub enum ClientError {
         /// Socket path that was tried.
         path: PathBuf,
     },
+    /// Nothing answers on the socket yet (or any more), but a rivorad holds its lock file:
+    /// it is starting (loading, adopting, programming the datapath; the socket answers
+    /// once it forwards) or stopping. A restart's first seconds look like this.
+    #[error(
+        "rivorad {} is starting or stopping: it owns {} but does not answer on it yet \
+         (it answers once its datapath is programmed; wait with `rivoractl --wait SECONDS`)",
+        holder.describe(),
+        path.display()
+    )]
+    Starting {
+        /// Socket path that was tried.
+        path: PathBuf,
+        /// The rivorad holding the socket's lock file.
+        holder: crate::instance::Holder,
+    },
     /// The socket is root-only and the caller is not root.
     #[error(
         "permission denied connecting to {}: the rivorad API socket is root-only; run as root (e.g. with sudo)",
@@ -99,6 +114,7 @@ pub enum ClientError {
 pub struct Client {
     path: PathBuf,
     timeout: Duration,
+    wait: Duration,
 }
 
 impl Default for Client {
@@ -114,12 +130,22 @@ impl Client {
         Client {
             path: path.into(),
             timeout: DEFAULT_TIMEOUT,
+            wait: Duration::ZERO,
         }
     }
 
     /// Replace the per-call deadline (connect + request + response body).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Wait up to `wait` for a rivorad to answer when none does yet (no socket, a stale one,
+    /// or one starting: [`ClientError::is_not_answering`]), retrying the connection every
+    /// 50 ms, before the call's own deadline starts. For scripts that restart rivorad and
+    /// query it right after. Zero (the default) tries once.
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
         self
     }
 
@@ -201,6 +227,10 @@ impl Client {
         endpoint: &'static str,
         body: Option<Vec<u8>>,
     ) -> Result<T, ClientError> {
+        // The wait for a rivorad to answer comes before the call's own deadline.
+        if !self.wait.is_zero() {
+            drop(self.connect().await?);
+        }
         let (status, body) =
             tokio::time::timeout(self.timeout, self.exchange(method, endpoint, body))
                 .await
@@ -253,9 +283,49 @@ impl Client {
     }
 }
 
-/// Map an OS connect error to a message an operator can act on.
+impl Client {
+    /// Connects, waiting up to [`Client::with_wait`]'s time while nothing answers.
+    async fn connect(&self) -> Result<UnixStream, ClientError> {
+        let deadline = tokio::time::Instant::now() + self.wait;
+        loop {
+            match UnixStream::connect(&self.path).await {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    let e = connect_error(&self.path, e);
+                    if !e.is_not_answering() || tokio::time::Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl ClientError {
+    /// No rivorad answers on the socket (none runs, a dead one left it, or one is starting
+    /// or stopping), as opposed to one that answered, refused or timed out.
+    pub fn is_not_answering(&self) -> bool {
+        matches!(
+            self,
+            ClientError::NotRunning { .. }
+                | ClientError::Stale { .. }
+                | ClientError::Starting { .. }
+        )
+    }
+}
+
+/// Map an OS connect error to a message an operator can act on. Nothing answering while a
+/// rivorad holds the socket's lock file is a start (or stop) under way, not a dead daemon.
 fn connect_error(path: &Path, e: io::Error) -> ClientError {
     let path = path.to_path_buf();
+    if matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+    ) && let Some(holder) = crate::instance::socket_owner(&path)
+    {
+        return ClientError::Starting { path, holder };
+    }
     match e.kind() {
         io::ErrorKind::NotFound => ClientError::NotRunning { path },
         io::ErrorKind::ConnectionRefused => ClientError::Stale { path },

@@ -22,13 +22,14 @@
 
 pub mod client;
 pub mod dto;
+pub mod instance;
 pub mod metrics;
 pub mod selector;
 pub mod server;
 
 pub use client::{Client, ClientError};
 pub use dto::*;
-pub use server::{ApiSocket, ApiSource, bind, serve};
+pub use server::{ApiSocket, ApiSource, bind, remove_stale_socket, serve};
 
 /// Where rivorad listens and rivoractl connects unless told otherwise; a
 /// fixed well-known path means neither side needs configuration by default.

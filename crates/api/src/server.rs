@@ -171,13 +171,25 @@ pub async fn serve(
 ///   (left by a crashed daemon) is removed; a socket that accepts
 ///   connections, or anything that is not a socket, is left alone and an
 ///   error is returned.
+/// * The socket is bound and listening, with its mode set, under a
+///   temporary name beside the path, then renamed onto it: the path never
+///   names a socket that refuses connections (`bind(2)` creates the file
+///   before `listen(2)`, and a client connecting in between would be
+///   refused) or that has the wrong mode. So a socket file at the path
+///   means a daemon that answers.
 ///
 /// Does not need a tokio runtime; serving does.
 pub fn bind(socket_path: &Path) -> io::Result<ApiSocket> {
     prepare_parent_dir(socket_path)?;
     remove_stale_socket(socket_path)?;
 
-    let listener = StdUnixListener::bind(socket_path).map_err(|e| {
+    let staging = staging_path(socket_path);
+    let at = staging.as_deref().unwrap_or(socket_path);
+    if staging.is_some() {
+        // Ours from an earlier start that died between bind and rename.
+        let _ = fs::remove_file(at);
+    }
+    let listener = StdUnixListener::bind(at).map_err(|e| {
         with_context(
             e,
             format!("cannot bind API socket {}", socket_path.display()),
@@ -185,14 +197,23 @@ pub fn bind(socket_path: &Path) -> io::Result<ApiSocket> {
     })?;
     // Restrict access immediately after bind. We deliberately do not rely on
     // (process-global, racy) umask manipulation.
-    if let Err(e) = fs::set_permissions(socket_path, Permissions::from_mode(SOCKET_MODE)) {
-        let _ = fs::remove_file(socket_path);
+    if let Err(e) = fs::set_permissions(at, Permissions::from_mode(SOCKET_MODE)) {
+        let _ = fs::remove_file(at);
         return Err(with_context(
             e,
             format!(
                 "cannot set mode {SOCKET_MODE:o} on API socket {}",
                 socket_path.display()
             ),
+        ));
+    }
+    if staging.is_some()
+        && let Err(e) = fs::rename(at, socket_path)
+    {
+        let _ = fs::remove_file(at);
+        return Err(with_context(
+            e,
+            format!("cannot move the API socket into {}", socket_path.display()),
         ));
     }
     let meta = match fs::symlink_metadata(socket_path) {
@@ -218,6 +239,18 @@ pub fn bind(socket_path: &Path) -> io::Result<ApiSocket> {
         .expect("listener present until serve")
         .set_nonblocking(true)?;
     Ok(sock)
+}
+
+/// Longest path a Unix socket address holds (`sun_path`, less its NUL).
+const SUN_PATH_MAX: usize = 107;
+
+/// The temporary name the socket is bound under before it is renamed onto `socket_path`:
+/// beside it (a rename stays on one filesystem), named by our PID. None when that name
+/// would not fit a socket address: then the socket is bound in place.
+fn staging_path(socket_path: &Path) -> Option<PathBuf> {
+    let mut name = socket_path.as_os_str().to_owned();
+    name.push(format!(".{}", std::process::id()));
+    (name.len() <= SUN_PATH_MAX).then(|| PathBuf::from(name))
 }
 
 impl ApiSocket {
@@ -300,7 +333,12 @@ fn prepare_parent_dir(socket_path: &Path) -> io::Result<()> {
     }
 }
 
-fn remove_stale_socket(path: &Path) -> io::Result<()> {
+/// Removes a socket file at `path` that nobody answers on (a crashed or SIGKILLed daemon's);
+/// refuses one that answers, or anything that is not a socket. A rivorad calls it as soon as
+/// it holds the socket's lock, long before it binds, so that a socket file at the path always
+/// means a rivorad that answers: tools that wait for the file (systemd's `ExecStartPost`,
+/// scripts) do not take a dead daemon's socket for the new one's.
+pub fn remove_stale_socket(path: &Path) -> io::Result<()> {
     let meta = match fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),

@@ -49,9 +49,8 @@ impl Rivorad {
         work: &Path,
         args: &[&std::ffi::OsStr],
     ) -> Result<Rivorad> {
-        // Readiness is the socket's appearance: one left by a daemon that was
-        // killed must not be mistaken for the new one's.
-        let _ = std::fs::remove_file(socket);
+        // A socket left by a killed rivorad stays: the new one replaces it (and
+        // `wait_ready` waits for an answer, not a file).
         let stdout_path = work.join("rivorad.stdout.log");
         let stderr_path = work.join("rivorad.stderr.log");
         let stdout = File::create(&stdout_path)?;
@@ -76,12 +75,14 @@ impl Rivorad {
         })
     }
 
-    /// Waits until the API socket exists (rivorad creates it last), failing
-    /// with the log tail if the daemon exits or the timeout passes.
+    /// Waits until the API socket answers (rivorad binds it last, once the datapath is
+    /// programmed), failing with the log tail if the daemon exits or the timeout passes.
     pub fn wait_ready(&mut self, socket: &Path, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            if socket.exists() {
+            // An answering socket, not a file: a killed rivorad's socket file stays until
+            // the next one replaces it.
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
                 return Ok(());
             }
             if let Some(status) = self.child.try_wait()? {
@@ -95,7 +96,7 @@ impl Rivorad {
             }
             if Instant::now() >= deadline {
                 bail!(
-                    "rivorad did not create {} within {timeout:?}; stderr tail:\n{}",
+                    "rivorad did not answer on {} within {timeout:?}; stderr tail:\n{}",
                     socket.display(),
                     tail(&self.stderr_path, 20)
                 );

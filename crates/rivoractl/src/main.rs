@@ -43,6 +43,18 @@ struct Cli {
     )]
     socket: PathBuf,
 
+    /// Seconds to wait for rivorad to answer when nothing answers on the socket yet (rivorad
+    /// starting after a restart, or not up yet); 0 tries once. For scripts that restart
+    /// rivorad and query it right after: the socket answers once the datapath is programmed.
+    #[arg(
+        long,
+        global = true,
+        value_name = "SECONDS",
+        env = "RIVORA_WAIT",
+        default_value_t = 0
+    )]
+    wait: u64,
+
     /// Output format: `table` for people, `json` for scripts.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -331,7 +343,7 @@ fn main() -> ExitCode {
 /// Everything but `watch` renders completely before writing, so a failed
 /// call leaves stdout empty.
 async fn run(cli: &Cli, out: &mut impl Write) -> Result<(), Failure> {
-    let client = Client::new(&cli.socket);
+    let client = Client::new(&cli.socket).with_wait(Duration::from_secs(cli.wait));
     let json = cli.output == Output::Json;
     let text = match cli.command {
         Command::Status => {

@@ -468,6 +468,77 @@ fn cli_against_live_server() {
     );
 }
 
+/// A rivorad that holds its socket's lock but does not answer yet (it binds the socket once
+/// its datapath is programmed): rivoractl says it is starting, naming its PID, and `--wait`
+/// waits for the answer instead of failing.
+#[test]
+fn a_starting_rivorad_is_named_and_waited_for() {
+    use std::os::fd::AsRawFd;
+    let dir = std::env::temp_dir().join(format!("rivoractl-starting-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("rivorad.sock");
+    // This test plays the starting rivorad: it holds the lock, as rivorad does first.
+    let lock = std::fs::File::create(instance::socket_lock_path(&socket)).unwrap();
+    // SAFETY: flock on an fd we own.
+    assert_eq!(
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let out = rivoractl(&socket, &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(&format!("rivorad PID {} ", std::process::id()))
+            && err.contains("is starting or stopping")
+            && err.contains("--wait"),
+        "{err}"
+    );
+    // A script that restarted rivorad: `--wait` outlasts the start.
+    let mut waiting = Command::new(env!("CARGO_BIN_EXE_rivoractl"))
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--wait", "20", "status", "-o", "json"])
+        .env_remove("RIVORA_SOCKET")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "--wait gives up while the lock is held and nothing answers"
+    );
+    let sock = bind(&socket).unwrap();
+    let (stop, stop_rx) = std::sync::mpsc::channel::<()>();
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(sock.serve(Arc::new(Fake::new(true)), async move {
+            let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
+        }))
+    });
+    let status = wait_exit(&mut waiting, "rivoractl --wait");
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(waiting.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "{status:?}: {stdout}");
+    let s: Status = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(s.version, "9.9.9");
+    stop.send(()).unwrap();
+    server.join().unwrap().unwrap();
+    drop(lock);
+    // Nothing holds the lock any more and nothing answers: not running, at once.
+    let out = rivoractl(&socket, &["--wait", "0", "status"]);
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("rivorad is not running?")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn drain_and_undrain() {
     let server = Server::start("drain", Fake::new(false));
@@ -698,7 +769,7 @@ fn wait_exit(child: &mut std::process::Child, what: &str) -> std::process::ExitS
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("rivoractl watch still running 10 s after {what}");
+            panic!("rivoractl still running 10 s after {what}");
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -56,6 +56,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Before anything is read or written: a second rivorad on this pin
     // directory or API socket would wreck the running one's datapath.
     let _instance = InstanceLock::for_daemon(&args.pin_dir, &args.api_socket)?;
+    // A socket left by a killed rivorad goes now, not when the API is bound after the
+    // datapath: until then clients see this rivorad starting (it holds the lock), never a
+    // dead socket that a script could take for the new one.
+    rivora_api::remove_stale_socket(&args.api_socket)
+        .with_context(|| format!("API socket {}", args.api_socket.display()))?;
     if args.kubernetes {
         // Reads the kubeconfig or the in-cluster config; connects to nothing.
         let source = KubernetesSource::new(&args).await?;

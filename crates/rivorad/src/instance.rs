@@ -14,8 +14,9 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use rivora_api::instance::{Holder, holder_of, socket_lock_path};
 
 /// The locks a running rivorad holds; released when dropped (or when the
 /// process dies).
@@ -33,25 +34,6 @@ impl Drop for InstanceLock {
         if let Some(dir) = &self.created {
             // Fails, as it should, when pins are in it.
             let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
-
-/// Who holds a lock, as far as /proc tells.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    /// The holder's PID (in our PID namespace), if /proc/locks lists it.
-    pub pid: Option<u32>,
-    /// Its command line, if readable.
-    pub command: Option<String>,
-}
-
-impl Holder {
-    fn describe(&self) -> String {
-        match (self.pid, &self.command) {
-            (Some(pid), Some(cmd)) => format!("PID {pid} ({cmd})"),
-            (Some(pid), None) => format!("PID {pid}"),
-            _ => "another process (its PID is not visible from here)".to_string(),
         }
     }
 }
@@ -160,13 +142,6 @@ fn lock_socket(socket: &Path) -> Result<File, LockError> {
         .and_then(|f| try_lock(f, &path))
 }
 
-/// The lock file that guards `socket`.
-pub fn socket_lock_path(socket: &Path) -> PathBuf {
-    let mut name = socket.as_os_str().to_owned();
-    name.push(".lock");
-    PathBuf::from(name)
-}
-
 fn try_lock(file: File, path: &Path) -> Result<File, LockError> {
     // SAFETY: flock on an fd we own.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -181,74 +156,9 @@ fn try_lock(file: File, path: &Path) -> Result<File, LockError> {
     }
 }
 
-/// Finds the process holding a flock on `path` in /proc/locks (which names
-/// the device and inode of every lock, and the PID that took it).
-pub fn holder_of(path: &Path) -> Holder {
-    let Ok(meta) = std::fs::metadata(path) else {
-        return Holder {
-            pid: None,
-            command: None,
-        };
-    };
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    let pid = find_flock_holder(&locks, meta.dev(), meta.ino());
-    let command = pid.and_then(|p| {
-        let raw = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
-        let text = raw
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect::<Vec<_>>()
-            .join(" ");
-        (!text.is_empty()).then_some(text)
-    });
-    Holder { pid, command }
-}
-
-/// The PID of the FLOCK entry of /proc/locks text `locks` on (`dev`,
-/// `ino`). Lines read `1: FLOCK  ADVISORY  WRITE 1234 00:27:16842 0 EOF`,
-/// the device as hexadecimal major:minor.
-pub fn find_flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {
-    let want = format!(
-        "{:02x}:{:02x}:{ino}",
-        libc::major(dev as libc::dev_t),
-        libc::minor(dev as libc::dev_t)
-    );
-    locks.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // Blocked waiters are listed as "1: -> FLOCK ...": skip them.
-        if fields.get(1) != Some(&"FLOCK") {
-            return None;
-        }
-        (fields.get(5) == Some(&want.as_str()))
-            .then(|| fields.get(4)?.parse().ok())
-            .flatten()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finds_the_holder_by_device_and_inode() {
-        let locks = "1: FLOCK  ADVISORY  WRITE 19832 fe:00:10119101 0 EOF\n\
-                     2: FLOCK  ADVISORY  WRITE 19878 00:27:16842 0 EOF\n\
-                     2: -> FLOCK  ADVISORY  WRITE 20000 00:27:16842 0 EOF\n\
-                     3: POSIX  ADVISORY  WRITE 555 00:27:99 0 EOF\n";
-        let dev = libc::makedev(0, 0x27);
-        assert_eq!(find_flock_holder(locks, dev, 16842), Some(19878));
-        assert_eq!(
-            find_flock_holder(locks, libc::makedev(0xfe, 0), 10119101),
-            Some(19832)
-        );
-        assert_eq!(
-            find_flock_holder(locks, dev, 99),
-            None,
-            "POSIX locks are not ours"
-        );
-        assert_eq!(find_flock_holder(locks, dev, 1), None);
-    }
 
     #[test]
     fn a_second_lock_on_a_directory_is_refused_and_names_us() {

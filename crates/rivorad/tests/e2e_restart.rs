@@ -60,7 +60,66 @@ fn sigkill_restart_adopts_every_id_and_a_changed_file_prunes() {
         lab.pin_dir.join("vip_map").exists(),
         "SIGKILL leaves the pinned maps"
     );
-    lab.start(&[]);
+    assert!(
+        matches!(
+            lab.rt.block_on(lab.client().status()),
+            Err(rivora_api::ClientError::Stale { .. })
+        ),
+        "a SIGKILLed rivorad's socket is stale"
+    );
+    // What a script sees when it queries right after the restart: the dead socket (until
+    // the new rivorad holds the lock and removes it), then nothing but a held lock
+    // ("starting"), then a socket that answers; never a new socket file that refuses (bind(2)
+    // makes the file before listen(2): rivorad renames a listening socket into place).
+    let dead = std::fs::symlink_metadata(&lab.socket)
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .expect("the dead rivorad's socket file");
+    lab.spawn(&[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen: Vec<String> = Vec::new();
+    loop {
+        let now = match std::os::unix::net::UnixStream::connect(&lab.socket) {
+            Ok(_) => "answers".to_string(),
+            Err(e) => {
+                let ino = std::fs::symlink_metadata(&lab.socket)
+                    .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+                    .ok();
+                let owner = rivora_api::instance::socket_owner(&lab.socket);
+                match (e.kind(), ino, owner) {
+                    (std::io::ErrorKind::ConnectionRefused, Some(i), _) if i == dead => {
+                        "stale".to_string()
+                    }
+                    (std::io::ErrorKind::NotFound, None, Some(_)) => "starting".to_string(),
+                    other => format!("{e} ({other:?})"),
+                }
+            }
+        };
+        if seen.last() != Some(&now) {
+            seen.push(now.clone());
+        }
+        if now == "answers" || std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    eprintln!("restart sequence: {seen:?}");
+    let order = ["stale", "starting", "answers"];
+    let rank = |s: &String| order.iter().position(|o| o == s);
+    assert!(
+        seen.last().map(String::as_str) == Some("answers")
+            && seen.iter().all(|s| rank(s).is_some())
+            && seen.windows(2).all(|w| rank(&w[0]) < rank(&w[1])),
+        "a restart reads stale, starting, answers, in that order: {seen:?}"
+    );
+    let waited = lab
+        .rt
+        .block_on(
+            lab.client()
+                .with_wait(std::time::Duration::from_secs(30))
+                .status(),
+        )
+        .expect("the restarted rivorad answers");
+    assert!(waited.start.contains("adopted"), "{}", waited.start);
     assert!(
         lab.log().contains("adopted the maps pinned"),
         "{}",

@@ -69,7 +69,7 @@ pub struct Lab {
     pub socket: PathBuf,
     pub pin_dir: PathBuf,
     pub rivorad: Option<Rivorad>,
-    rt: tokio::runtime::Runtime,
+    pub rt: tokio::runtime::Runtime,
 }
 
 impl Lab {
@@ -172,10 +172,20 @@ impl Lab {
 
     /// Starts rivorad on the lb's client-facing interface and waits for it.
     pub fn start(&mut self, extra: &[&str]) {
+        self.spawn(extra);
+        self.rivorad
+            .as_mut()
+            .expect("just spawned")
+            .wait_ready(&self.socket, Duration::from_secs(30))
+            .expect("rivorad ready");
+    }
+
+    /// Starts rivorad as [`Lab::start`] does, without waiting for its API.
+    pub fn spawn(&mut self, extra: &[&str]) {
         let bin = Path::new(env!("CARGO_BIN_EXE_rivorad"));
         let mut args = vec!["--config-poll-ms", "200"];
         args.extend_from_slice(extra);
-        let mut d = Rivorad::start(
+        let d = Rivorad::start(
             &self.topo.lb,
             &self.topo.lb_if,
             bin,
@@ -186,8 +196,6 @@ impl Lab {
             &args,
         )
         .expect("start rivorad");
-        d.wait_ready(&self.socket, Duration::from_secs(30))
-            .expect("rivorad ready");
         self.rivorad = Some(d);
     }
 
