@@ -350,6 +350,18 @@ impl NodeAgent {
 
 impl Drop for NodeAgent {
     fn drop(&mut self) {
+        // A failed test's agent log goes with the work directory: show its end first.
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(80)..];
+            eprintln!(
+                "--- rivorad of node {} (last {} lines of its log) ---\n{}",
+                self.name,
+                tail.len(),
+                tail.join("\n")
+            );
+        }
         if let Some(mut d) = self.rivorad.take() {
             let _ = d.stop();
         }
