@@ -32,7 +32,7 @@ enum rv_abi_consts {
 	RV_MAX_FLOWS = 65536,
 	/* Default size of the shared Maglev table (a prime); rivorad may size
 	 * the map differently at load time (--maglev-table-size). */
-	RV_MAGLEV_TABLE_DEFAULT = 65537,
+	RV_MAGLEV_TABLE_DEFAULT = 4194301,
 	/* How many consecutive Maglev slots the hot path inspects before it
 	 * gives up on finding a usable backend (bounded for the verifier). */
 	RV_MAGLEV_PROBE_WINDOW = 16,

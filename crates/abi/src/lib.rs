@@ -27,8 +27,11 @@ pub const MIN_FLOW_TABLE: u32 = 1024;
 /// allocates LRU tables whole, at creation: the four flow tables took 880
 /// MiB at 1 Mi flows (measured, e2e_hardening), so about 14 GiB here.
 pub const MAX_FLOW_TABLE: u32 = 1 << 24;
-/// Default length of the shared Maglev table (a prime).
-pub const MAGLEV_TABLE_DEFAULT: u32 = 65537;
+/// Default length of the shared Maglev table (a prime, the largest below 2^22: 16 MiB of
+/// backend IDs). Sized for the spec's 4,096 VIPs: at most half the table goes to slices (a
+/// rebuilt slice needs room for its copy), 2,097,150 slots, about 512 per VIP, so 4,096 VIPs of
+/// up to 5 backends each get Maglev's preferred ~100 slots per backend (docs/maglev.md).
+pub const MAGLEV_TABLE_DEFAULT: u32 = 4_194_301;
 /// Slots the hot path probes past unusable backends before dropping.
 pub const MAGLEV_PROBE_WINDOW: u32 = 16;
 /// Units of [`Affinity::nat_checked`] (and of the L3 DSR next-hop cache's

@@ -715,6 +715,16 @@ pub fn inspect(pin_dir: &Path, sizes: &TableSizes) -> PinnedState {
     }
 }
 
+/// The length of the Maglev table pinned in `pin_dir`, if one is pinned and readable. A
+/// rivorad started without `--maglev-table-size` keeps it: the table's length is part of the
+/// pinned layout, so a new default must not turn an upgrade into a refused start (or a reset
+/// that forgets every flow).
+pub fn pinned_maglev_table_len(pin_dir: &Path) -> Option<u32> {
+    MapInfo::from_pin(pin_dir.join("maglev_table"))
+        .ok()
+        .map(|info| info.max_entries())
+}
+
 /// Reads the pinned `rivora_meta` entry.
 pub fn read_meta(pin_dir: &Path) -> Result<abi::Meta, String> {
     let data =

@@ -40,7 +40,7 @@ pub use model::{
     proto,
 };
 pub use writer::{
-    AdoptReport, ApplyReport, BackendCounters, BackendState, Dataplane, VipCounters,
+    AdoptReport, ApplyReport, BackendCounters, BackendState, Dataplane, RefusedVip, VipCounters,
     VipIndexStatus, VipState,
 };
 

@@ -37,6 +37,10 @@ use crate::maps::{self, Maps};
 use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, SourceRange, VipKey, VipSpec};
 use crate::vip_index;
 
+mod rounds;
+pub use rounds::RefusedVip;
+use rounds::wants_resize;
+
 /// A programmed VIP.
 #[derive(Clone, Debug)]
 pub struct VipState {
@@ -126,6 +130,14 @@ pub struct ApplyReport {
     /// Adopted VIPs whose maps already held exactly what the config asks
     /// for: kept as they were (same service ID, slice and backend IDs).
     pub adopted: Vec<String>,
+    /// VIPs whose backends did not change but whose slice was sized anew to
+    /// its share of the table: shrunk because more VIPs share it now, or
+    /// grown back because fewer do.
+    pub resized: Vec<String>,
+    /// VIPs left out because they did not fit (refuse-alone mode only, see
+    /// [`Dataplane::set_refuse_alone`]): a new one is not programmed, a
+    /// programmed one keeps what it had. Everything else was applied.
+    pub refused: Vec<RefusedVip>,
     /// Backends that got a new ID.
     pub backends_added: usize,
     /// Backends whose ID was released.
@@ -197,6 +209,7 @@ impl fmt::Display for ApplyReport {
             ("renamed", &self.renamed),
             ("reconfigured", &self.reconfigured),
             ("kept from pinned maps", &self.adopted),
+            ("resized", &self.resized),
         ] {
             if !list.is_empty() {
                 parts.push(format!("{label} {}", summarize_names(list, shown)));
@@ -224,6 +237,13 @@ impl fmt::Display for ApplyReport {
             parts.push(format!(
                 "{} UDP flow(s) of removed backends re-balanced",
                 self.udp_flows_forgotten
+            ));
+        }
+        if !self.refused.is_empty() {
+            let names: Vec<String> = self.refused.iter().map(|r| r.name.clone()).collect();
+            parts.push(format!(
+                "refused (did not fit) {}",
+                summarize_names(&names, shown)
             ));
         }
         write!(f, "{}", parts.join("; "))
@@ -344,6 +364,11 @@ pub struct Dataplane {
     /// The classifier's bookkeeping (Meridio-2's rules and groups), next
     /// to the VIPs': its own maps, IDs and table.
     cls: crate::classifier::Classifier,
+    /// A VIP that does not fit is refused alone instead of the whole apply
+    /// ([`Dataplane::set_refuse_alone`]).
+    refuse_alone: bool,
+    /// The VIPs the last apply refused alone.
+    refused: Vec<RefusedVip>,
 }
 
 /// An endpoint entry read back from either family's map.
@@ -355,6 +380,10 @@ enum EpValue {
 enum VipChange {
     Add,
     Rebuild,
+    /// Same backends, a new slice size: the VIP's share of the table moved
+    /// far from what it holds ([`wants_resize`]). Optional: when the new
+    /// slice cannot be placed, the VIP keeps the one it has.
+    Resize,
     /// Affinity or rate limit changed: the service entry is rewritten with
     /// the same slice.
     Reconfigure,
@@ -396,6 +425,8 @@ impl Dataplane {
             src_ranges: BTreeMap::new(),
             reject_id: None,
             cls: crate::classifier::Classifier::new(),
+            refuse_alone: false,
+            refused: Vec::new(),
         }
     }
 
@@ -1131,9 +1162,16 @@ impl Dataplane {
         Ok(())
     }
 
-    /// Makes the maps hold exactly `desired`. Either every VIP is programmed
-    /// or, on a planning error (capacity, invalid spec), nothing is touched.
-    pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
+    /// One planning and commit of `desired` ([`Dataplane::apply`]). With
+    /// `refusals`, a VIP that does not fit (no service ID, no room for its
+    /// slice) is listed there instead of failing the call, and the call
+    /// returns `Ok(None)` having touched nothing, for the caller to plan
+    /// again without it.
+    fn apply_round(
+        &mut self,
+        desired: &[VipSpec],
+        mut refusals: Option<&mut Vec<RefusedVip>>,
+    ) -> Result<Option<ApplyReport>, Error> {
         let desired = validate(desired)?;
         self.check_tunnel_source(desired.values())?;
         self.check_snat_source(desired.values())?;
@@ -1244,15 +1282,31 @@ impl Dataplane {
                 {
                     VipChange::Rename
                 }
+                Some(cur)
+                    if wants_resize(
+                        cur.slice.size,
+                        budget.get(key).copied(),
+                        slices.largest_free(),
+                    ) =>
+                {
+                    VipChange::Resize
+                }
                 Some(_) => continue,
             };
             let service_id = match (&change, self.vips.get(key)) {
-                (VipChange::Add, _) => service_ids.allocate().ok_or_else(|| {
-                    Error::Capacity(format!(
-                        "VIPs: all {} service IDs are in use",
-                        abi::MAX_VIPS
-                    ))
-                })?,
+                (VipChange::Add, _) => match service_ids.allocate() {
+                    Some(id) => id,
+                    None => {
+                        let why = format!("VIPs: all {} service IDs are in use", abi::MAX_VIPS);
+                        match refusals.as_deref_mut() {
+                            Some(found) => {
+                                found.push(RefusedVip::new(spec, why));
+                                continue;
+                            }
+                            None => return Err(Error::Capacity(why)),
+                        }
+                    }
+                },
                 (_, Some(cur)) => cur.service_id,
                 _ => unreachable!(),
             };
@@ -1274,22 +1328,33 @@ impl Dataplane {
                 continue;
             }
             // A rebuilt VIP keeps its slice size while that size is still
-            // reasonable (at least the backend count and within a factor of
-            // two of the target): a new size changes `hash % size` for
+            // reasonable (at least the backend count and close to its share,
+            // [`rounds::within_share`]): a new size changes `hash % size` for
             // nearly every flow, a kept one moves only about 1/N of them.
             let target = budget.get(key).copied();
             let target = match (self.vips.get(key), target) {
+                _ if matches!(change, VipChange::Resize) => target,
                 (Some(cur), Some(t))
                     if cur.slice.size >= maglev_members(spec).0.len() as u32
-                        && cur.slice.size.saturating_mul(2) >= t
-                        && cur.slice.size <= t.saturating_mul(2) =>
+                        && rounds::within_share(cur.slice.size, t) =>
                 {
                     Some(cur.slice.size)
                 }
                 _ => target,
             };
             let (slice, table, worst_imbalance) =
-                plan_slice(spec, &id_of, reject_id, &mut slices, target)?;
+                match plan_slice(spec, &id_of, reject_id, &mut slices, target) {
+                    Ok(planned) => planned,
+                    // A resize that finds no room waits: the slice it has works.
+                    Err(Error::Capacity(_)) if matches!(change, VipChange::Resize) => continue,
+                    Err(Error::Capacity(why)) if refusals.is_some() => {
+                        if let Some(found) = refusals.as_deref_mut() {
+                            found.push(RefusedVip::new(spec, why));
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
             planned.push(PlannedVip {
                 spec: spec.clone(),
                 change,
@@ -1298,6 +1363,10 @@ impl Dataplane {
                 table,
                 worst_imbalance,
             });
+        }
+        if refusals.as_deref().is_some_and(|f| !f.is_empty()) {
+            // Nothing is written yet: the caller plans again without them.
+            return Ok(None);
         }
         let removed: Vec<VipKey> = self
             .vips
@@ -1436,6 +1505,7 @@ impl Dataplane {
                 }
                 VipChange::Add => report.added.push(p.spec.name.clone()),
                 VipChange::Rebuild => report.rebuilt.push(p.spec.name.clone()),
+                VipChange::Resize => report.resized.push(p.spec.name.clone()),
             }
             self.maps.maglev.write(p.slice.offset, &p.table);
             let generation = self.generation();
@@ -1536,7 +1606,7 @@ impl Dataplane {
                 report.backends_retired += 1;
             }
         }
-        Ok(report)
+        Ok(Some(report))
     }
 
     /// [`Dataplane::apply`], except that the programmed VIPs whose keys are

@@ -328,7 +328,7 @@ fn rebuilds_while_the_datapath_fills_and_evicts_lose_no_entry() {
         .unwrap();
     let (mut other, _maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: r.pin_dir.clone(),
-        maglev_table_size: 65537,
+        maglev_table_size: rivora_abi::MAGLEV_TABLE_DEFAULT,
         flow_table_size: abi::MAX_FLOWS,
         reset_incompatible: false,
         object_dir: None,

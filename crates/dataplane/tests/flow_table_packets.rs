@@ -21,7 +21,7 @@ const VIP: &str = "10.230.100.1";
 fn load(dir: &std::path::Path, flows: u32, reset: bool) -> Result<(Rig, LoadOutcome), Error> {
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: dir.to_path_buf(),
-        maglev_table_size: 65537,
+        maglev_table_size: rivora_abi::MAGLEV_TABLE_DEFAULT,
         flow_table_size: flows,
         reset_incompatible: reset,
         object_dir: None,

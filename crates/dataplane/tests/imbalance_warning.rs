@@ -1,15 +1,15 @@
 //! The crowded-table warning against the real writer and maps: 4,000 VIPs
-//! of 2 backends in the default 65,537-slot table (the case: half
-//! the table split 4,000 ways gives 7-slot slices, 4 and 3 slots per
-//! backend, 14.3% imbalance each) give one warning naming all of them and a
-//! table size; in a table of that size no VIP is over the threshold.
-//! The apply report of that many VIPs stays one short line.
+//! of 2 backends in a 65,537-slot table (the old default: half the table
+//! split 4,000 ways gives 7-slot slices, 4 and 3 slots per backend, 14.3%
+//! imbalance each) give one warning naming all of them and a table size; in
+//! a table of that size, and in the default table, no VIP is over the
+//! threshold. The apply report of that many VIPs stays one short line.
 
 mod common;
 
 use common::*;
 use rivora_dataplane::imbalance::IMBALANCE_WARN_THRESHOLD;
-use rivora_dataplane::{Datapath, Dataplane, LoadOptions, VipSpec, proto};
+use rivora_dataplane::{VipSpec, proto};
 
 fn vips() -> Vec<VipSpec> {
     (0..4000u32)
@@ -25,7 +25,7 @@ fn vips() -> Vec<VipSpec> {
 
 #[test]
 fn crowded_table_warns_once_with_a_table_size_that_fixes_it() {
-    let mut r = rig("imbalance");
+    let mut r = rig_with_table("imbalance", 65537);
     let report = r.dataplane.apply(&vips()).unwrap();
     let line = report.to_string();
     assert!(
@@ -50,23 +50,17 @@ fn crowded_table_warns_once_with_a_table_size_that_fixes_it() {
     );
     drop(r);
 
-    // The suggested table: every VIP gets its preferred slice, no warning.
-    let dir = pin_dir("imbalance-big");
-    let (datapath, maps, _) = Datapath::load(&LoadOptions {
-        pin_dir: dir.clone(),
-        maglev_table_size: size,
-        flow_table_size: rivora_abi::MAX_FLOWS,
-        reset_incompatible: false,
-        object_dir: None,
-    })
-    .expect("load with the suggested table");
-    // A Rig removes the pins on drop, also when an assertion fails.
-    let mut big = Rig {
-        datapath,
-        dataplane: Dataplane::new(maps),
-        pin_dir: dir,
-        keep_pins: false,
-    };
+    // The suggested table, and the default one: every VIP gets its preferred slice, no
+    // warning.
+    for (tag, size) in [
+        ("imbalance-big", size),
+        ("imbalance-default", rivora_abi::MAGLEV_TABLE_DEFAULT),
+    ] {
+        preferred_everywhere(rig_with_table(tag, size));
+    }
+}
+
+fn preferred_everywhere(mut big: Rig) {
     big.dataplane.apply(&vips()).unwrap();
     let worst = big
         .dataplane

@@ -238,7 +238,7 @@ fn incompatible_pins_are_refused_with_the_reason() {
     assert!(matches!(err, Error::Incompatible { .. }), "{msg}");
     assert!(
         msg.contains("maglev_table")
-            && msg.contains("65537")
+            && msg.contains(&rivora_abi::MAGLEV_TABLE_DEFAULT.to_string())
             && msg.contains("--reset-pinned-state"),
         "{msg}"
     );
@@ -258,13 +258,14 @@ fn incompatible_pins_are_refused_with_the_reason() {
         m.abi_version = 99;
         meta.set(0, m, 0).unwrap();
     }
-    let msg = Datapath::load(&opts(65537, false))
+    let msg = Datapath::load(&opts(rivora_abi::MAGLEV_TABLE_DEFAULT, false))
         .err()
         .expect("refused")
         .to_string();
     assert!(msg.contains("ABI version 99"), "{msg}");
     // With reset, the old maps are replaced by empty ones.
-    let (dp, maps, outcome) = Datapath::load(&opts(65537, true)).unwrap();
+    let (dp, maps, outcome) =
+        Datapath::load(&opts(rivora_abi::MAGLEV_TABLE_DEFAULT, true)).unwrap();
     assert!(
         matches!(outcome, LoadOutcome::Reset(ref why) if why.iter().any(|w| w.contains("ABI version 99")))
     );

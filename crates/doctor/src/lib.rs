@@ -36,8 +36,8 @@ pub struct Options {
     pub config: Option<PathBuf>,
     /// `--pin-dir`.
     pub pin_dir: PathBuf,
-    /// `--maglev-table-size`.
-    pub maglev_table_size: u32,
+    /// `--maglev-table-size` (None: as rivorad, the pinned table's length or the default).
+    pub maglev_table_size: Option<u32>,
     /// `--flow-table-size`.
     pub flow_table_size: u32,
     /// `--upstream-mtu`.
@@ -108,7 +108,10 @@ pub fn run(o: &Options) -> Report {
     ));
     f.push(checks::pinned_maps(&probe::pins(
         &o.pin_dir,
-        o.maglev_table_size,
+        o.maglev_table_size.unwrap_or_else(|| {
+            rivora_dataplane::compat::pinned_maglev_table_len(&o.pin_dir)
+                .unwrap_or(rivora_abi::MAGLEV_TABLE_DEFAULT)
+        }),
         o.flow_table_size,
     )));
     f.push(checks::firewall(

@@ -38,9 +38,10 @@ struct Args {
     #[arg(long, value_name = "DIR", default_value = "/sys/fs/bpf/rivora-lb")]
     pin_dir: PathBuf,
 
-    /// rivorad's --maglev-table-size, for the pinned-maps check.
-    #[arg(long, value_name = "SLOTS", default_value_t = rivora_abi::MAGLEV_TABLE_DEFAULT)]
-    maglev_table_size: u32,
+    /// rivorad's --maglev-table-size, for the pinned-maps check. Default: as rivorad's, the
+    /// pinned table's length if one is pinned, else rivorad's default.
+    #[arg(long, value_name = "SLOTS")]
+    maglev_table_size: Option<u32>,
 
     /// rivorad's --flow-table-size, for the pinned-maps check.
     #[arg(long, value_name = "FLOWS", default_value_t = rivora_abi::MAX_FLOWS,

@@ -146,6 +146,8 @@ pub enum Feedback {
         vips: usize,
         /// Adopted VIPs nothing claimed yet.
         unclaimed: usize,
+        /// VIPs of the offer the datapath refused alone (name, why): they did not fit.
+        refused: Vec<(String, String)>,
     },
     /// The offer of this generation was refused; the previous state stays in force.
     Rejected {
@@ -354,6 +356,7 @@ pub fn start(client: Client, config: Config) -> Handles {
         healthz,
         datapath: None,
         counts: (0, 0),
+        refused_vips: BTreeMap::new(),
         conditions: Vec::new(),
         logged_blockers: Vec::new(),
         logged_failing: BTreeMap::new(),
@@ -398,6 +401,8 @@ struct Agent {
     datapath: Option<DatapathSummary>,
     /// (VIPs, unclaimed) as last reported.
     counts: (usize, usize),
+    /// The VIPs rivorad last refused alone (name -> why), shown on their Services.
+    refused_vips: BTreeMap<String, String>,
     conditions: Vec<Condition>,
     logged_blockers: Vec<String>,
     logged_failing: BTreeMap<ServiceKey, String>,
@@ -780,8 +785,10 @@ impl Agent {
                 generation,
                 vips,
                 unclaimed,
+                refused,
             } => {
                 self.counts = (vips, unclaimed);
+                self.refused_vips = refused.into_iter().collect();
                 self.last_apply_ok = Some(true);
                 if generation == self.generation {
                     self.applied = Some(Ok(()));
@@ -865,7 +872,8 @@ impl Agent {
         s.services.clear();
         s.failures.clear();
         s.failing.clear();
-        for (k, o) in &self.results {
+        let results = shown_results(&self.results, &self.refused_vips);
+        for (k, o) in results.iter() {
             let state = match o.state() {
                 ServiceState::NotOurs => continue,
                 ServiceState::Programmed => "programmed",
@@ -920,8 +928,9 @@ impl Agent {
 
     fn report(&self) -> RivoraNodeStatus {
         let blockers: Vec<String> = self.gate.blockers().iter().map(|b| b.to_string()).collect();
+        let results = shown_results(&self.results, &self.refused_vips);
         report::status(&report::Inputs {
-            results: &self.results,
+            results: &results,
             gateways: &self.gateways,
             gateway_controller: &self.config.class.gateway_controller,
             gate_open: self.gate.is_open(),
@@ -1018,6 +1027,39 @@ impl Agent {
     }
 }
 
+/// The translation results as the status and the report show them: a Service with a VIP
+/// rivorad refused alone (`refused`, by VIP name) shows that refusal instead of its
+/// translation. Only views: the gate and the passes use the translation itself.
+fn shown_results<'a>(
+    results: &'a BTreeMap<ServiceKey, Outcome>,
+    refused: &BTreeMap<String, String>,
+) -> std::borrow::Cow<'a, BTreeMap<ServiceKey, Outcome>> {
+    if refused.is_empty() {
+        return std::borrow::Cow::Borrowed(results);
+    }
+    let mut shown = results.clone();
+    for (name, why) in refused {
+        // `k8s/<namespace>/<service>/...` (translate::vip_name).
+        let mut parts = name.splitn(4, '/');
+        let (Some("k8s"), Some(namespace), Some(service)) =
+            (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let key = ServiceKey {
+            namespace: namespace.to_string(),
+            name: service.to_string(),
+        };
+        if let Some(o @ Outcome::Translated(_)) = shown.get_mut(&key) {
+            *o = Outcome::Failed(TranslateError::Capacity {
+                name: name.clone(),
+                reason: why.clone(),
+            });
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
 /// The `reason` label of a failure (`rivora_k8s_service_failures{reason}`).
 pub fn reason(e: &TranslateError) -> &'static str {
     match e {
@@ -1030,6 +1072,7 @@ pub fn reason(e: &TranslateError) -> &'static str {
         TranslateError::KeyConflict { .. } | TranslateError::KeyHeld { .. } => "key_conflict",
         TranslateError::Policy { .. } => "policy",
         TranslateError::InvalidVip { .. } => "invalid_vip",
+        TranslateError::Capacity { .. } => "capacity",
     }
 }
 
@@ -1145,5 +1188,67 @@ async fn write_reports(
         }
         // At most one write per interval, however often the report changes.
         tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::ServiceVips;
+
+    fn key(ns: &str, name: &str) -> ServiceKey {
+        ServiceKey {
+            namespace: ns.into(),
+            name: name.into(),
+        }
+    }
+
+    /// A VIP rivorad refused alone shows on its Service (refused, with the datapath's reason),
+    /// and on no other; without refusals the results are shown as translated.
+    #[test]
+    fn a_vip_refused_by_the_datapath_shows_on_its_service_alone() {
+        let results: BTreeMap<ServiceKey, Outcome> = [
+            (
+                key("shop", "web"),
+                Outcome::Translated(ServiceVips::default()),
+            ),
+            (
+                key("shop", "db"),
+                Outcome::Translated(ServiceVips::default()),
+            ),
+            (key("other", "x"), Outcome::NotOurs),
+        ]
+        .into();
+        assert!(matches!(
+            shown_results(&results, &BTreeMap::new()),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let refused: BTreeMap<String, String> = [(
+            "k8s/shop/web/http/tcp/203.0.113.5".to_string(),
+            "maglev_table: VIP k8s/shop/web/http/tcp/203.0.113.5 needs at least 5 contiguous \
+             free slots, the largest free run is 4 of 65537"
+                .to_string(),
+        )]
+        .into();
+        let shown = shown_results(&results, &refused);
+        let web = &shown[&key("shop", "web")];
+        assert_eq!(web.state(), ServiceState::Refused);
+        let Outcome::Failed(e) = web else {
+            panic!("{web:?}")
+        };
+        assert_eq!(reason(e), "capacity");
+        assert!(
+            e.to_string().starts_with(
+                "VIP k8s/shop/web/http/tcp/203.0.113.5 is not programmed on this node: maglev_table"
+            ),
+            "{e}"
+        );
+        assert_eq!(shown[&key("shop", "db")].state(), ServiceState::Programmed);
+        assert_eq!(shown[&key("other", "x")], Outcome::NotOurs);
+        // The translation itself is untouched (the gate and the passes read it).
+        assert_eq!(
+            results[&key("shop", "web")].state(),
+            ServiceState::Programmed
+        );
     }
 }

@@ -345,6 +345,16 @@ pub enum TranslateError {
         /// Why.
         reason: String,
     },
+    /// A VIP this node's datapath refused alone because it did not fit (a capacity: service
+    /// IDs, room in the Maglev table); the node's other VIPs are programmed. Only in views
+    /// (status, report, metrics): the translation itself succeeded.
+    #[error("VIP {name} is not programmed on this node: {reason}")]
+    Capacity {
+        /// The VIP's name.
+        name: String,
+        /// The capacity and why, as the datapath said.
+        reason: String,
+    },
 }
 
 /// The result for one Service.
@@ -365,7 +375,8 @@ pub enum ServiceState {
     NotOurs,
     /// Translated with at least one VIP, or without anything refused.
     Programmed,
-    /// Translated to no VIP because what it asks for is refused (SCTP only, ipMode Proxy).
+    /// Translated to no VIP because what it asks for is refused (SCTP only, ipMode Proxy), or
+    /// a VIP of it refused by this node's datapath for a capacity.
     Refused,
     /// Failed.
     Failing,
@@ -385,6 +396,7 @@ impl Outcome {
                 ServiceState::Refused
             }
             Outcome::Translated(_) => ServiceState::Programmed,
+            Outcome::Failed(TranslateError::Capacity { .. }) => ServiceState::Refused,
             Outcome::Failed(_) => ServiceState::Failing,
         }
     }

@@ -167,7 +167,9 @@ pub fn while_running(
     }
     let existed_before: BTreeSet<BackendKey> = s.dataplane.backends().map(|b| b.key).collect();
     let interface = s.status.interface.clone();
+    let refused_before = refused_by_name(&s.dataplane);
     let report = program(&mut s.dataplane, desired, mode, &interface).map_err(|e| e.to_string())?;
+    log_refusals(&refused_before, &refused_by_name(&s.dataplane));
     let Shared {
         dataplane, prober, ..
     } = s;
@@ -176,6 +178,33 @@ pub fn while_running(
         warn_if_crowded(dataplane);
     }
     Ok(report)
+}
+
+/// The VIPs the dataplane refused alone in its last apply: name -> why.
+fn refused_by_name(
+    dataplane: &rivora_dataplane::Dataplane,
+) -> std::collections::BTreeMap<String, String> {
+    dataplane
+        .refused()
+        .iter()
+        .map(|r| (r.name.clone(), r.reason.clone()))
+        .collect()
+}
+
+/// One line per refusal when it starts or its reason changes, and one when the VIP fits
+/// again: not one per apply while it stands (the status and the RivoraNode show it all along).
+fn log_refusals(
+    before: &std::collections::BTreeMap<String, String>,
+    now: &std::collections::BTreeMap<String, String>,
+) {
+    for (name, why) in now {
+        if before.get(name) != Some(why) {
+            warn!("VIP {name} refused alone (everything else is applied): {why}");
+        }
+    }
+    for name in before.keys().filter(|n| !now.contains_key(*n)) {
+        info!("VIP {name} is no longer refused");
+    }
 }
 
 /// One warning per apply (not one per VIP) when the shared Maglev table is

@@ -39,6 +39,26 @@ pub fn now_unix() -> u64 {
         .unwrap_or(0)
 }
 
+/// `--maglev-table-size`, or else the pinned table's length (a restart or an upgrade keeps
+/// it, whatever this build's default), or else the default.
+fn maglev_table_size(args: &Args) -> u32 {
+    if let Some(size) = args.maglev_table_size {
+        return size;
+    }
+    match rivora_dataplane::compat::pinned_maglev_table_len(&args.pin_dir) {
+        Some(pinned) if pinned != rivora_abi::MAGLEV_TABLE_DEFAULT => {
+            info!(
+                pinned,
+                default = rivora_abi::MAGLEV_TABLE_DEFAULT,
+                "keeping the pinned Maglev table's length (no --maglev-table-size given); \
+                 --maglev-table-size with --reset-pinned-state changes it"
+            );
+            pinned
+        }
+        _ => rivora_abi::MAGLEV_TABLE_DEFAULT,
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     preflight(&args)?;
@@ -142,11 +162,10 @@ fn preflight(args: &Args) -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("rivorad must run as root: it loads BPF programs and pins maps");
     }
-    if !rivora_maglev::is_prime(args.maglev_table_size) {
-        bail!(
-            "--maglev-table-size {} is not a prime; Maglev needs a prime table length",
-            args.maglev_table_size
-        );
+    if let Some(size) = args.maglev_table_size
+        && !rivora_maglev::is_prime(size)
+    {
+        bail!("--maglev-table-size {size} is not a prime; Maglev needs a prime table length");
     }
     if args.pin_dir.starts_with("/sys/fs/bpf")
         && let Some(why) = rivora_dataplane::private_bpffs_reason(Path::new("/sys/fs/bpf"))
@@ -194,7 +213,7 @@ fn fail_unpin(datapath: &Datapath, outcome: &LoadOutcome) {
 fn load_and_adopt(args: &Args, interface: &str) -> anyhow::Result<Loaded> {
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: args.pin_dir.clone(),
-        maglev_table_size: args.maglev_table_size,
+        maglev_table_size: maglev_table_size(args),
         flow_table_size: args.flow_table_size,
         reset_incompatible: args.reset_pinned_state,
         object_dir: args.bpf_object_dir.clone(),
@@ -226,6 +245,9 @@ fn load_and_adopt(args: &Args, interface: &str) -> anyhow::Result<Loaded> {
         }
     }
     dataplane.set_retire_grace(Duration::from_secs(args.backend_retire_secs));
+    // Each VIP of the cluster is one object's: one that does not fit must not stop the
+    // others (a config file stays applied whole or not at all).
+    dataplane.set_refuse_alone(args.kubernetes);
     dataplane.set_snat_ports(args.snat_ports.clone())?;
     if let Some(w) = crate::kernel::snat_ports_overlap(&args.snat_ports) {
         warn!("{w}");

@@ -178,10 +178,13 @@ pub struct Args {
     #[arg(long, value_name = "PATH", default_value = rivora_api::DEFAULT_SOCKET)]
     pub api_socket: PathBuf,
 
-    /// Length of the shared Maglev table in slots (a prime). More slots give VIPs with many
-    /// backends a finer balance; see docs/maglev.md.
-    #[arg(long, value_name = "SLOTS", default_value_t = rivora_abi::MAGLEV_TABLE_DEFAULT)]
-    pub maglev_table_size: u32,
+    /// Length of the shared Maglev table in slots (a prime), shared by all VIPs: at most half
+    /// of it goes to slices, each VIP's sized by its backends and scaled down when all do not
+    /// fit. Default: the length of the table pinned in --pin-dir if there is one (a restart or
+    /// upgrade keeps it), else 4,194,301 (16 MiB; 4,096 VIPs of up to 5 backends at Maglev's
+    /// preferred ~100 slots per backend). See docs/maglev.md.
+    #[arg(long, value_name = "SLOTS")]
+    pub maglev_table_size: Option<u32>,
 
     /// Capacity of each flow table (per family: the affinity table and the NAT reverse table),
     /// in flows. Flows beyond it evict the least recently used ones' state (a NAT connection

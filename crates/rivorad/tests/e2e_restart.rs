@@ -293,3 +293,35 @@ fn persistent_datapath_outlives_the_daemon_and_uninstall_removes_it() {
     );
     lab.wait_detached(); // uninstall detaches the programs
 }
+
+/// A table pinned by a rivorad of another table size (an older build's default, 65,537) is
+/// adopted by a restart without `--maglev-table-size`: the upgrade keeps every flow and slice
+/// instead of refusing to start; the log says which length it kept.
+#[test]
+fn a_restart_without_the_flag_keeps_the_pinned_table_length() {
+    let mut lab = Lab::new("keeplen");
+    let web4 = vip_yaml(
+        "web4",
+        VIP4,
+        80,
+        "tcp",
+        &backends_yaml(false, &[(1, 1), (2, 1)]),
+    );
+    lab.write_config(&[web4]);
+    lab.start(&["--maglev-table-size", "65537"]);
+    assert!(lab.tcp(VIP4, 80, 23000, 20).all_ok());
+    let before = layout(&lab);
+    assert_eq!(lab.kill(libc::SIGKILL).signal(), Some(libc::SIGKILL));
+    lab.start(&[]);
+    assert!(
+        lab.log()
+            .contains("keeping the pinned Maglev table's length"),
+        "{}",
+        lab.log()
+    );
+    assert!(lab.log().contains("pinned=65537"), "{}", lab.log());
+    assert_eq!(layout(&lab), before, "adopted as it was");
+    assert!(lab.tcp(VIP4, 80, 23100, 20).all_ok());
+    let data = aya::maps::MapData::from_pin(lab.pin_dir.join("maglev_table")).unwrap();
+    assert_eq!(data.info().unwrap().max_entries(), 65537);
+}

@@ -64,7 +64,7 @@ pub fn pin_dir(test: &str) -> PathBuf {
 pub fn rig_at(pin_dir: &std::path::Path) -> (Rig, LoadOutcome, AdoptReport) {
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: pin_dir.to_path_buf(),
-        maglev_table_size: 65537,
+        maglev_table_size: rivora_abi::MAGLEV_TABLE_DEFAULT,
         flow_table_size: rivora_abi::MAX_FLOWS,
         reset_incompatible: false,
         object_dir: None,
@@ -89,13 +89,33 @@ pub fn rig(test: &str) -> Rig {
     let dir = pin_dir(test);
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: dir.clone(),
-        maglev_table_size: 65537,
+        maglev_table_size: rivora_abi::MAGLEV_TABLE_DEFAULT,
         flow_table_size: rivora_abi::MAX_FLOWS,
         reset_incompatible: false,
         object_dir: None,
     })
     .expect("load datapath");
     assert_eq!(outcome, LoadOutcome::Fresh);
+    Rig {
+        datapath,
+        dataplane: Dataplane::new(maps),
+        pin_dir: dir,
+        keep_pins: false,
+    }
+}
+
+/// [`rig`] with a Maglev table of `size` slots instead of the default.
+#[allow(dead_code)] // not every test binary sizes its table
+pub fn rig_with_table(test: &str, size: u32) -> Rig {
+    let dir = pin_dir(test);
+    let (datapath, maps, _) = Datapath::load(&LoadOptions {
+        pin_dir: dir.clone(),
+        maglev_table_size: size,
+        flow_table_size: rivora_abi::MAX_FLOWS,
+        reset_incompatible: false,
+        object_dir: None,
+    })
+    .expect("load datapath");
     Rig {
         datapath,
         dataplane: Dataplane::new(maps),

@@ -538,8 +538,9 @@ vips:
         let held = Programmed {
             vips: 1,
             unclaimed: 0,
+            refused: Vec::new(),
         };
-        src.applied(first.token, held);
+        src.applied(first.token, held.clone());
 
         // The text in force: nothing to apply unless forced; forced, it is
         // applied again and said to be the same input.

@@ -234,6 +234,7 @@ impl Source for KubernetesSource {
             generation,
             vips: programmed.vips,
             unclaimed: programmed.unclaimed,
+            refused: programmed.refused,
         });
     }
 

@@ -126,12 +126,14 @@ pub trait Source {
 }
 
 /// What the dataplane holds after an apply, for the source's reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Programmed {
     /// VIPs programmed, adopted ones included.
     pub vips: usize,
     /// Adopted VIPs nothing claimed yet (kept by [`ApplyMode::KeepUnclaimed`]).
     pub unclaimed: usize,
+    /// VIPs the last apply refused alone (name, why): they did not fit.
+    pub refused: Vec<(String, String)>,
 }
 
 impl Programmed {
@@ -140,6 +142,11 @@ impl Programmed {
         Programmed {
             vips: dataplane.vips().count(),
             unclaimed: dataplane.vips().filter(|v| v.adopted).count(),
+            refused: dataplane
+                .refused()
+                .iter()
+                .map(|r| (r.name.clone(), r.reason.clone()))
+                .collect(),
         }
     }
 }

@@ -1,0 +1,261 @@
+//! Applying a desired state in rounds, so that one VIP that does not fit never holds the
+//! others back, and slices follow the table's share.
+//!
+//! Strict mode (the YAML file: a refused file stays refused whole) applies in one round or
+//! not at all. Refuse-alone mode (the Kubernetes source, where each VIP is some Service's or
+//! Gateway's and one must not stop the rest) plans the whole state; the VIPs that do not fit
+//! (no service ID, no room for a slice of at least their member count) are taken out (a new
+//! one) or kept as they are (a programmed one), and the rest is planned again and committed.
+//! When that commit gave slots back (slices shrunk to the table's share, VIPs removed or
+//! rebuilt smaller), the refused VIPs are tried once more, after an RCU grace period so that
+//! no packet still reads the released slots through an old service entry: each VIP's own
+//! change stays atomic for its lookups, while the node's change as a whole comes in steps.
+
+use std::collections::BTreeMap;
+
+use super::{ApplyReport, Dataplane, plan_slice, slice_budget, validate};
+use crate::Error;
+use crate::model::{BackendKey, VipKey, VipSpec};
+
+/// Most commits one apply makes in refuse-alone mode: the first, and retries of refused VIPs
+/// while earlier commits keep giving slots back.
+const MAX_COMMITS: usize = 3;
+
+/// A VIP an apply left out because it did not fit ([`ApplyReport::refused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedVip {
+    /// The VIP's key.
+    pub key: VipKey,
+    /// Its name (for the Kubernetes source, `k8s/NAMESPACE/NAME/...`: it names the object).
+    pub name: String,
+    /// Why, naming the capacity (`maglev_table: ...`, `VIPs: ...`).
+    pub reason: String,
+}
+
+impl RefusedVip {
+    pub(super) fn new(spec: &VipSpec, reason: String) -> Self {
+        Self {
+            key: spec.key,
+            name: spec.name.clone(),
+            reason,
+        }
+    }
+}
+
+impl Dataplane {
+    /// Whether a VIP that does not fit is refused alone (listed in
+    /// [`ApplyReport::refused`], everything else applied) instead of the
+    /// whole apply failing with nothing changed. Off by default (a config
+    /// file is applied whole or not at all); the Kubernetes source turns it
+    /// on, because there each VIP is one object's and one object must not
+    /// stop a node.
+    pub fn set_refuse_alone(&mut self, on: bool) {
+        self.refuse_alone = on;
+    }
+
+    /// Makes the maps hold `desired`. Strict mode: either every VIP is
+    /// programmed or, on a planning error (capacity, invalid spec), nothing
+    /// is touched. Refuse-alone mode ([`Dataplane::set_refuse_alone`]): a
+    /// capacity that one VIP exceeds refuses that VIP alone (see the module
+    /// documentation); invalid input still fails the whole call.
+    pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
+        let shrunk = self.shrink_to_share(desired)?;
+        let mut report = self.apply_rounds(desired)?;
+        // Shrunk first, so listed first.
+        report.resized.splice(0..0, shrunk);
+        self.refused = report.refused.clone();
+        Ok(report)
+    }
+
+    /// The VIPs the last successful apply refused alone (none in strict mode): not programmed,
+    /// or kept as they were. For the status and the Kubernetes source's reports.
+    pub fn refused(&self) -> &[RefusedVip] {
+        &self.refused
+    }
+
+    /// Gives room back before the plan: every programmed VIP whose slice holds far more than
+    /// its share of the table as `desired` divides it ([`wants_resize`]) gets a slice of its
+    /// share now, each VIP atomically (the new slice written, the service entry switched),
+    /// and the old slices are released after an RCU grace period. Without it a plan places
+    /// every new and rebuilt slice while the large old ones still hold the table. Only the
+    /// slice size changes (same backends); an invalid `desired` shrinks nothing (the apply
+    /// refuses it). Returns the VIPs resized.
+    fn shrink_to_share(&mut self, desired: &[VipSpec]) -> Result<Vec<String>, Error> {
+        let Ok(desired) = validate(desired) else {
+            return Ok(Vec::new());
+        };
+        let budget = slice_budget(&desired, self.slices.len());
+        let oversized: Vec<(VipKey, u32)> = self
+            .vips
+            .iter()
+            .filter(|(_, v)| !v.adopted)
+            .filter_map(|(k, v)| {
+                let t = *budget.get(k)?;
+                (v.slice.size > t && wants_resize(v.slice.size, Some(t), 0)).then_some((*k, t))
+            })
+            .collect();
+        if oversized.is_empty() {
+            return Ok(Vec::new());
+        }
+        let id_of: BTreeMap<BackendKey, u32> =
+            self.backends.iter().map(|(k, b)| (*k, b.id)).collect();
+        let mut old = Vec::new();
+        let mut resized = Vec::new();
+        for (key, target) in oversized {
+            let v = &self.vips[&key];
+            let (spec, service_id) = (v.spec.clone(), v.service_id);
+            let mut slices = self.slices.clone();
+            // No room even for a small copy: it keeps what it has.
+            let Ok((slice, table, worst_imbalance)) =
+                plan_slice(&spec, &id_of, self.reject_id, &mut slices, Some(target))
+            else {
+                continue;
+            };
+            self.slices = slices;
+            self.maps.maglev.write(slice.offset, &table);
+            let generation = self.generation();
+            let cur = self.src_ranges_in_force(&key);
+            let src_bank = self.write_service(service_id, slice, &spec, generation, cur)?;
+            let v = self.vips.get_mut(&key).expect("listed above");
+            old.push(v.slice);
+            v.slice = slice;
+            v.generation = generation;
+            v.src_bank = src_bank;
+            v.worst_imbalance = worst_imbalance;
+            resized.push(spec.name);
+        }
+        if !old.is_empty() {
+            // No packet may still read an old slice through the entry it replaced.
+            rcu_grace();
+            for slice in old {
+                self.slices.release(slice);
+            }
+        }
+        Ok(resized)
+    }
+
+    /// [`Dataplane::apply`] after the room is made: one round in strict mode, rounds that
+    /// refuse VIPs alone in refuse-alone mode.
+    fn apply_rounds(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
+        if !self.refuse_alone {
+            return self
+                .apply_round(desired, None)
+                .map(|r| r.expect("a round without refusals commits"));
+        }
+        let mut total = ApplyReport::default();
+        let mut refused: BTreeMap<VipKey, RefusedVip> = BTreeMap::new();
+        let mut commits = 0;
+        // Plans that refuse a VIP touch nothing, and each takes at least one VIP out: at most
+        // one per VIP between two commits.
+        loop {
+            let effective = self.without(desired, &refused);
+            let mut found = Vec::new();
+            let Some(report) = self.apply_round(&effective, Some(&mut found))? else {
+                for r in found {
+                    refused.insert(r.key, r);
+                }
+                continue;
+            };
+            commits += 1;
+            let gave_back = !report.resized.is_empty()
+                || !report.removed.is_empty()
+                || !report.rebuilt.is_empty();
+            total.merge(report);
+            if refused.is_empty() || !gave_back || commits == MAX_COMMITS {
+                total.refused = refused.into_values().collect();
+                return Ok(total);
+            }
+            // The slots given back may hold a refused VIP now.
+            rcu_grace();
+            refused.clear();
+        }
+    }
+
+    /// `desired` without the refused VIPs: a new one left out, a programmed one as it is
+    /// programmed (so the plan leaves it alone).
+    fn without(&self, desired: &[VipSpec], refused: &BTreeMap<VipKey, RefusedVip>) -> Vec<VipSpec> {
+        if refused.is_empty() {
+            return desired.to_vec();
+        }
+        desired
+            .iter()
+            .filter_map(|spec| match refused.contains_key(&spec.key) {
+                false => Some(spec.clone()),
+                true => self.vips.get(&spec.key).map(|v| v.spec.clone()),
+            })
+            .collect()
+    }
+}
+
+impl ApplyReport {
+    /// Adds a later commit's changes to this report.
+    fn merge(&mut self, later: ApplyReport) {
+        self.added.extend(later.added);
+        self.removed.extend(later.removed);
+        self.rebuilt.extend(later.rebuilt);
+        self.renamed.extend(later.renamed);
+        self.reconfigured.extend(later.reconfigured);
+        self.adopted.extend(later.adopted);
+        self.resized.extend(later.resized);
+        self.refused.extend(later.refused);
+        self.backends_added += later.backends_added;
+        self.backends_removed += later.backends_removed;
+        self.backends_retired += later.backends_retired;
+        self.backends_revived += later.backends_revived;
+        self.udp_flows_forgotten += later.udp_flows_forgotten;
+    }
+}
+
+/// Whether a programmed slice of `size` slots should be sized anew for a budget target of
+/// `target` ([`super::slice_budget`]): it holds more than 5/4 of its share (other VIPs need
+/// the room: the budget is half the table, so slices kept within 5/4 of their shares leave at
+/// least 3/8 of it free for new and rebuilt slices), or less than half of it while the table
+/// has a free run of at least half (it can grow back). Between, it stays: a new size changes
+/// `hash % size` for nearly every new flow, a kept one none. A VIP count growing one VIP at a
+/// time moves each slice about once per 25% of growth.
+pub(super) fn wants_resize(size: u32, target: Option<u32>, largest_free: u32) -> bool {
+    let Some(t) = target else {
+        return false;
+    };
+    !within_share(size, t) && (size > t || largest_free >= t / 2)
+}
+
+/// Whether a slice of `size` slots is close enough to its budget target `t` to stay: at
+/// least half of it, at most 5/4 of it.
+pub(super) fn within_share(size: u32, t: u32) -> bool {
+    let (size, t) = (u64::from(size), u64::from(t));
+    size * 2 >= t && size * 4 <= t * 5
+}
+
+/// Waits until no XDP program that began before the call still runs: XDP runs inside an RCU
+/// read-side section, and `membarrier(MEMBARRIER_CMD_GLOBAL)` is `synchronize_rcu()` (with
+/// one CPU no program can be running while this thread is). Where the kernel refuses it
+/// (nohz_full), 20 ms, far beyond one packet's run, stand in for it.
+fn rcu_grace() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if rc != 0 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wants_resize;
+
+    #[test]
+    fn a_slice_is_resized_only_far_from_its_share() {
+        // From half to 5/4 of its share: kept.
+        assert!(!wants_resize(503, Some(403), 0));
+        assert!(!wants_resize(503, Some(1000), 1_000_000));
+        // More than 5/4 of its share: shrunk, room or not.
+        assert!(wants_resize(503, Some(401), 0));
+        assert!(wants_resize(503, Some(109), 0));
+        // Less than half: grown back only where a run of half the target is free.
+        assert!(wants_resize(7, Some(503), 300));
+        assert!(!wants_resize(7, Some(503), 200));
+        // No budget (no members): nothing to size.
+        assert!(!wants_resize(7, None, 1_000_000));
+    }
+}

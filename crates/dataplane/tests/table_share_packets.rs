@@ -1,0 +1,184 @@
+//! The Maglev table shared by many VIPs, against the real writer, maps and program: slices
+//! follow each VIP's share of the table as VIPs come and go (the issue's freeze: 300 Services
+//! of 5 endpoints arriving one pass at a time in a 65,537-slot table, the first ones holding
+//! 503-slot slices until the 180th did not fit and every later apply was refused), and in
+//! refuse-alone mode (the Kubernetes source) a VIP that cannot be placed is refused alone while
+//! every other change still reaches the datapath.
+
+mod common;
+
+use common::*;
+use rivora_dataplane::{VipSpec, proto};
+
+/// `n` VIPs of 5 backends each (backends shared by groups of VIPs, as Pods back Services).
+fn vips(n: u32) -> Vec<VipSpec> {
+    (0..n)
+        .map(|i| {
+            let addr = format!("10.210.{}.{}", i / 250, i % 250 + 1);
+            let backends = (0..5)
+                .map(|b| backend(&format!("10.211.{}.{}", i % 40, b + 1), 8080, 1))
+                .collect();
+            vip(&format!("svc-{i}"), &addr, 80, proto::TCP, backends)
+        })
+        .collect()
+}
+
+/// The sum of the programmed slices, and the largest.
+fn slices(r: &Rig) -> (u64, u32) {
+    r.dataplane.vips().fold((0, 0), |(sum, max), v| {
+        (sum + u64::from(v.slice.size), max.max(v.slice.size))
+    })
+}
+
+#[test]
+fn vips_arriving_one_pass_at_a_time_share_the_table_instead_of_freezing_it() {
+    for refuse_alone in [false, true] {
+        let mut r = rig_with_table("share", 65537);
+        r.dataplane.set_refuse_alone(refuse_alone);
+        let all = vips(300);
+        let mut resized = 0;
+        for n in 1..=all.len() {
+            let report = r
+                .dataplane
+                .apply(&all[..n])
+                .unwrap_or_else(|e| panic!("apply of {n} VIPs (refuse alone {refuse_alone}): {e}"));
+            assert!(report.refused.is_empty(), "{n}: {report}");
+            resized += report.resized.len();
+        }
+        assert_eq!(r.dataplane.vips().count(), 300);
+        let (sum, largest) = slices(&r);
+        // Half the table is the slices' budget (a rebuilt slice needs room for its copy);
+        // 300 VIPs of 5 backends ask for 503 each, 150,900 in all: each gets about 109.
+        assert!(sum <= 65537, "{sum} slots in slices");
+        assert!(
+            largest <= 2 * 110,
+            "largest slice {largest}: early VIPs gave room back"
+        );
+        assert!(resized > 0, "the first VIPs' slices were shrunk");
+        let worst = r
+            .dataplane
+            .vips()
+            .map(|v| v.worst_imbalance)
+            .fold(0.0, f64::max);
+        eprintln!(
+            "refuse alone {refuse_alone}: 300 VIPs in 65,537 slots: {sum} in slices, largest \
+             {largest}, {resized} resizes, worst imbalance {:.1}%",
+            worst * 100.0
+        );
+        // Fewer VIPs again: the rest grow back towards their preferred 503 slots.
+        r.dataplane.apply(&all[..50]).unwrap();
+        let report = r.dataplane.apply(&all[..50]).unwrap();
+        assert!(report.is_empty(), "settled: {report}");
+        assert!(
+            r.dataplane.vips().all(|v| v.slice.size >= 251),
+            "grown back: {:?}",
+            r.dataplane.vips().map(|v| v.slice.size).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn the_default_table_holds_every_vip_at_its_preferred_slice() {
+    let mut r = rig("share-default");
+    let all = vips(4096);
+    let report = r.dataplane.apply(&all).unwrap();
+    assert_eq!(report.added.len(), 4096);
+    let sizes: std::collections::BTreeSet<u32> = r.dataplane.vips().map(|v| v.slice.size).collect();
+    assert_eq!(
+        sizes.into_iter().collect::<Vec<_>>(),
+        [503],
+        "preferred slices"
+    );
+}
+
+/// A VIP with more members than the table has slots can never be placed: in refuse-alone mode
+/// it is refused alone (named, with the reason), the others are programmed, and a later
+/// backend change of another VIP reaches the datapath while the refusal stands. Strict mode
+/// (the YAML file) refuses the whole apply, as before.
+#[test]
+fn a_vip_that_cannot_fit_is_refused_alone_and_other_changes_still_apply() {
+    const TABLE: u32 = 1009;
+    let web = |last: u8| {
+        vip(
+            "web",
+            "10.212.0.1",
+            80,
+            proto::TCP,
+            (1..=3)
+                .map(|b| backend(&format!("10.213.0.{}", b + last), 8080, 1))
+                .collect(),
+        )
+    };
+    let huge = vip(
+        "huge",
+        "10.212.0.2",
+        80,
+        proto::TCP,
+        (0..1100u32)
+            .map(|b| backend(&format!("10.214.{}.{}", b / 200, b % 200 + 1), 8080, 1))
+            .collect(),
+    );
+
+    let mut strict = rig_with_table("refuse-strict", TABLE);
+    let err = strict
+        .dataplane
+        .apply(&[web(0), huge.clone()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("VIP huge") && err.contains("maglev_table"),
+        "{err}"
+    );
+    assert_eq!(
+        strict.dataplane.vips().count(),
+        0,
+        "strict: nothing applied"
+    );
+    drop(strict);
+
+    let mut r = rig_with_table("refuse-alone", TABLE);
+    r.dataplane.set_refuse_alone(true);
+    let report = r.dataplane.apply(&[web(0), huge.clone()]).unwrap();
+    assert_eq!(report.added, ["web"], "{report}");
+    assert_eq!(report.refused.len(), 1, "{report}");
+    assert_eq!(report.refused[0].name, "huge");
+    assert!(
+        report.refused[0]
+            .reason
+            .contains("needs at least 1100 contiguous free slots"),
+        "{}",
+        report.refused[0].reason
+    );
+    assert!(
+        report.to_string().contains("refused (did not fit) huge"),
+        "{report}"
+    );
+    let picks = |r: &mut Rig| -> std::collections::BTreeSet<String> {
+        (0..64u16)
+            .map(|i| {
+                let f = FrameSpec::new("10.215.0.9", 20000 + i, "10.212.0.1", 80, proto::TCP)
+                    .syn()
+                    .build();
+                let (v, out) = r.datapath.run_xdp(&f).unwrap();
+                assert_eq!(v, XDP_PASS);
+                parse_checked(&out).dst.to_string()
+            })
+            .collect()
+    };
+    assert_eq!(
+        picks(&mut r),
+        ["10.213.0.1", "10.213.0.2", "10.213.0.3"]
+            .map(String::from)
+            .into(),
+    );
+    // web's endpoints change while huge stays refused: the change is programmed.
+    let report = r.dataplane.apply(&[web(3), huge]).unwrap();
+    assert_eq!(report.rebuilt, ["web"], "{report}");
+    assert_eq!(report.refused.len(), 1, "{report}");
+    assert_eq!(
+        picks(&mut r),
+        ["10.213.0.4", "10.213.0.5", "10.213.0.6"]
+            .map(String::from)
+            .into(),
+    );
+}
