@@ -200,7 +200,7 @@ fn invalid_cases() -> Vec<(&'static str, Kind, Value, &'static str, &'static str
             Kind::Route,
             with(&r, json!({"protocols": ["TCP", "ICMP"]})),
             "spec.protocols[1]",
-            "Unsupported value",
+            "should match",
         ),
         (
             "protocol twice",
@@ -467,6 +467,11 @@ fn valid_cases() -> Vec<(&'static str, Kind, Value)> {
                 "priority": 2147483647,
                 "byteMatches": ["tcp[13 : 1] & 0x12 = 0x02", "udp[8:2]=0x1234", "sctp[12:1]=1"]
             }),
+        ),
+        (
+            "protocols in Meridio-2's lower case and mixed case",
+            Kind::Route,
+            with(&r, json!({"protocols": ["tcp", "Udp"]})),
         ),
         (
             "route to a Service backend with port",

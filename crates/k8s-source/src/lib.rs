@@ -18,7 +18,8 @@
 //! - [`healthz`]: the healthCheckNodePort answer (kube-proxy's status, headers and body).
 //! - [`convert`]: translation results to the source-neutral [`rivora_desired::DesiredState`].
 //! - [`report`]: the status of this node's `RivoraNode`.
-//! - [`stores`] (edge): the four watches and their first full lists.
+//! - [`stores`] (edge): the watches and their first full lists.
+//! - [`lenient`] (edge): watches that leave out, and name, objects they cannot decode.
 //! - [`agent`] (edge): debounce, snapshot, translate, offer; the `RivoraNode` writer.
 //! - [`healthz_server`] (edge): one listener per healthCheckNodePort.
 
@@ -33,6 +34,7 @@ pub mod healthz;
 pub mod healthz_server;
 pub mod initsync;
 pub mod l2_lease;
+pub mod lenient;
 pub mod meridio;
 pub mod report;
 pub mod select;

@@ -27,7 +27,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use rivora_k8s_api::meridio::{
@@ -38,6 +38,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::initsync::Kind;
+use crate::lenient::{Decoded, Undecodable, decoded_event};
 use crate::translate::ServiceKey;
 
 /// The label that joins an EndpointSlice to its Service; slices without it are not watched.
@@ -57,6 +58,9 @@ pub struct WatchState {
     /// The API server does not serve the kind (404 on its list; only kinds of
     /// [`Kind::OPTIONAL`]): counted as listed and empty until it is served.
     pub absent: bool,
+    /// Objects that do not decode (left out of the store, see lenient.rs), by
+    /// `namespace/name`: their resourceVersion and why.
+    pub undecodable: Undecodable,
 }
 
 /// The stores and their watch states.
@@ -301,7 +305,7 @@ impl Stores {
 
 fn spawn<K>(
     kind: Kind,
-    api: Api<K>,
+    api: Api<Decoded<K>>,
     config: watcher::Config,
     states: &Arc<Mutex<Vec<(Kind, WatchState)>>>,
     changed: &Arc<Notify>,
@@ -311,18 +315,42 @@ where
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + Send
         + Sync
         + 'static,
 {
     let (store, writer) = reflector::store();
     let reader = store.clone();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config)
-            .default_backoff()
-            .modify(|o: &mut K| o.managed_fields_mut().clear()),
-    );
+    // Each object decoded on its own: one that does not decode is left out and named
+    // (lenient.rs), instead of failing the list and stalling the store.
+    let mut bad = Undecodable::new();
+    let kind_name = kind.to_string();
+    let held = store.clone();
+    let shown = Arc::clone(states);
+    let decoded = watcher(api, config)
+        .default_backoff()
+        .modify(|o: &mut Decoded<K>| o.managed_fields_mut().clear())
+        .filter_map(move |ev| {
+            let out = match ev {
+                Ok(ev) => {
+                    let e = decoded_event(&kind_name, ev, &held, &mut bad);
+                    let mut all = shown.lock().expect("watch states");
+                    let state = &mut all
+                        .iter_mut()
+                        .find(|(k, _)| *k == kind)
+                        .expect("every kind has a state")
+                        .1;
+                    if state.undecodable != bad {
+                        state.undecodable = bad.clone();
+                    }
+                    e.map(Ok)
+                }
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(out)
+        });
+    let stream = reflector(writer, decoded);
     let states = Arc::clone(states);
     let changed = Arc::clone(changed);
     tokio::spawn(async move {

@@ -88,11 +88,12 @@ pub struct L34RouteSpec {
     pub byte_matches: Vec<String>,
 }
 
-/// A transport protocol an L34Route matches.
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
-)]
+/// A transport protocol an L34Route matches. Read in any case (`tcp`, `Tcp`, `TCP`): Meridio-2's
+/// CRD has no enum there and its load balancer lower-cases the value, so objects written for
+/// it say `tcp`; written back in upper case.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
+#[schemars(transform = protocol_schema)]
 pub enum TransportProtocol {
     /// TCP (IP protocol 6).
     Tcp,
@@ -100,6 +101,35 @@ pub enum TransportProtocol {
     Udp,
     /// SCTP (IP protocol 132).
     Sctp,
+}
+
+impl<'de> Deserialize<'de> for TransportProtocol {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.to_ascii_uppercase().as_str() {
+            "TCP" => Ok(TransportProtocol::Tcp),
+            "UDP" => Ok(TransportProtocol::Udp),
+            "SCTP" => Ok(TransportProtocol::Sctp),
+            _ => Err(serde::de::Error::custom(format!(
+                "protocol {s:?} is not served: TCP, UDP or SCTP (in any case)"
+            ))),
+        }
+    }
+}
+
+/// The protocol's schema: TCP, UDP or SCTP in any case (a pattern, not an enum, which would
+/// refuse Meridio-2's lower-case objects).
+fn protocol_schema(schema: &mut Schema) {
+    if let Some(o) = schema.as_object_mut() {
+        // Variants with doc comments come as oneOf of consts (kube turns them into an enum).
+        o.remove("enum");
+        o.remove("oneOf");
+        o.insert("type".into(), json!("string"));
+        o.insert(
+            "pattern".into(),
+            json!("^([Tt][Cc][Pp]|[Uu][Dd][Pp]|[Ss][Cc][Tt][Pp])$"),
+        );
+    }
 }
 
 /// What an L34Route reports: nothing yet (an empty object, as upstream), kept so the status
@@ -378,6 +408,26 @@ fn byte_matches_schema(schema: &mut Schema) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn protocols_read_in_any_case_and_write_in_upper_case() {
+        let p: Vec<TransportProtocol> =
+            serde_json::from_value(json!(["tcp", "Udp", "SCTP"])).unwrap();
+        assert_eq!(
+            p,
+            [
+                TransportProtocol::Tcp,
+                TransportProtocol::Udp,
+                TransportProtocol::Sctp
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(p).unwrap(),
+            json!(["TCP", "UDP", "SCTP"])
+        );
+        let e = serde_json::from_value::<TransportProtocol>(json!("ICMP")).unwrap_err();
+        assert!(e.to_string().contains("\"ICMP\" is not served"), "{e}");
+    }
+
     /// The SCTP suite's INIT route (Meridio-2 e2e), every optional field set.
     const FULL: &str = r#"
 apiVersion: meridio-2.nordix.org/v1alpha1
@@ -482,20 +532,5 @@ status: {}
             ..Default::default()
         };
         assert!(dg.is_distribution_group());
-    }
-
-    #[test]
-    fn protocols_are_the_three_upper_case_names() {
-        assert_eq!(
-            serde_json::to_value([
-                TransportProtocol::Tcp,
-                TransportProtocol::Udp,
-                TransportProtocol::Sctp
-            ])
-            .unwrap(),
-            json!(["TCP", "UDP", "SCTP"])
-        );
-        assert!(serde_json::from_value::<TransportProtocol>(json!("ICMP")).is_err());
-        assert!(serde_json::from_value::<TransportProtocol>(json!("tcp")).is_err());
     }
 }

@@ -255,8 +255,9 @@ mod tests {
             ["destinationCIDRs", "parentRefs", "priority", "protocols"]
         );
         assert_eq!(
-            rspec["properties"]["protocols"]["items"]["enum"],
-            json!(["TCP", "UDP", "SCTP"])
+            rspec["properties"]["protocols"]["items"]["pattern"],
+            json!("^([Tt][Cc][Pp]|[Uu][Dd][Pp]|[Ss][Cc][Tt][Pp])$"),
+            "any case, as Meridio-2's CRD (no enum) and its lower-casing load balancer"
         );
         let backend = &rspec["properties"]["backendRefs"]["items"]["properties"];
         assert_eq!(backend["weight"]["default"], json!(1));

@@ -1,0 +1,260 @@
+//! Watches that survive objects they cannot decode.
+//!
+//! A typed watch decodes a whole list page at once: one object the Rust type refuses (an
+//! L34Route with `protocols: [tcp]`, which Meridio-2's own CRD admits, a field of a newer
+//! schema, a value another tool wrote) fails the page, the watcher retries for ever, and the
+//! store never fills, so the agent offers nothing at all. Here every object is decoded on its
+//! own ([`Decoded`]): one that does not decode is left out of the store (or, when the store
+//! holds an earlier version of it that did decode, that version stays: what was served keeps
+//! being served), reported once per object version (a log line, and the watch's
+//! [`Undecodable`] list the status and the RivoraNode show), and everything else is served.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::{Deserialize, Serialize};
+
+/// An object of kind `K` as the API server sent it: decoded, or why not (with its metadata,
+/// which names it).
+#[derive(Clone, Debug)]
+pub enum Decoded<K> {
+    /// It decoded.
+    Ok(K),
+    /// It did not: its metadata (as far as it decodes) and the decoder's error.
+    Bad {
+        /// The object's metadata (boxed: the bad case is the rare one).
+        metadata: Box<ObjectMeta>,
+        /// Why it does not decode as `K` (serde's message, naming the field).
+        error: String,
+    },
+}
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        Ok(match K::deserialize(&value) {
+            Ok(k) => Decoded::Ok(k),
+            Err(e) => Decoded::Bad {
+                metadata: Box::new(
+                    value
+                        .get("metadata")
+                        .and_then(|m| ObjectMeta::deserialize(m).ok())
+                        .unwrap_or_default(),
+                ),
+                error: e.to_string(),
+            },
+        })
+    }
+}
+
+/// Never sent (watches only read), but `kube::Api` asks for it.
+impl<K: Serialize> Serialize for Decoded<K> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Decoded::Ok(k) => k.serialize(s),
+            Decoded::Bad { metadata, .. } => {
+                serde_json::json!({ "metadata": metadata }).serialize(s)
+            }
+        }
+    }
+}
+
+impl<K: Resource> Resource for Decoded<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Decoded::Ok(k) => k.meta(),
+            Decoded::Bad { metadata, .. } => metadata.as_ref(),
+        }
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Decoded::Ok(k) => k.meta_mut(),
+            Decoded::Bad { metadata, .. } => metadata.as_mut(),
+        }
+    }
+}
+
+/// The objects of one watch that do not decode, by `namespace/name` (or `name`): the
+/// resourceVersion seen and why. An object leaves the list when a version of it decodes or
+/// it is deleted.
+pub type Undecodable = BTreeMap<String, (String, String)>;
+
+/// `namespace/name`, or `name` for a cluster-scoped object.
+fn label(meta: &ObjectMeta) -> String {
+    match &meta.namespace {
+        Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or("")),
+        None => meta.name.clone().unwrap_or_default(),
+    }
+}
+
+/// Turns an event of [`Decoded`] objects into one of `K` for the store `reader` reads: a
+/// decoded object passes; one that does not is recorded in `bad` (and logged when this
+/// version is new) and stands for the version the store holds, if any: re-applied at a
+/// relist, deleted on a delete, left alone otherwise. None: nothing for the store.
+pub fn decoded_event<K>(
+    kind: &str,
+    ev: watcher::Event<Decoded<K>>,
+    reader: &Store<K>,
+    bad: &mut Undecodable,
+) -> Option<watcher::Event<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    use watcher::Event as E;
+    let split = |d: Decoded<K>, bad: &mut Undecodable| match d {
+        Decoded::Ok(k) => {
+            bad.remove(&label(k.meta()));
+            Ok(k)
+        }
+        Decoded::Bad { metadata, error } => {
+            let name = label(&metadata);
+            let version = metadata.resource_version.clone().unwrap_or_default();
+            if bad.get(&name).map(|(v, _)| v) != Some(&version) {
+                tracing::warn!(
+                    kind,
+                    object = %name,
+                    resource_version = %version,
+                    "cannot decode this object: left out, everything else is served \
+                     (an earlier version that decoded stays in force): {error}"
+                );
+            }
+            bad.insert(name, (version, error));
+            let held = metadata.name.as_ref().and_then(|n| {
+                let mut r = ObjectRef::<K>::new(n);
+                if let Some(ns) = &metadata.namespace {
+                    r = r.within(ns);
+                }
+                reader.get(&r)
+            });
+            Err((metadata, held))
+        }
+    };
+    match ev {
+        E::Init => {
+            // A relist: what is still undecodable is listed again.
+            bad.clear();
+            Some(E::Init)
+        }
+        E::InitDone => Some(E::InitDone),
+        E::InitApply(d) => match split(d, bad) {
+            Ok(k) => Some(E::InitApply(k)),
+            Err((_, held)) => held.map(|k| E::InitApply((*k).clone())),
+        },
+        E::Apply(d) => match split(d, bad) {
+            Ok(k) => Some(E::Apply(k)),
+            Err(_) => None,
+        },
+        E::Delete(d) => match split(d, bad) {
+            Ok(k) => Some(E::Delete(k)),
+            Err((metadata, held)) => {
+                bad.remove(&label(&metadata));
+                held.map(|k| E::Delete((*k).clone()))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use rivora_k8s_api::meridio::L34Route;
+
+    fn route(name: &str, rv: &str, protocols: &str) -> Decoded<L34Route> {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "meridio-2.nordix.org/v1alpha1",
+            "kind": "L34Route",
+            "metadata": {"name": name, "namespace": "red", "resourceVersion": rv},
+            "spec": {
+                "parentRefs": [{"name": "gw"}],
+                "backendRefs": [{"name": "dg", "kind": "DistributionGroup"}],
+                "destinationCIDRs": ["20.0.0.1/32"],
+                "protocols": serde_json::from_str::<serde_json::Value>(protocols).unwrap(),
+                "priority": 1,
+            }
+        }))
+        .expect("a Decoded never fails on an object")
+    }
+
+    #[test]
+    fn an_object_that_does_not_decode_is_named_and_left_out() {
+        let ok = route("a", "1", r#"["TCP"]"#);
+        assert!(matches!(ok, Decoded::Ok(_)), "{ok:?}");
+        // A protocol value the Rust type refuses: the object is named, not lost.
+        let bad = route("b", "2", r#"[17]"#);
+        let Decoded::Bad { metadata, error } = &bad else {
+            panic!("{bad:?}")
+        };
+        assert_eq!(label(metadata), "red/b");
+        assert!(!error.is_empty());
+    }
+
+    #[test]
+    fn the_store_keeps_what_decoded_and_lists_what_did_not() {
+        let (reader, mut writer) = reflector::store::<L34Route>();
+        let mut bad = Undecodable::new();
+        let mut feed = |ev: watcher::Event<Decoded<L34Route>>, bad: &mut Undecodable| {
+            if let Some(e) = decoded_event("L34Route", ev, &reader, bad) {
+                writer.apply_watcher_event(&e);
+            }
+        };
+        use watcher::Event as E;
+        feed(E::Init, &mut bad);
+        feed(E::InitApply(route("a", "1", r#"["TCP"]"#)), &mut bad);
+        feed(E::InitApply(route("b", "2", r#"[17]"#)), &mut bad);
+        feed(E::InitDone, &mut bad);
+        let names = |r: &Store<L34Route>| {
+            let mut v: Vec<String> = r
+                .state()
+                .iter()
+                .map(|o| o.meta().name.clone().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            names(&reader),
+            ["a"],
+            "the bad one left out, the list served"
+        );
+        assert_eq!(bad.keys().collect::<Vec<_>>(), ["red/b"]);
+        // `a` turns bad: its decoded version stays (and a relist keeps it); `b` is fixed.
+        feed(E::Apply(route("a", "3", r#"[17]"#)), &mut bad);
+        feed(E::Apply(route("b", "4", r#"["UDP"]"#)), &mut bad);
+        assert_eq!(names(&reader), ["a", "b"]);
+        assert_eq!(bad.keys().collect::<Vec<_>>(), ["red/a"]);
+        feed(E::Init, &mut bad);
+        feed(E::InitApply(route("a", "3", r#"[17]"#)), &mut bad);
+        feed(E::InitApply(route("b", "4", r#"["UDP"]"#)), &mut bad);
+        feed(E::InitDone, &mut bad);
+        assert_eq!(
+            names(&reader),
+            ["a", "b"],
+            "the last good `a` stays across a relist"
+        );
+        // Deleted while undecodable: gone from the store and from the list.
+        feed(E::Delete(route("a", "5", r#"[17]"#)), &mut bad);
+        assert_eq!(names(&reader), ["b"]);
+        assert!(bad.is_empty());
+    }
+}
