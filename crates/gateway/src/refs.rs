@@ -85,8 +85,15 @@ pub fn check(
             "backendRef {target}: no such Service"
         )));
     };
+    let protocol = route.kind.protocol();
     match b.port {
-        Some(p) if svc.ports.contains(&p) => Ok(()),
+        Some(p) if svc.ports.iter().any(|(n, pr)| *n == p && pr == protocol) => Ok(()),
+        Some(p) if svc.ports.iter().any(|(n, _)| *n == p) => {
+            Err(RefProblem::BackendNotFound(format!(
+                "backendRef {target}: the Service's port {p} is not {protocol} (a {} carries {protocol})",
+                route.kind.as_str()
+            )))
+        }
         Some(p) => Err(RefProblem::BackendNotFound(format!(
             "backendRef {target}: the Service has no port {p}"
         ))),

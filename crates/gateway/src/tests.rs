@@ -84,10 +84,14 @@ fn ns(name: &str, labels: &[(&str, &str)]) -> NamespaceView {
     }
 }
 
+/// A Service listing each of `ports` for TCP and for UDP.
 fn svc(ns: &str, name: &str, ports: &[u16]) -> ServiceView {
     ServiceView {
         key: ObjKey::new(ns, name),
-        ports: ports.to_vec(),
+        ports: ports
+            .iter()
+            .flat_map(|p| [(*p, "TCP".to_string()), (*p, "UDP".to_string())])
+            .collect(),
     }
 }
 
@@ -601,5 +605,49 @@ fn a_gateway_with_only_unsupported_listeners_is_accepted_with_listeners_not_vali
     assert_eq!(
         reasons(&parent_of(&e, RouteKind::Tcp, "gw", "r").accepted),
         (false, "NotAllowedByListeners")
+    );
+}
+
+/// A kube-dns-style Service lists 53/TCP before 53/UDP: a UDPRoute's backendRef to port 53
+/// means the UDP port and resolves; to a Service whose 53 is TCP only it is not found, and
+/// the message says which protocol was missing.
+#[test]
+fn a_backend_port_is_matched_by_number_and_the_routes_protocol() {
+    let mut w = World::new();
+    w.services = vec![
+        ServiceView {
+            key: ObjKey::new("gw", "dns"),
+            ports: vec![(53, "TCP".into()), (53, "UDP".into())],
+        },
+        ServiceView {
+            key: ObjKey::new("gw", "tcp-only"),
+            ports: vec![(53, "TCP".into())],
+        },
+    ];
+    let udp_to = |svc: &str| {
+        route(
+            RouteKind::Udp,
+            "gw",
+            "r",
+            1,
+            vec![parent(Some("udp"), None)],
+            vec![BackendRefView {
+                port: Some(53),
+                ..backend("gw", svc, 1)
+            }],
+        )
+    };
+    w.routes = vec![udp_to("dns")];
+    let e = w.eval();
+    let p = parent_of(&e, RouteKind::Udp, "gw", "r");
+    assert_eq!(reasons(&p.resolved_refs), (true, "ResolvedRefs"));
+    w.routes = vec![udp_to("tcp-only")];
+    let e = w.eval();
+    let p = parent_of(&e, RouteKind::Udp, "gw", "r");
+    assert_eq!(reasons(&p.resolved_refs), (false, "BackendNotFound"));
+    assert!(
+        p.resolved_refs.message.contains("port 53 is not UDP"),
+        "{}",
+        p.resolved_refs.message
     );
 }

@@ -43,6 +43,14 @@ pub enum RouteKind {
 }
 
 impl RouteKind {
+    /// The protocol of the listeners and Service ports it carries: `TCP` or `UDP`.
+    pub fn protocol(self) -> &'static str {
+        match self {
+            RouteKind::Tcp => "TCP",
+            RouteKind::Udp => "UDP",
+        }
+    }
+
     /// The kind's name, as `supportedKinds` and `allowedRoutes.kinds` spell it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -230,8 +238,9 @@ pub struct NamespaceView {
 pub struct ServiceView {
     /// Its key.
     pub key: ObjKey,
-    /// `spec.ports[].port`.
-    pub ports: Vec<u16>,
+    /// `spec.ports[]`: each port's number and protocol (`TCP` when unset). A backendRef's port
+    /// is the one of its route's protocol: 53/TCP and 53/UDP are two ports.
+    pub ports: Vec<(u16, String)>,
 }
 
 /// Everything one evaluation reads.

@@ -229,7 +229,10 @@ pub fn service_view(s: &Service) -> ServiceView {
             .spec
             .iter()
             .flat_map(|spec| spec.ports.iter().flatten())
-            .filter_map(|p| u16::try_from(p.port).ok())
+            .filter_map(|p| {
+                let number = u16::try_from(p.port).ok()?;
+                Some((number, p.protocol.clone().unwrap_or_else(|| "TCP".into())))
+            })
             .collect(),
     }
 }

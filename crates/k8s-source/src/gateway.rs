@@ -9,7 +9,7 @@
 //!
 //! - Addresses: the Gateway's `status.addresses` of type `IPAddress` (what rivora-controller
 //!   bound from an AddressPool); none yet: nothing to program, not an error.
-//! - Endpoints: each backendRef's Service port (by number) is joined to the Service's
+//! - Endpoints: each backendRef's Service port (by number and the listener's protocol) is joined to the Service's
 //!   EndpointSlices by the ServicePort's name and the listener's protocol, exactly as a Service
 //!   VIP's endpoints are ([`crate::endpoints`], [`crate::select`]): the slice ports carry the
 //!   resolved targetPort, terminating endpoints drain or fall back as kube-proxy has them.
@@ -446,7 +446,7 @@ fn translate_listener(
     Ok(vips)
 }
 
-/// The endpoints of one Service port (by number) for a listener's protocol and family, as a
+/// The endpoints of one Service port (by number and the listener's protocol) for that family, as a
 /// Service VIP would list them, with the same loop checks.
 #[allow(clippy::too_many_arguments)]
 fn service_backends(
@@ -459,17 +459,16 @@ fn service_backends(
     node: &NodeIdentity,
     vip_addrs: &BTreeSet<IpAddr>,
 ) -> Result<Vec<BackendMeta>, TranslateError> {
+    // By number and protocol: a kube-dns-style Service lists 53/TCP before 53/UDP, and a UDP
+    // listener's backendRef to port 53 means the UDP one.
     let Some(sp) = svc
         .spec
         .iter()
         .flat_map(|s| s.ports.iter().flatten())
-        .find(|p| p.port == i32::from(port))
+        .find(|p| p.port == i32::from(port) && p.protocol.as_deref().unwrap_or("TCP") == protocol)
     else {
         return Ok(Vec::new());
     };
-    if sp.protocol.as_deref().unwrap_or("TCP") != protocol {
-        return Ok(Vec::new());
-    }
     let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
     let name = svc.metadata.name.as_deref().unwrap_or_default();
     let slices = snapshot.slices.of(ns, name);

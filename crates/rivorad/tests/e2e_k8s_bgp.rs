@@ -247,6 +247,33 @@ impl BgpLab {
             .ok_or("no status yet".to_string())
     }
 
+    /// What node `n`'s rivorad says about the sessions and its report writer, for a failed
+    /// wait on the report: whether the speaker, the agent's feedback or the write lags.
+    async fn node_view(&self, n: usize) -> String {
+        let api = self.agents[n - 1].api();
+        let peers = match api.bgp().await {
+            Ok(b) => b
+                .peers
+                .iter()
+                .map(|p| format!("{} {}", p.address, p.state))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => format!("bgp: {e}"),
+        };
+        let writer = match api.status().await.map(|s| s.kubernetes) {
+            Ok(Some(k)) => format!(
+                "offered generation {}, report writes {} ok / {} failed, last error {:?}",
+                k.offered_generation,
+                k.node_report_writes,
+                k.node_report_write_failures,
+                k.node_report_error
+            ),
+            Ok(None) => "no kubernetes status".into(),
+            Err(e) => format!("status: {e}"),
+        };
+        format!("speaker peers [{peers}]; {writer}")
+    }
+
     fn logs(&self) -> String {
         self.agents
             .iter()
@@ -467,7 +494,11 @@ async fn bird_ecmp_local_announcements_failover_and_md5_from_a_secret() {
         if n == 2 {
             Ok(())
         } else {
-            Err(format!("{n} sessions"))
+            Err(format!(
+                "{n} sessions in the report (heartbeat {:?}); {}",
+                s.heartbeat_time,
+                l.node_view(1).await
+            ))
         }
     })
     .await;

@@ -50,7 +50,7 @@ fn eval(gw: &Gateway, routes: &[TcpRoute]) -> Evaluation {
     let routes: Vec<_> = routes.iter().map(gateway_view::tcp_route_view).collect();
     let services = vec![rivora_gateway::ServiceView {
         key: ObjKey::new("gw", "web"),
-        ports: vec![80],
+        ports: vec![(80, "TCP".into())],
     }];
     evaluate(&Snapshot {
         controller_name: GATEWAY_CONTROLLER_NAME,

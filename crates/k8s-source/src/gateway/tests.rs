@@ -491,3 +491,54 @@ fn a_failing_listener_does_not_stop_the_others_and_services_keep_their_keys() {
         "the Service keeps its VIP"
     );
 }
+
+/// A kube-dns-style backend Service (53/TCP listed before 53/UDP): a UDPRoute to port 53 gets
+/// the UDP port's endpoints (the slice's `dns` port), not the TCP one's nor none.
+#[test]
+fn a_udp_route_to_a_port_number_listed_for_both_protocols_takes_the_udp_port() {
+    let svc: Arc<Service> = Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": NS, "name": "dns"},
+            "spec": {"type": "ClusterIP", "ports": [
+                {"name": "dns-tcp", "port": 53, "targetPort": 5353, "protocol": "TCP"},
+                {"name": "dns", "port": 53, "targetPort": 5300, "protocol": "UDP"}]},
+        }))
+        .unwrap(),
+    );
+    let eps = slice(
+        NS,
+        "dns-ipv4",
+        Some("dns"),
+        json!({"addressType": "IPv4",
+               "ports": [{"name": "dns-tcp", "port": 5353, "protocol": "TCP"},
+                         {"name": "dns", "port": 5300, "protocol": "UDP"}],
+               "endpoints": [{"addresses": ["10.244.1.5"], "conditions": {"ready": true},
+                              "nodeName": "n1"}]}),
+    );
+    let route: Arc<UdpRoute> = Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "UDPRoute",
+            "metadata": {"namespace": NS, "name": "dns", "generation": 1,
+                         "creationTimestamp": "2026-12-01T00:00:00Z"},
+            "spec": {"parentRefs": [{"name": "gw"}],
+                     "rules": [{"backendRefs": [{"name": "dns", "port": 53}]}]},
+        }))
+        .unwrap(),
+    );
+    let mut s = snapshot(
+        vec![gateway(
+            "gw",
+            "rivora",
+            json!([{"name": "dns", "port": 53, "protocol": "UDP"}]),
+            &["192.0.2.53"],
+        )],
+        vec![],
+        vec![svc],
+        vec![eps],
+    );
+    s.gateway_objects.udp_routes = vec![route];
+    let vips = only_vips(&run(&s), "gw");
+    assert_eq!(vips.len(), 1);
+    assert_eq!(weights(&vips[0]), (vec![("10.244.1.5:5300".into(), 1)], 0));
+}
