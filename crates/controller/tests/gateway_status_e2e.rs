@@ -347,11 +347,14 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
         )
         .await
         .unwrap();
-    // Backends: Services the routes name (ClusterIP is enough: a backendRef is any Service).
+    // Backends: Services the routes name (ClusterIP is enough: a backendRef is any Service),
+    // serving port 80 for TCP and UDP (a backendRef's port is the one of its route's protocol).
     for (n, name) in [(&ns, "echo"), (&ns, "echo2"), (&other, "far-echo")] {
         let svc: Service = obj(json!({
             "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-            "spec": {"ports": [{"port": 80, "protocol": "TCP"}]},
+            "spec": {"ports": [
+                {"name": "tcp", "port": 80, "protocol": "TCP"},
+                {"name": "udp", "port": 80, "protocol": "UDP"}]},
         }));
         Api::<Service>::namespaced(admin.clone(), n)
             .create(&pp, &svc)
