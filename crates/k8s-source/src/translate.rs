@@ -742,6 +742,11 @@ fn translate_service(
             vip.syn_rate_limit = settings.syn_rate_limit.filter(|_| proto_num == proto::TCP);
             vip.nat_fib = settings.nat_fib;
             check_vip(&vip)?;
+            // No endpoint to send a new flow to: kube-proxy rejects (the client sees
+            // "connection refused" at once instead of SYN retransmits); the datapath's refused
+            // share does so for TCP (a reset) and drops other packets. Not for ETP Local:
+            // kube-proxy drops what has no local endpoint, so that the LB moves on.
+            let refuse_all = backends.is_empty() && traffic_policy == TrafficPolicy::Cluster;
             vips.push(K8sVip {
                 spec: vip,
                 origin: VipOrigin::Service(ServiceOrigin {
@@ -762,7 +767,7 @@ fn translate_service(
                 health_check_node_port,
                 policy: settings.name.clone(),
                 announce: settings.announce.clone(),
-                reject_weight: 0,
+                reject_weight: u32::from(refuse_all),
             });
         }
     }
@@ -1446,6 +1451,34 @@ mod tests {
         assert_eq!(
             (v.health_check.clone(), v.vips[0].health_check_node_port),
             (None, None)
+        );
+    }
+
+    /// kube-proxy rejects a Service without any endpoint to use ("connection refused" at
+    /// once); with ETP Local and no local endpoint it drops. The VIP's refused share does the
+    /// first, and is absent for the second and whenever an endpoint is usable.
+    #[test]
+    fn no_endpoint_at_all_refuses_new_flows_but_local_without_local_endpoints_drops() {
+        let ports = json!([{"name": "http", "port": 80, "protocol": "TCP"}]);
+        let cluster = web(json!({"ports": ports}), json!([{"ip": "203.0.113.5"}]));
+        let out = run(vec![cluster.clone()], vec![]);
+        let v = &vips_of(&out, "shop", "web").vips[0];
+        assert!(v.backends.is_empty());
+        assert_eq!(v.reject_weight, 1, "no endpoint: refused");
+        let s = v4_slice("web-1", "web", 8080, json!([ready("10.1.0.1", "node-b")]));
+        let out = run(vec![cluster], vec![s.clone()]);
+        assert_eq!(vips_of(&out, "shop", "web").vips[0].reject_weight, 0);
+        // ETP Local, the only endpoint on another node: dropped, as kube-proxy does.
+        let local = web(
+            json!({"ports": ports, "externalTrafficPolicy": "Local", "healthCheckNodePort": 31234}),
+            json!([{"ip": "203.0.113.5"}]),
+        );
+        let out = run(vec![local], vec![s]);
+        let v = &vips_of(&out, "shop", "web").vips[0];
+        assert!(v.backends.is_empty());
+        assert_eq!(
+            v.reject_weight, 0,
+            "ETP Local without a local endpoint drops"
         );
     }
 
