@@ -116,14 +116,25 @@ where
             o.managed_fields_mut()
                 .retain(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
         }),
-    )
-    .default_backoff()
-    .touched_objects();
+    );
+    // Waits that grow, also for a kind whose CRD is absent (rivora_k8s_source::backoff).
+    let stream = rivora_k8s_source::backoff::with_backoff(stream).touched_objects();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
+        // One line when a watch starts failing and one when it works again, not one per retry.
+        let mut failing = false;
         while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                warn!(error = %e, "watch error (retrying)");
+            match ev {
+                Err(e) if !failing => {
+                    failing = true;
+                    warn!(error = %e, "watch error (retrying with back-off; logged once until it works)");
+                }
+                Err(_) => {}
+                Ok(_) if failing => {
+                    failing = false;
+                    info!("watch works again");
+                }
+                Ok(_) => {}
             }
             changed.notify_one();
         }

@@ -20,12 +20,15 @@
 //! - [`report`]: the status of this node's `RivoraNode`.
 //! - [`stores`] (edge): the watches and their first full lists.
 //! - [`lenient`] (edge): watches that leave out, and name, objects they cannot decode.
+//! - [`backoff`] (edge): waits between a watch's failed attempts that grow (to minutes for an
+//!   absent CRD) instead of starting over at every relist.
 //! - [`agent`] (edge): debounce, snapshot, translate, offer; the `RivoraNode` writer.
 //! - [`healthz_server`] (edge): one listener per healthCheckNodePort.
 
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod backoff;
 pub mod bgp_peers;
 pub mod convert;
 pub mod endpoints;

@@ -37,6 +37,7 @@ use rivora_k8s_api::{BGPPeer, ServicePolicy, TcpRoute, UdpRoute};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use crate::backoff::{is_absent, with_backoff};
 use crate::initsync::Kind;
 use crate::lenient::{Decoded, Undecodable, decoded_event};
 use crate::translate::ServiceKey;
@@ -328,8 +329,7 @@ where
     let kind_name = kind.to_string();
     let held = store.clone();
     let shown = Arc::clone(states);
-    let decoded = watcher(api, config)
-        .default_backoff()
+    let decoded = with_backoff(watcher(api, config))
         .modify(|o: &mut Decoded<K>| o.managed_fields_mut().clear())
         .filter_map(move |ev| {
             let out = match ev {
@@ -364,6 +364,9 @@ where
                     .expect("every kind has a state")
                     .1;
                 match ev {
+                    // A relist starting says nothing yet: the error it follows stands (and is
+                    // not logged again) until objects arrive.
+                    Ok(watcher::Event::Init) => {}
                     Ok(ev) => {
                         state.events += 1;
                         state.last_error = None;
@@ -384,10 +387,7 @@ where
                         }
                     }
                     Err(e) => {
-                        if Kind::OPTIONAL.contains(&kind)
-                            && let watcher::Error::InitialListFailed(kube::Error::Api(s)) = &e
-                            && s.code == 404
-                        {
+                        if Kind::OPTIONAL.contains(&kind) && is_absent(&e) {
                             if !state.absent {
                                 warn!(
                                     kind = %kind,
