@@ -43,8 +43,9 @@ pub struct Args {
 
     /// Take the VIPs from Kubernetes instead of --config: every LoadBalancer Service of
     /// --load-balancer-class that rivora-controller gave an address, fed by its EndpointSlices
-    /// (NAT VIPs). Needs --node-name; reads --kubeconfig, else the in-cluster config. Excludes
-    /// --config and --check-config: a node runs static-YAML VIPs or Kubernetes VIPs, never both.
+    /// (NAT VIPs). Needs --node-name; reads --kubeconfig, else KUBECONFIG, else the in-cluster
+    /// config. Excludes --config and --check-config: a node runs static-YAML VIPs or Kubernetes
+    /// VIPs, never both.
     #[arg(long)]
     pub kubernetes: bool,
 
@@ -69,8 +70,8 @@ pub struct Args {
     )]
     pub node_name: Option<String>,
 
-    /// With --kubernetes: the kubeconfig to reach the API server with (default: the in-cluster
-    /// ServiceAccount config).
+    /// With --kubernetes: the kubeconfig to reach the API server with (default: the files of
+    /// KUBECONFIG if set, as kubectl reads them, else the in-cluster ServiceAccount config).
     #[arg(long, value_name = "FILE", requires = "kubernetes")]
     pub kubeconfig: Option<PathBuf>,
 

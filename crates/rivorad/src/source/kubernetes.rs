@@ -49,7 +49,8 @@ pub struct KubernetesSource {
 }
 
 impl KubernetesSource {
-    /// Reads `--kubeconfig` (or the in-cluster ServiceAccount config) and builds the client;
+    /// Reads `--kubeconfig`, else `KUBECONFIG`, else the in-cluster ServiceAccount config, and
+    /// builds the client;
     /// nothing is connected yet.
     pub async fn new(args: &Args) -> anyhow::Result<Self> {
         let node = args
@@ -64,9 +65,16 @@ impl KubernetesSource {
                     .await
                     .with_context(|| format!("--kubeconfig {}", path.display()))?
             }
+            // As kubectl and rivora-controller: KUBECONFIG (one file or a list) before the
+            // in-cluster config.
+            None if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) => {
+                kube::Config::from_kubeconfig(&KubeConfigOptions::default())
+                    .await
+                    .context("KUBECONFIG")?
+            }
             None => kube::Config::incluster().context(
-                "no --kubeconfig and no in-cluster config (KUBERNETES_SERVICE_HOST and the \
-                 ServiceAccount token)",
+                "no --kubeconfig, no KUBECONFIG and no in-cluster config \
+                 (KUBERNETES_SERVICE_HOST and the ServiceAccount token)",
             )?,
         };
         let api_server = config.cluster_url.to_string();
