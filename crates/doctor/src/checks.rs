@@ -1272,6 +1272,21 @@ pub fn kube_api(f: Option<&KubeFacts>) -> Finding {
     let server = f.server.clone().unwrap_or_else(|| "the API server".into());
     match &f.version {
         Ok(v) => Finding::pass(KUBE_API, format!("{server} answers: Kubernetes {v}")),
+        Err(e) if e.starts_with(&format!("{}401", crate::probe::kube::ANSWERED_HTTP)) => {
+            Finding::new(
+                KUBE_API,
+                Status::Fail,
+                format!("{server} refused the credentials (HTTP 401 Unauthorized): {e}"),
+                "the token or client certificate of --kubeconfig (in a pod: the ServiceAccount \
+                 token) is not accepted: expired, revoked, or made for another cluster",
+            )
+        }
+        Err(e) if e.starts_with(crate::probe::kube::ANSWERED_HTTP) => Finding::new(
+            KUBE_API,
+            Status::Fail,
+            format!("{server} refused the version call: {e}"),
+            "`kubectl --kubeconfig FILE version` from this node shows the same refusal",
+        ),
         Err(e) => Finding::new(
             KUBE_API,
             Status::Fail,

@@ -199,4 +199,16 @@ fn the_shipped_role_passes_and_what_is_not_bound_is_listed() {
         "{why}"
     );
     assert_eq!(finding(&r, "kube-rbac")["status"], "SKIP");
+
+    // A token the API server does not accept: it answered (401), which is not "did not answer".
+    let (code, r) = node.doctor(bed, &server, "not-a-token-of-this-cluster", &[]);
+    assert_eq!(code, 1);
+    assert_eq!(finding(&r, "kube-api")["status"], "FAIL");
+    let why = reason(&r, "kube-api");
+    assert!(
+        why.contains("refused the credentials (HTTP 401 Unauthorized)")
+            && !why.contains("did not answer"),
+        "{why}"
+    );
+    assert_eq!(finding(&r, "kube-rbac")["status"], "SKIP");
 }

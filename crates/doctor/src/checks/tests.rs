@@ -1108,6 +1108,23 @@ fn kubernetes_api_and_rbac() {
         &["not reached"],
         &[],
     );
+    // It answered, refusing the token: not "did not answer".
+    let refused = KubeFacts {
+        server: Some("https://10.0.0.1:6443/".into()),
+        version: Err(format!(
+            "{}401: Unauthorized",
+            crate::probe::kube::ANSWERED_HTTP
+        )),
+        reviews: vec![],
+    };
+    let f = kube_api(Some(&refused));
+    assert_finding(
+        &f,
+        Status::Fail,
+        &["refused the credentials (HTTP 401 Unauthorized)"],
+        &["expired, revoked"],
+    );
+    assert!(!f.reason.contains("did not answer"), "{}", f.reason);
     assert_finding(
         &kube_rbac(Some(&up(vec![(perm("get", Some("ns")), Ok(true))])), "ns"),
         Status::Pass,

@@ -80,6 +80,9 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
+/// How a version-call error that is the API server's own answer starts (then the HTTP code).
+pub const ANSWERED_HTTP: &str = "answered HTTP ";
+
 /// The version call, then (if it answered) a review of every permission.
 pub async fn probe(kubeconfig: Option<&Path>, permissions: &[Permission]) -> KubeFacts {
     let (server, client) = match client(kubeconfig).await {
@@ -94,6 +97,8 @@ pub async fn probe(kubeconfig: Option<&Path>, permissions: &[Permission]) -> Kub
     };
     let version = match tokio::time::timeout(TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(info)) => Ok(info.git_version),
+        // It answered, with a refusal: say so, with the code (checks::kube_api words it).
+        Ok(Err(kube::Error::Api(s))) => Err(format!("{ANSWERED_HTTP}{}: {}", s.code, s.message)),
         Ok(Err(e)) => Err(chain(&e)),
         Err(_) => Err(format!("no answer within {TIMEOUT:?}")),
     };
