@@ -57,7 +57,10 @@ pub fn effective_values(chart: &Chart, user: &Value) -> Result<Value> {
     let mut v = chart.default_values.clone();
     values::merge(&mut v, user);
     if let Some(schema) = &chart.schema {
-        let errors = schema::validate(schema, &v);
+        let mut errors = schema::validate(schema, &v);
+        if errors.is_empty() {
+            errors.extend(schema::cross_field(&v));
+        }
         if !errors.is_empty() {
             bail!(
                 "the values do not match the chart's values.schema.json:\n  - {}",

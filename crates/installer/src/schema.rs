@@ -200,3 +200,75 @@ mod tests {
         );
     }
 }
+
+/// What a JSON schema cannot say: rules between two values, checked as the binaries check them
+/// at start (rivorad's L2 Lease timing: `retryPeriod < renewDeadline < leaseDuration`), so an
+/// install is refused up front instead of leaving every rivorad failing to start.
+pub fn cross_field(values: &Value) -> Vec<String> {
+    let l2 = &values["rivorad"]["l2"];
+    let duration = |key: &str| -> Option<std::time::Duration> {
+        let text = l2[key].as_str()?;
+        let split = text.find(|c: char| !c.is_ascii_digit())?;
+        let (digits, unit) = text.split_at(split);
+        let n: u64 = digits.parse().ok()?;
+        Some(match unit {
+            "ms" => std::time::Duration::from_millis(n),
+            "s" => std::time::Duration::from_secs(n),
+            "m" => std::time::Duration::from_secs(n * 60),
+            "h" => std::time::Duration::from_secs(n * 3600),
+            _ => return None,
+        })
+    };
+    let mut errors = Vec::new();
+    let (lease, renew, retry) = (
+        duration("leaseDuration"),
+        duration("renewDeadline"),
+        duration("retryPeriod"),
+    );
+    if let (Some(lease), Some(renew)) = (lease, renew)
+        && renew >= lease
+    {
+        errors.push(format!(
+            "rivorad.l2.renewDeadline ({renew:?}) must be shorter than rivorad.l2.leaseDuration \
+             ({lease:?}): the holder must stop answering before another node may take the Lease"
+        ));
+    }
+    if let (Some(renew), Some(retry)) = (renew, retry)
+        && (retry.is_zero() || retry >= renew)
+    {
+        errors.push(format!(
+            "rivorad.l2.retryPeriod ({retry:?}) must be more than zero and shorter than \
+             rivorad.l2.renewDeadline ({renew:?}), so the holder renews before it fences itself"
+        ));
+    }
+    errors
+}
+
+#[cfg(test)]
+mod cross_field_tests {
+    use super::cross_field;
+    use serde_json::json;
+
+    #[test]
+    fn l2_timings_are_checked_against_each_other() {
+        let l2 = |lease: &str, renew: &str, retry: &str| {
+            json!({"rivorad": {"l2": {
+                "leaseDuration": lease, "renewDeadline": renew, "retryPeriod": retry}}})
+        };
+        assert!(
+            cross_field(&l2("15s", "10s", "2s")).is_empty(),
+            "the chart's defaults"
+        );
+        let e = cross_field(&l2("15s", "20s", "2s"));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains(
+                "rivorad.l2.renewDeadline (20s) must be shorter than rivorad.l2.leaseDuration (15s)"
+            ),
+            "{e:?}"
+        );
+        let e = cross_field(&l2("15s", "10s", "10s"));
+        assert!(e[0].contains("rivorad.l2.retryPeriod (10s)"), "{e:?}");
+        assert!(cross_field(&l2("1m", "59s", "500ms")).is_empty());
+    }
+}
