@@ -304,6 +304,15 @@ impl Stores {
     }
 }
 
+/// The state of `kind`'s watch in the shared list.
+fn state_of(all: &mut [(Kind, WatchState)], kind: Kind) -> &mut WatchState {
+    &mut all
+        .iter_mut()
+        .find(|(k, _)| *k == kind)
+        .expect("every kind has a state")
+        .1
+}
+
 fn spawn<K>(
     kind: Kind,
     api: Api<Decoded<K>>,
@@ -336,11 +345,7 @@ where
                 Ok(ev) => {
                     let e = decoded_event(&kind_name, ev, &held, &mut bad);
                     let mut all = shown.lock().expect("watch states");
-                    let state = &mut all
-                        .iter_mut()
-                        .find(|(k, _)| *k == kind)
-                        .expect("every kind has a state")
-                        .1;
+                    let state = state_of(&mut all, kind);
                     if state.undecodable != bad {
                         state.undecodable = bad.clone();
                     }
@@ -358,11 +363,7 @@ where
         while let Some(ev) = stream.next().await {
             {
                 let mut all = states.lock().expect("watch states");
-                let state = &mut all
-                    .iter_mut()
-                    .find(|(k, _)| *k == kind)
-                    .expect("every kind has a state")
-                    .1;
+                let state = state_of(&mut all, kind);
                 match ev {
                     // A relist starting says nothing yet: the error it follows stands (and is
                     // not logged again) until objects arrive.
