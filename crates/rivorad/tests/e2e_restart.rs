@@ -78,18 +78,21 @@ fn sigkill_restart_adopts_every_id_and_a_changed_file_prunes() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let mut seen: Vec<String> = Vec::new();
     loop {
+        // The file as it was just before the connect: a refusal is the dead socket's only if
+        // the dead socket was there (the new one may be renamed in right after).
+        let before = std::fs::symlink_metadata(&lab.socket)
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .ok();
         let now = match std::os::unix::net::UnixStream::connect(&lab.socket) {
             Ok(_) => "answers".to_string(),
             Err(e) => {
-                let ino = std::fs::symlink_metadata(&lab.socket)
-                    .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-                    .ok();
+                // Read after the connect: held from before the dead socket's removal on.
                 let owner = rivora_api::instance::socket_owner(&lab.socket);
-                match (e.kind(), ino, owner) {
+                match (e.kind(), before, owner) {
                     (std::io::ErrorKind::ConnectionRefused, Some(i), _) if i == dead => {
                         "stale".to_string()
                     }
-                    (std::io::ErrorKind::NotFound, None, Some(_)) => "starting".to_string(),
+                    (std::io::ErrorKind::NotFound, _, Some(_)) => "starting".to_string(),
                     other => format!("{e} ({other:?})"),
                 }
             }
