@@ -17,7 +17,7 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use serde::de::{DeserializeOwned, Deserializer};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 /// An object of kind `K` as the API server sent it: decoded, or why not (with its metadata,
 /// which names it).
@@ -49,18 +49,6 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
                 error: e.to_string(),
             },
         })
-    }
-}
-
-/// Never sent (watches only read), but `kube::Api` asks for it.
-impl<K: Serialize> Serialize for Decoded<K> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Decoded::Ok(k) => k.serialize(s),
-            Decoded::Bad { metadata, .. } => {
-                serde_json::json!({ "metadata": metadata }).serialize(s)
-            }
-        }
     }
 }
 

@@ -325,7 +325,6 @@ where
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
-        + serde::Serialize
         + Send
         + Sync
         + 'static,
