@@ -53,11 +53,36 @@ pub fn pin_dir(test: &str) -> PathBuf {
     );
     ensure_bpffs(std::path::Path::new("/sys/fs/bpf")).expect("bpffs");
     static N: AtomicU32 = AtomicU32::new(0);
-    PathBuf::from(format!(
+    let dir = PathBuf::from(format!(
         "/sys/fs/bpf/rivora-test-{test}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
-    ))
+    ));
+    remove_at_exit(&dir);
+    dir
+}
+
+/// Every pin directory this binary handed out, removed (if still there) when it exits: a test
+/// that fails while no [`Rig`] owns its pins (between a `keep_pins` drop and the next load, say)
+/// must not leave them in bpffs.
+static HANDED_OUT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn remove_at_exit(dir: &std::path::Path) {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        extern "C" fn remove_all() {
+            let dirs = HANDED_OUT.lock().map(|d| d.clone()).unwrap_or_default();
+            for d in dirs.iter().filter(|d| d.exists()) {
+                let _ = remove_pins(d);
+            }
+        }
+        // SAFETY: registering a plain `extern "C" fn()` with atexit(3).
+        unsafe { libc::atexit(remove_all) };
+    });
+    HANDED_OUT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(dir.to_path_buf());
 }
 
 /// Loads the programs over `pin_dir` and adopts what is pinned there.
@@ -105,7 +130,6 @@ pub fn rig(test: &str) -> Rig {
 }
 
 /// [`rig`] with a Maglev table of `size` slots instead of the default.
-#[allow(dead_code)] // not every test binary sizes its table
 pub fn rig_with_table(test: &str, size: u32) -> Rig {
     let dir = pin_dir(test);
     let (datapath, maps, _) = Datapath::load(&LoadOptions {
