@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use serde::de::{DeserializeOwned, Deserializer};
 use serde::Deserialize;
+use serde::de::{DeserializeOwned, Deserializer};
 
 /// An object of kind `K` as the API server sent it: decoded, or why not (with its metadata,
 /// which names it).
