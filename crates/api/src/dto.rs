@@ -60,6 +60,13 @@ pub struct Status {
     /// adopted and programs swapped into pinned links.
     #[serde(default)]
     pub start: String,
+    /// Slots of the node's one Maglev table, which every VIP's slice shares (0 from an older
+    /// rivorad): with [`Status::maglev_slots_used`], how full it is.
+    #[serde(default)]
+    pub maglev_table_size: u32,
+    /// Slots the VIPs' slices hold now.
+    #[serde(default)]
+    pub maglev_slots_used: u64,
     /// The Kubernetes source's state (`rivorad --kubernetes`); absent for a
     /// node that runs the YAML file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,6 +174,10 @@ pub struct WatchInfo {
     /// The last error, until the next event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Objects left out because they do not decode (`namespace/name: why`; the rest of the
+    /// kind is served). Absent from an older rivorad.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecodable: Vec<String>,
 }
 
 /// Result of the last configuration reload.

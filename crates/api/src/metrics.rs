@@ -74,6 +74,7 @@
 //! | `rivora_k8s_watch_events_total` | counter | `kind` |
 //! | `rivora_k8s_watch_errors_total` | counter | `kind` |
 //! | `rivora_k8s_store_objects` | gauge | `kind` |
+//! | `rivora_k8s_undecodable_objects` | gauge | `kind` |
 //! | `rivora_k8s_node_report_writes_total` | counter | `result` (`ok`, `error`) |
 //! | `rivora_healthcheck_nodeport_requests_total` | counter | `code` (`200`, `503`) |
 //!
@@ -933,6 +934,15 @@ fn kubernetes(enc: &mut DescriptorEncoder, k: &crate::KubernetesStatus) -> fmt::
         k.watches
             .iter()
             .map(|w| ([("kind", w.kind.as_str())], w.errors)),
+    )?;
+    gauges(
+        enc,
+        "rivora_k8s_undecodable_objects",
+        "Objects left out per watched kind because they do not decode",
+        None,
+        k.watches
+            .iter()
+            .map(|w| ([("kind", w.kind.as_str())], w.undecodable.len() as u64)),
     )?;
     gauges(
         enc,

@@ -571,6 +571,8 @@ mod tests {
                 vip_count: 0,
                 backend_count: 0,
                 started_at_unix: 1_700_000_000,
+                maglev_table_size: 0,
+                maglev_slots_used: 0,
                 programs: vec![],
                 persist_datapath: false,
                 start: String::new(),

@@ -71,6 +71,8 @@ fn sample_status() -> Status {
         vip_count: 2,
         backend_count: 3,
         started_at_unix: 1_700_000_000,
+        maglev_table_size: 0,
+        maglev_slots_used: 0,
         persist_datapath: false,
         kubernetes: None,
         start: String::new(),

@@ -145,6 +145,7 @@ fn sample_snapshot() -> MetricsSnapshot {
                     events: 9,
                     errors: 1,
                     last_error: None,
+                    undecodable: vec!["a/odd: bad".into()],
                 },
                 rivora_api::WatchInfo {
                     kind: "Node".into(),
@@ -153,6 +154,7 @@ fn sample_snapshot() -> MetricsSnapshot {
                     events: 0,
                     errors: 3,
                     last_error: Some("connection refused".into()),
+                    undecodable: Vec::new(),
                 },
             ],
             initial_sync_complete: false,
@@ -437,6 +439,12 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
                 Kind::Counter,
                 l.clone(),
                 w.errors as f64,
+            );
+            put(
+                "rivora_k8s_undecodable_objects",
+                Kind::Gauge,
+                l.clone(),
+                w.undecodable.len() as f64,
             );
             put("rivora_k8s_store_objects", Kind::Gauge, l, w.objects as f64);
         }

@@ -67,8 +67,8 @@ struct Args {
 
     /// Run only these parts: 1|progs, 2|traffic, 3|maglev, 4|control, 5|kubernetes, or
     /// sub-parts of part 5: 5a (address assignment), 5b (EndpointSlice change to forwarding),
-    /// 5c (node-agent restart; runs 5b first), 5d (failovers), 5e (Gateway API)
-    /// (comma-separated).
+    /// 5c (node-agent restart; runs 5b first), 5d (failovers), 5e (Gateway API),
+    /// 5f (Services at scale on default flags) (comma-separated).
     #[arg(long, value_name = "PART", value_delimiter = ',')]
     only: Vec<String>,
 

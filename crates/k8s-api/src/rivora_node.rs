@@ -100,7 +100,18 @@ pub struct RivoraNodeStatus {
     /// sessions, or its part in the L2 Lease. Absent from a rivorad without announcing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub announce: Option<AnnounceReport>,
+    /// Objects this node's watches leave out because they do not decode, as `Kind
+    /// namespace/name: why` (the first 64; `undecodableTotal` counts them all). Everything
+    /// else of their kind is served; each also gets a Warning Event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecodable: Vec<String>,
+    /// How many objects do not decode; more than `undecodable` lists when capped.
+    #[serde(default)]
+    pub undecodable_total: i64,
 }
+
+/// Most objects listed in [`RivoraNodeStatus::undecodable`].
+pub const MAX_REPORTED_UNDECODABLE: usize = 64;
 
 /// Most BGP sessions listed in [`AnnounceReport::bgp_sessions`] and refused BGPPeers in
 /// [`AnnounceReport::bgp_problems`].

@@ -190,7 +190,7 @@ pub struct SessionState {
 }
 
 /// One watch as the status shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WatchStatus {
     /// The kind.
     pub kind: Kind,
@@ -203,7 +203,7 @@ pub struct WatchStatus {
 }
 
 /// The agent's state for rivorad's status, logs and metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct AgentStatus {
     /// `--node-name`.
     pub node: String,
@@ -329,6 +329,12 @@ pub fn start(client: Client, config: Config) -> Handles {
         ),
         None => (None, None, None),
     };
+    let (warnings_tx, warnings_rx) = watch::channel(Vec::new());
+    tokio::spawn(crate::warnings::publish(
+        client.clone(),
+        config.node_name.clone(),
+        warnings_rx,
+    ));
     tokio::spawn(write_reports(
         client,
         config.node_name.clone(),
@@ -367,7 +373,14 @@ pub fn start(client: Client, config: Config) -> Handles {
         meridio_spec: Default::default(),
         meridio_groups: Vec::new(),
     };
-    tokio::spawn(agent.run(offer_tx, status_tx, feedback_rx, report_tx, writes_rx));
+    tokio::spawn(agent.run(
+        offer_tx,
+        status_tx,
+        feedback_rx,
+        report_tx,
+        writes_rx,
+        warnings_tx,
+    ));
     Handles {
         offers,
         status,
@@ -441,6 +454,7 @@ impl Agent {
         mut feedback: mpsc::UnboundedReceiver<Feedback>,
         report: watch::Sender<Option<Report>>,
         mut writes: mpsc::UnboundedReceiver<WriteResult>,
+        warnings: watch::Sender<Vec<crate::warnings::Warning>>,
     ) {
         let mut election = self.l2_state.clone();
         loop {
@@ -506,6 +520,20 @@ impl Agent {
                     }
                 });
             }
+            let now = crate::warnings::warnings(
+                &self.config.node_name,
+                &shown_results(&self.results, &self.refused_vips),
+                &self.stores.services,
+                &self.stores.undecodable(),
+            );
+            warnings.send_if_modified(|w| {
+                if *w == now {
+                    false
+                } else {
+                    *w = now;
+                    true
+                }
+            });
         }
     }
 
@@ -929,6 +957,17 @@ impl Agent {
     fn report(&self) -> RivoraNodeStatus {
         let blockers: Vec<String> = self.gate.blockers().iter().map(|b| b.to_string()).collect();
         let results = shown_results(&self.results, &self.refused_vips);
+        let mut undecodable: Vec<String> = self
+            .stores
+            .undecodable()
+            .into_iter()
+            .flat_map(|(kind, objects)| {
+                objects
+                    .into_iter()
+                    .map(move |(name, bad)| format!("{kind} {name}: {}", bad.error))
+            })
+            .collect();
+        undecodable.sort();
         report::status(&report::Inputs {
             results: &results,
             gateways: &self.gateways,
@@ -942,6 +981,7 @@ impl Agent {
             previous: &self.conditions,
             now: Timestamp::now(),
             announce: self.announce_report(),
+            undecodable: &undecodable,
         })
     }
 

@@ -12,6 +12,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -82,10 +83,85 @@ impl<K: Resource> Resource for Decoded<K> {
     }
 }
 
-/// The objects of one watch that do not decode, by `namespace/name` (or `name`): the
-/// resourceVersion seen and why. An object leaves the list when a version of it decodes or
-/// it is deleted.
-pub type Undecodable = BTreeMap<String, (String, String)>;
+/// One object of a watch that does not decode: what names it to a user (and carries an Event)
+/// and why it was left out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BadObject {
+    /// The object: apiVersion, kind, namespace, name, uid and the resourceVersion seen (what
+    /// an Event's `regarding` needs).
+    pub reference: ObjectReference,
+    /// Why it does not decode (serde's message, naming the field).
+    pub error: String,
+}
+
+/// The objects of one watch that do not decode, by `namespace/name` (or `name`). An object
+/// leaves the list when a version of it decodes or it is deleted.
+///
+/// Why more than a map: a relist (after a watch error or an expired resourceVersion) sends
+/// every object again; one still undecodable at the same version was already reported and is
+/// not logged again. What the previous list held waits in `before` until the new list ends.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Undecodable {
+    objects: BTreeMap<String, BadObject>,
+    before: Option<BTreeMap<String, BadObject>>,
+}
+
+impl Undecodable {
+    /// None yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The objects that do not decode now, by `namespace/name`.
+    pub fn objects(&self) -> &BTreeMap<String, BadObject> {
+        &self.objects
+    }
+
+    /// How many objects do not decode now.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether a relist is under way (what [`Self::objects`] holds is partial).
+    pub fn relisting(&self) -> bool {
+        self.before.is_some()
+    }
+
+    /// Whether every object decodes.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Records `name` as undecodable; true when this version of it is new (to be logged).
+    fn record(&mut self, name: String, bad: BadObject) -> bool {
+        let seen = |m: &BTreeMap<String, BadObject>| {
+            m.get(&name)
+                .is_some_and(|b| b.reference.resource_version == bad.reference.resource_version)
+        };
+        let new = !seen(&self.objects) && !self.before.as_ref().is_some_and(seen);
+        self.objects.insert(name, bad);
+        new
+    }
+
+    /// `name` decodes (or is gone).
+    fn forget(&mut self, name: &str) {
+        self.objects.remove(name);
+        if let Some(b) = &mut self.before {
+            b.remove(name);
+        }
+    }
+
+    /// A relist starts: what it does not list again leaves when it ends.
+    fn relist(&mut self) {
+        let before = std::mem::take(&mut self.objects);
+        self.before = Some(before);
+    }
+
+    /// The relist ended.
+    fn listed(&mut self) {
+        self.before = None;
+    }
+}
 
 /// `namespace/name`, or `name` for a cluster-scoped object.
 fn label(meta: &ObjectMeta) -> String {
@@ -111,13 +187,25 @@ where
     use watcher::Event as E;
     let split = |d: Decoded<K>, bad: &mut Undecodable| match d {
         Decoded::Ok(k) => {
-            bad.remove(&label(k.meta()));
+            bad.forget(&label(k.meta()));
             Ok(k)
         }
         Decoded::Bad { metadata, error } => {
             let name = label(&metadata);
             let version = metadata.resource_version.clone().unwrap_or_default();
-            if bad.get(&name).map(|(v, _)| v) != Some(&version) {
+            let entry = BadObject {
+                reference: ObjectReference {
+                    api_version: Some(K::api_version(&()).into_owned()),
+                    kind: Some(K::kind(&()).into_owned()),
+                    namespace: metadata.namespace.clone(),
+                    name: metadata.name.clone(),
+                    uid: metadata.uid.clone(),
+                    resource_version: Some(version.clone()),
+                    field_path: None,
+                },
+                error: error.clone(),
+            };
+            if bad.record(name.clone(), entry) {
                 tracing::warn!(
                     kind,
                     object = %name,
@@ -126,7 +214,6 @@ where
                      (an earlier version that decoded stays in force): {error}"
                 );
             }
-            bad.insert(name, (version, error));
             let held = metadata.name.as_ref().and_then(|n| {
                 let mut r = ObjectRef::<K>::new(n);
                 if let Some(ns) = &metadata.namespace {
@@ -139,11 +226,14 @@ where
     };
     match ev {
         E::Init => {
-            // A relist: what is still undecodable is listed again.
-            bad.clear();
+            // A relist: what is still undecodable is listed again (and not logged again).
+            bad.relist();
             Some(E::Init)
         }
-        E::InitDone => Some(E::InitDone),
+        E::InitDone => {
+            bad.listed();
+            Some(E::InitDone)
+        }
         E::InitApply(d) => match split(d, bad) {
             Ok(k) => Some(E::InitApply(k)),
             Err((_, held)) => held.map(|k| E::InitApply((*k).clone())),
@@ -155,7 +245,7 @@ where
         E::Delete(d) => match split(d, bad) {
             Ok(k) => Some(E::Delete(k)),
             Err((metadata, held)) => {
-                bad.remove(&label(&metadata));
+                bad.forget(&label(&metadata));
                 held.map(|k| E::Delete((*k).clone()))
             }
         },
@@ -225,12 +315,12 @@ mod tests {
             ["a"],
             "the bad one left out, the list served"
         );
-        assert_eq!(bad.keys().collect::<Vec<_>>(), ["red/b"]);
+        assert_eq!(bad.objects().keys().collect::<Vec<_>>(), ["red/b"]);
         // `a` turns bad: its decoded version stays (and a relist keeps it); `b` is fixed.
         feed(E::Apply(route("a", "3", r#"[17]"#)), &mut bad);
         feed(E::Apply(route("b", "4", r#"["UDP"]"#)), &mut bad);
         assert_eq!(names(&reader), ["a", "b"]);
-        assert_eq!(bad.keys().collect::<Vec<_>>(), ["red/a"]);
+        assert_eq!(bad.objects().keys().collect::<Vec<_>>(), ["red/a"]);
         feed(E::Init, &mut bad);
         feed(E::InitApply(route("a", "3", r#"[17]"#)), &mut bad);
         feed(E::InitApply(route("b", "4", r#"["UDP"]"#)), &mut bad);
@@ -244,5 +334,42 @@ mod tests {
         feed(E::Delete(route("a", "5", r#"[17]"#)), &mut bad);
         assert_eq!(names(&reader), ["b"]);
         assert!(bad.is_empty());
+    }
+
+    #[test]
+    fn a_relist_reports_an_object_again_only_at_a_new_version() {
+        let bad = |v: &str| BadObject {
+            reference: ObjectReference {
+                resource_version: Some(v.into()),
+                ..Default::default()
+            },
+            error: "e".into(),
+        };
+        let mut u = Undecodable::new();
+        assert!(u.record("red/b".into(), bad("2")), "first seen: logged");
+        assert!(
+            !u.record("red/b".into(), bad("2")),
+            "same version: not again"
+        );
+        u.relist();
+        assert!(u.is_empty(), "during a relist only what it listed so far");
+        assert!(
+            !u.record("red/b".into(), bad("2")),
+            "listed again: not logged"
+        );
+        u.listed();
+        u.relist();
+        assert!(
+            u.record("red/b".into(), bad("3")),
+            "a new version is logged"
+        );
+        u.listed();
+        u.relist();
+        u.listed();
+        assert!(u.is_empty(), "gone from the list: gone");
+        assert!(
+            u.record("red/b".into(), bad("3")),
+            "back after it was gone: logged"
+        );
     }
 }

@@ -24,6 +24,7 @@
 //!   absent CRD) instead of starting over at every relist.
 //! - [`agent`] (edge): debounce, snapshot, translate, offer; the `RivoraNode` writer.
 //! - [`healthz_server`] (edge): one listener per healthCheckNodePort.
+//! - [`warnings`]: the Warning Events on objects this node cannot serve, and their recorder.
 
 #![warn(missing_docs)]
 
@@ -43,3 +44,4 @@ pub mod report;
 pub mod select;
 pub mod stores;
 pub mod translate;
+pub mod warnings;

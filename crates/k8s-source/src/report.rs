@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use rivora_gateway::ObjKey;
 use rivora_k8s_api::rivora_node::{
     MAX_REPORTED_BLOCKERS, MAX_REPORTED_GATEWAYS, MAX_REPORTED_PEERS, MAX_REPORTED_SERVICES,
-    MAX_REPORTED_VIPS, condition,
+    MAX_REPORTED_UNDECODABLE, MAX_REPORTED_VIPS, condition,
 };
 use rivora_k8s_api::{
     AnnounceReport, BgpSessionReport, DatapathSummary, GatewayReport, ListenerReport,
@@ -51,6 +51,8 @@ pub struct Inputs<'a> {
     pub now: Timestamp,
     /// How the node announces (None: `--announce none`).
     pub announce: Option<AnnounceReport>,
+    /// The objects the watches leave out, `Kind namespace/name: why`, sorted.
+    pub undecodable: &'a [String],
 }
 
 /// What the `announce` part of the report is made of.
@@ -297,6 +299,13 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
         gateways: gateway_reports(i, apply_ok),
         gateways_total: i.gateways.len() as i64,
         announce: i.announce.clone(),
+        undecodable: i
+            .undecodable
+            .iter()
+            .take(MAX_REPORTED_UNDECODABLE)
+            .cloned()
+            .collect(),
+        undecodable_total: i.undecodable.len() as i64,
     }
 }
 
@@ -422,6 +431,7 @@ mod tests {
             previous: &[],
             now: t0,
             announce: None,
+            undecodable: &[],
         };
         let s = status(&inputs());
         let c = |s: &RivoraNodeStatus, t: &str| {
@@ -479,6 +489,7 @@ mod tests {
             previous: &[],
             now: Timestamp::from_second(1).unwrap(),
             announce: None,
+            undecodable: &[],
         });
         assert_eq!(s.services.len(), MAX_REPORTED_SERVICES);
         assert_eq!(s.services_total, n as i64);

@@ -19,6 +19,7 @@
 //! `managedFields` are stripped on the way in: every EndpointSlice of the cluster is stored,
 //! and they are most of an object's size.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -39,14 +40,14 @@ use tracing::{info, warn};
 
 use crate::backoff::{is_absent, with_backoff};
 use crate::initsync::Kind;
-use crate::lenient::{Decoded, Undecodable, decoded_event};
+use crate::lenient::{BadObject, Decoded, Undecodable, decoded_event};
 use crate::translate::ServiceKey;
 
 /// The label that joins an EndpointSlice to its Service; slices without it are not watched.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// What one watch has delivered: shown in `rivoractl status` and the metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct WatchState {
     /// The keys (`namespace/name`) of the first full list, once it arrived.
     pub first_list: Option<Vec<ServiceKey>>,
@@ -60,8 +61,8 @@ pub struct WatchState {
     /// [`Kind::OPTIONAL`]): counted as listed and empty until it is served.
     pub absent: bool,
     /// Objects that do not decode (left out of the store, see lenient.rs), by
-    /// `namespace/name`: their resourceVersion and why.
-    pub undecodable: Undecodable,
+    /// `namespace/name`: their resourceVersion, uid and why.
+    pub undecodable: BTreeMap<String, BadObject>,
 }
 
 /// The stores and their watch states.
@@ -266,6 +267,18 @@ impl Stores {
         self.states.lock().expect("watch states").clone()
     }
 
+    /// The objects each watch leaves out because they do not decode (kinds with none are
+    /// left out): cheaper than [`Stores::states`], which copies the first lists.
+    pub fn undecodable(&self) -> Vec<(Kind, BTreeMap<String, BadObject>)> {
+        self.states
+            .lock()
+            .expect("watch states")
+            .iter()
+            .filter(|(_, s)| !s.undecodable.is_empty())
+            .map(|(k, s)| (*k, s.undecodable.clone()))
+            .collect()
+    }
+
     /// The kinds watched.
     pub fn kinds(&self) -> Vec<Kind> {
         self.states().into_iter().map(|(k, _)| k).collect()
@@ -337,6 +350,7 @@ where
     let kind_name = kind.to_string();
     let held = store.clone();
     let shown = Arc::clone(states);
+    let told = Arc::clone(changed);
     let decoded = with_backoff(watcher(api, config))
         .modify(|o: &mut Decoded<K>| o.managed_fields_mut().clear())
         .filter_map(move |ev| {
@@ -345,8 +359,12 @@ where
                     let e = decoded_event(&kind_name, ev, &held, &mut bad);
                     let mut all = shown.lock().expect("watch states");
                     let state = state_of(&mut all, kind);
-                    if state.undecodable != bad {
-                        state.undecodable = bad.clone();
+                    // Shown once a relist is complete, so the report does not flicker.
+                    if !bad.relisting() && state.undecodable != *bad.objects() {
+                        state.undecodable = bad.objects().clone();
+                        // An object left out reaches no store: say so here (the report,
+                        // its Event).
+                        told.notify_one();
                     }
                     e.map(Ok)
                 }

@@ -85,6 +85,17 @@ pub fn status_with(s: &Status, classifier: Option<String>, now_unix: u64) -> Str
     }
     kv("VIPs", s.vip_count.to_string());
     kv("Backends", s.backend_count.to_string());
+    if s.maglev_table_size > 0 {
+        kv(
+            "Maglev table",
+            format!(
+                "{} of {} slots in VIP slices ({:.1}%)",
+                s.maglev_slots_used,
+                s.maglev_table_size,
+                100.0 * s.maglev_slots_used as f64 / f64::from(s.maglev_table_size)
+            ),
+        );
+    }
     if let Some(c) = classifier {
         kv("Classifier", c);
     }
@@ -167,7 +178,16 @@ fn kubernetes_rows(k: &rivora_api::KubernetesStatus, kv: &mut impl FnMut(&str, S
         if let Some(e) = &w.last_error {
             v.push_str(&format!(", last error: {e}"));
         }
+        if !w.undecodable.is_empty() {
+            v.push_str(&format!(
+                ", {} left out (do not decode)",
+                w.undecodable.len()
+            ));
+        }
         kv(if i == 0 { "Watches" } else { "" }, v);
+        for u in &w.undecodable {
+            kv("", format!("  left out: {} {u}", w.kind));
+        }
     }
     let count = |state: &str| k.services.get(state).copied().unwrap_or(0);
     kv(
@@ -1631,6 +1651,8 @@ mod tests {
             vip_count: 2,
             backend_count: 3,
             started_at_unix: 1_700_000_000,
+            maglev_table_size: 0,
+            maglev_slots_used: 0,
             persist_datapath: false,
             kubernetes: None,
             start: String::new(),
@@ -1762,6 +1784,7 @@ mod tests {
                 events: 5,
                 errors: 1,
                 last_error: Some("timed out".into()),
+                undecodable: vec!["a/odd: spec.ports[0].port: invalid type".into()],
             }],
             initial_sync_complete: false,
             blocking: vec!["Service a/f fails: loop".into()],
@@ -1813,8 +1836,13 @@ mod tests {
             row(&out, "Watches"),
             [
                 "Watches",
-                "Service: listed, 3 object(s), 5 event(s), 1 error(s), last error: timed out"
+                "Service: listed, 3 object(s), 5 event(s), 1 error(s), last error: timed out, \
+                 1 left out (do not decode)"
             ]
+        );
+        assert!(
+            out.contains("left out: Service a/odd: spec.ports[0].port: invalid type"),
+            "{out}"
         );
     }
 
@@ -1844,6 +1872,13 @@ mod tests {
         assert!(!out.contains("Reload error"));
         assert_eq!(row(&out, "VIPs"), ["VIPs", "2"]);
         assert_eq!(row(&out, "Backends"), ["Backends", "3"]);
+        let mut s = sample_status();
+        s.maglev_table_size = 4_194_301;
+        s.maglev_slots_used = 1_006;
+        assert_eq!(
+            row(&status(&s, 1_700_003_660), "Maglev table"),
+            ["Maglev table", "1006 of 4194301 slots in VIP slices (0.0%)"]
+        );
         assert_eq!(
             row(&out, "Started"),
             ["Started", "2023-11-14 22:13:20 UTC (up 1h 1m)"]

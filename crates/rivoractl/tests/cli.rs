@@ -149,6 +149,8 @@ impl ApiSource for Fake {
             vip_count: 1,
             backend_count: 2,
             started_at_unix: 1_700_000_000,
+            maglev_table_size: 0,
+            maglev_slots_used: 0,
             persist_datapath: false,
             kubernetes: None,
             start: String::new(),

@@ -428,6 +428,8 @@ fn start_state(
                 changes: Some(report.to_string()),
             },
             started_at_unix: started,
+            maglev_table_size: 0,
+            maglev_slots_used: 0,
             persist_datapath: attachment.persistent,
             start,
             programs: programs(attachment),

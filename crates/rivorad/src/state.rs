@@ -287,6 +287,8 @@ impl ApiSource for StateSource {
         Status {
             vip_count: s.dataplane.vips().count() as u32,
             backend_count: s.dataplane.backends().count() as u32,
+            maglev_table_size: s.dataplane.maglev_table_len(),
+            maglev_slots_used: s.dataplane.vips().map(|v| u64::from(v.slice.size)).sum(),
             kubernetes: s.source_status.as_ref().map(|read| read(&s.dataplane)),
             ..s.status.clone()
         }

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use rivora_dataplane::view::PinnedView;
@@ -140,17 +140,13 @@ pub async fn run(ctx: &Ctx) -> Result<(Section, Serving)> {
     let mut fleet = Fleet::new(&ns, CLASS, &agent.name, services);
     let populated = fleet.populate(&ctx.admin).await?;
 
-    // Twice the slots every VIP prefers (with one more endpoint), so no slice is shrunk and a
-    // changed VIP always finds room for its new slice (docs/maglev.md).
-    let slice = rivora_maglev::preferred_slice_size(ENDPOINTS as u32 + 1, ENDPOINTS as u64 + 1, 1);
-    let table = rivora_maglev::prime_at_least(2 * slice * services as u32 + slice)
-        .ok_or_else(|| anyhow!("no prime Maglev table size for {services} VIPs"))?;
+    // The chart's default flags (deploy/chart values.yaml): the Maglev table is rivorad's
+    // default, shared by every VIP's slice (slices follow each VIP's share, docs/maglev.md).
     let flags: Vec<String> = [
         "--namespace",
         &ns,
         "--persist-datapath",
-        "--maglev-table-size",
-        &table.to_string(),
+        "--flow-table-size=65536",
     ]
     .map(String::from)
     .into();
@@ -160,6 +156,7 @@ pub async fn run(ctx: &Ctx) -> Result<(Section, Serving)> {
         .start(&ctx.bins.rivorad, &flag_refs)
         .with_context(|| agent.log_tail())?;
     let to_sync = initial_sync(&agent, t).await?;
+    let table = agent.api().status().await?.maglev_table_size;
     let view = agent.view()?;
     let to_all = all_forwarding(&view, &fleet, t).await?;
     let cold = [to_socket, to_sync, to_all];
@@ -202,8 +199,8 @@ pub async fn run(ctx: &Ctx) -> Result<(Section, Serving)> {
         ratio_label: "vs baseline".into(),
         method: format!(
             "One node agent (the release rivorad, `--kubernetes` as its shipped ServiceAccount \
-             and RBAC, XDP on a veth, `--persist-datapath`, `--maglev-table-size {table}` so \
-             no VIP's slice is shrunk) serving {services} LoadBalancer Services x {ENDPOINTS} \
+             and RBAC, XDP on a veth, the chart's default flags `--persist-datapath \
+             --flow-table-size=65536`, rivorad's default Maglev table of {table} slots) serving {services} LoadBalancer Services x {ENDPOINTS} \
              endpoints ({} distinct backends: endpoint 0 of each Service is a pod of its own, \
              the other 9 are pods backing 5 Services each, as the 8,192-backend table \
              requires), on the test bed's real kube-apiserver and etcd. The benchmark \

@@ -91,15 +91,20 @@ impl Fleet {
     /// every slice that lists it, and the datapath drains a backend only when every VIP
     /// listing it does); the other 9 are shared, each pod backing 5 Services.
     pub fn new(ns: &str, class: &str, node: &str, services: usize) -> Fleet {
-        let shared = (services * (ENDPOINTS - 1))
+        Self::sized(ns, class, node, services, ENDPOINTS)
+    }
+
+    /// As [`Fleet::new`] with `endpoints` endpoints per Service (at least 2).
+    pub fn sized(ns: &str, class: &str, node: &str, services: usize, endpoints: usize) -> Fleet {
+        let shared = (services * (endpoints - 1))
             .div_ceil(SERVICES_PER_POD)
-            .max(ENDPOINTS - 1);
+            .max(endpoints - 1);
         let eps = (0..services)
             .map(|s| {
                 std::iter::once(Ep::ready(s))
                     .chain(
-                        (1..ENDPOINTS)
-                            .map(|j| Ep::ready(services + (s * (ENDPOINTS - 1) + j - 1) % shared)),
+                        (1..endpoints)
+                            .map(|j| Ep::ready(services + (s * (endpoints - 1) + j - 1) % shared)),
                     )
                     .collect()
             })

@@ -3,7 +3,7 @@
 //! 5a address assignment at scale (rivora-controller), 5b EndpointSlice change to forwarding
 //! on a node agent serving 2,000 Services, 5c node-agent start-up and restart with adopted
 //! VIPs, 5d failovers (controller leader, L2 holder, last endpoint to BGP withdraw), 5e Gateway
-//! API at scale. Each sub-part is its own table; one that fails becomes a table saying why, and
+//! API at scale, 5f Services at scale on default flags. Each sub-part is its own table; one that fails becomes a table saying why, and
 //! the others still run (5c needs 5b's agent, so it says so when 5b failed).
 
 mod assign;
@@ -12,6 +12,7 @@ mod failover;
 mod fleet;
 mod gateway;
 mod harness;
+mod scale;
 mod startup;
 
 use anyhow::{Result, anyhow};
@@ -22,7 +23,7 @@ use harness::Ctx;
 use crate::report::Section;
 
 /// Part 5's sub-parts, as `--only 5a` names them.
-pub const SUBPARTS: &[char] = &['a', 'b', 'c', 'd', 'e'];
+pub const SUBPARTS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
 
 /// Runs the sub-parts in `only` (all when empty) in one test bed; one Section each.
 pub fn run(bins: Bins, quick: bool, only: &[char]) -> Result<Vec<Section>> {
@@ -80,6 +81,13 @@ pub fn run(bins: Bins, quick: bool, only: &[char]) -> Result<Vec<Section>> {
                 gateway::run(&ctx)
                     .await
                     .unwrap_or_else(|e| crate::failed(gateway::TITLE, &e)),
+            );
+        }
+        if want('f') {
+            sections.push(
+                scale::run(&ctx)
+                    .await
+                    .unwrap_or_else(|e| crate::failed(scale::TITLE, &e)),
             );
         }
         Ok(sections)

@@ -348,6 +348,12 @@ fn dto(a: &AgentStatus, api_server: &str, unclaimed: usize) -> rivora_api::Kuber
                 events: w.state.events,
                 errors: w.state.errors,
                 last_error: w.state.last_error.clone(),
+                undecodable: w
+                    .state
+                    .undecodable
+                    .iter()
+                    .map(|(name, b)| format!("{name}: {}", b.error))
+                    .collect(),
             })
             .collect(),
         initial_sync_complete: a.gate_open,
