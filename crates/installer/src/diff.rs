@@ -27,8 +27,8 @@ pub fn diff(old: &[Document], new: &[Document]) -> Vec<Change> {
         match old.get(k) {
             None => out.push(Change::Added(n.describe())),
             Some(o) if o.object != n.object => {
-                let a = serde_norway::to_string(&o.object).unwrap_or_default();
-                let b = serde_norway::to_string(&n.object).unwrap_or_default();
+                let a = crate::yaml::to_string(&o.object);
+                let b = crate::yaml::to_string(&n.object);
                 out.push(Change::Changed(n.describe(), line_diff(&a, &b)));
             }
             Some(_) => {}
