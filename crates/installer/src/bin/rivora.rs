@@ -322,6 +322,7 @@ async fn status(args: StatusArgs) -> Result<ExitCode> {
         &args.namespace,
         &class,
         recorded.as_ref().map(|r| r.chart.metadata.version.clone()),
+        status::LeaseRef::from_values(&values, &args.namespace),
     )
     .await?;
     let mut report = status::evaluate(&observed);
