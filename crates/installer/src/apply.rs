@@ -15,6 +15,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 use serde_json::{Value, json};
 
+use crate::diff::{self, Change};
 use crate::release::{self, Release};
 use crate::render::Document;
 
@@ -157,6 +158,55 @@ pub async fn apply_objects(
         progress(doc);
     }
     Ok(())
+}
+
+/// What applying `docs` and deleting `removed` would change in the cluster, object by object:
+/// each object is applied as [`apply_objects`] applies it, but as a server-side dry run, and the
+/// result compared with the live object, so drift from the chart (a ClusterRole someone edited)
+/// shows as the change the upgrade makes. An object not live (or of a kind not served yet) is
+/// created; a removed one that is live is deleted.
+pub async fn plan_objects(
+    client: &Client,
+    docs: &[Document],
+    removed: &[Document],
+    release: &str,
+    namespace: &str,
+) -> Result<Vec<Change>> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    let mut changes = Vec::new();
+    for doc in docs {
+        let Ok(api) = api_for(client, doc, namespace).await else {
+            changes.push(Change::Added(doc.describe()));
+            continue;
+        };
+        let live = api
+            .get_opt(doc.name())
+            .await
+            .with_context(|| format!("reading {}", doc.describe()))?;
+        let Some(live) = live else {
+            changes.push(Change::Added(doc.describe()));
+            continue;
+        };
+        let obj = with_release_metadata(doc, release, namespace);
+        let applied = api
+            .patch(doc.name(), &pp, &Patch::Apply(&obj))
+            .await
+            .with_context(|| format!("applying {} (dry run)", doc.describe()))?;
+        let (before, after) = (
+            serde_json::to_value(&live)?,
+            serde_json::to_value(&applied)?,
+        );
+        changes.extend(diff::live_change(doc.describe(), &before, &after));
+    }
+    for doc in removed.iter().filter(|d| !d.kept()) {
+        let Ok(api) = api_for(client, doc, namespace).await else {
+            continue;
+        };
+        if api.get_opt(doc.name()).await?.is_some() {
+            changes.push(Change::Removed(doc.describe()));
+        }
+    }
+    Ok(changes)
 }
 
 /// Deletes objects (in the given order; NotFound is fine), in the background (the garbage

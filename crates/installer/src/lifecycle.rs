@@ -184,8 +184,9 @@ pub struct UpgradeMode {
     pub dry_run: bool,
 }
 
-/// Upgrades: renders with the recorded values (plus the new ones), shows the object diff, and
-/// unless `dry_run` applies the CRDs and objects, deletes objects no longer rendered (never CRDs
+/// Upgrades: renders with the recorded values (plus the new ones), computes what applying it
+/// changes in the live objects (a server-side dry run, so drift is seen), and unless `dry_run`
+/// applies the CRDs and objects, deletes objects no longer rendered (never CRDs
 /// or custom resources) and records the new revision.
 pub async fn upgrade(
     client: &Client,
@@ -214,15 +215,6 @@ pub async fn upgrade(
     let manifest = render_for(chart, &user, target, revision)?;
     let old = render::split_documents("previous", &previous.manifest)
         .context("reading the previous revision's manifest")?;
-    let changes = diff::diff(&old, &manifest.objects);
-    if dry_run {
-        return Ok(UpgradePlan {
-            revision,
-            changes,
-            manifest,
-        });
-    }
-    apply_manifest(client, &manifest, extra_crds, target, waiting).await?;
     let removed: Vec<_> = old
         .iter()
         .filter(|o| {
@@ -233,6 +225,24 @@ pub async fn upgrade(
         })
         .cloned()
         .collect();
+    // Against the live objects, not the previous manifest: what the apply below changes,
+    // drift from the chart included.
+    let changes = apply::plan_objects(
+        client,
+        &manifest.objects,
+        &removed,
+        &target.release,
+        &target.namespace,
+    )
+    .await?;
+    if dry_run {
+        return Ok(UpgradePlan {
+            revision,
+            changes,
+            manifest,
+        });
+    }
+    apply_manifest(client, &manifest, extra_crds, target, waiting).await?;
     apply::delete_objects(client, &removed, &target.namespace, |d| {
         eprintln!("✓ deleted {}", d.describe());
     })

@@ -29,7 +29,8 @@ enum Command {
     /// server-side apply. `--dry-run` prints the objects instead and needs no cluster.
     Install(InstallArgs),
     /// Upgrade the release: the recorded values are reused (with `-f`/`--set` merged over them)
-    /// unless --reset-values; prints the object changes, and with --dry-run only prints them.
+    /// unless --reset-values; prints what changes in the live objects (edits made to them since
+    /// included, which the upgrade undoes), and with --dry-run only prints it.
     /// CRDs are applied (never deleted) and no custom resource is touched.
     Upgrade(UpgradeArgs),
     /// Uninstall the release: every object it created, in reverse order, and its records. The
@@ -95,7 +96,7 @@ struct UpgradeArgs {
     /// Start from the chart's defaults instead of the recorded values.
     #[arg(long)]
     reset_values: bool,
-    /// Print the object changes and change nothing.
+    /// Print the changes to the live objects (a server-side dry run) and change nothing.
     #[arg(long)]
     dry_run: bool,
 }
