@@ -237,6 +237,29 @@ pub async fn delete_objects(
     Ok(())
 }
 
+/// The Gateways (`namespace/name`) whose `gatewayClassName` is `class`: a GatewayClass they use
+/// is kept by `rivora uninstall`. None when the Gateway API is not served.
+pub async fn gateways_of_class(client: &Client, class: &str) -> Result<Vec<String>> {
+    let api: Api<gateway_api::gateways::Gateway> = Api::all(client.clone());
+    let list = match api.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Vec::new()),
+        Err(e) => return Err(e).context("listing the Gateways that may use the GatewayClass"),
+    };
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|g| g.spec.gateway_class_name == class)
+        .map(|g| {
+            format!(
+                "{}/{}",
+                g.metadata.namespace.unwrap_or_default(),
+                g.metadata.name.unwrap_or_default()
+            )
+        })
+        .collect())
+}
+
 /// Every stored revision of release `name` in `namespace`.
 pub async fn read_releases(client: &Client, namespace: &str, name: &str) -> Result<Vec<Release>> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);

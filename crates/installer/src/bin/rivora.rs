@@ -34,7 +34,8 @@ enum Command {
     /// CRDs are applied (never deleted) and no custom resource is touched.
     Upgrade(UpgradeArgs),
     /// Uninstall the release: every object it created, in reverse order, and its records. The
-    /// CRDs stay unless --delete-crds.
+    /// CRDs stay unless --delete-crds, and the chart's GatewayClass while Gateways use it unless
+    /// --delete-gateway-class.
     Uninstall(UninstallArgs),
     /// How Rivora stands: chart version, DaemonSet and Deployment readiness, the controller
     /// leader, each node's report (datapath, XDP mode, VIPs, BGP sessions or L2 holder,
@@ -113,6 +114,10 @@ struct UninstallArgs {
     /// RivoraNode in the cluster (Services lose their Rivora addresses).
     #[arg(long)]
     delete_crds: bool,
+    /// Also delete the chart's GatewayClass while Gateways use it (they lose their addresses);
+    /// without it such a GatewayClass is kept, naming the Gateways.
+    #[arg(long)]
+    delete_gateway_class: bool,
     /// kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the in-cluster config).
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
@@ -189,7 +194,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 release: args.release,
                 namespace: args.namespace,
             };
-            lifecycle::uninstall(&client, &Chart::embedded(), &target, args.delete_crds).await?;
+            let how = lifecycle::UninstallMode {
+                delete_crds: args.delete_crds,
+                delete_gateway_class: args.delete_gateway_class,
+            };
+            lifecycle::uninstall(&client, &Chart::embedded(), &target, how).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
