@@ -11,7 +11,8 @@
 #   (iproute2), sysctl (procps), nsenter/unshare/taskset/mount (util-linux), ethtool,
 #   nft (nftables: the DSR and fib e2e tests' counters, the bench's DNAT
 #   baseline, rivora-doctor's firewall check and its test), trafgen (netsniff-ng: the bench and the SYN-flood e2e test), bird/birdc, gobgpd/gobgp,
-#   vtysh/bgpd (frr): the real BGP peers; /usr/bin/time (time): the figures
+#   vtysh/bgpd (frr): the real BGP peers; python3 + PyYAML (python3, python3-yaml): the
+#   installer's YAML 1.1 test; /usr/bin/time (time): the figures
 #   of build-testdeps.sh, which builds kube-apiserver, etcd and helm with Go.
 set -euo pipefail
 
@@ -38,6 +39,9 @@ command -v trafgen >/dev/null 2>&1 || need+=(netsniff-ng)
 command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
 command -v ping >/dev/null 2>&1 || need+=(iputils-ping)
 compgen -G '/usr/lib/*/libusrsctp.so.2' >/dev/null || need+=(libusrsctp2)
+# crates/installer/tests/dry_run_yaml11.rs: PyYAML reads `rivora install --dry-run` as YAML 1.1.
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 # GNU time: build-testdeps.sh records the Go builds' time and peak memory with it.
 [ -x /usr/bin/time ] || need+=(time)
 # Real BGP peers for the speaker's interop tests.

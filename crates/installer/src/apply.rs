@@ -15,6 +15,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 use serde_json::{Value, json};
 
+use crate::diff::{self, Change};
 use crate::release::{self, Release};
 use crate::render::Document;
 
@@ -159,6 +160,55 @@ pub async fn apply_objects(
     Ok(())
 }
 
+/// What applying `docs` and deleting `removed` would change in the cluster, object by object:
+/// each object is applied as [`apply_objects`] applies it, but as a server-side dry run, and the
+/// result compared with the live object, so drift from the chart (a ClusterRole someone edited)
+/// shows as the change the upgrade makes. An object not live (or of a kind not served yet) is
+/// created; a removed one that is live is deleted.
+pub async fn plan_objects(
+    client: &Client,
+    docs: &[Document],
+    removed: &[Document],
+    release: &str,
+    namespace: &str,
+) -> Result<Vec<Change>> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    let mut changes = Vec::new();
+    for doc in docs {
+        let Ok(api) = api_for(client, doc, namespace).await else {
+            changes.push(Change::Added(doc.describe()));
+            continue;
+        };
+        let live = api
+            .get_opt(doc.name())
+            .await
+            .with_context(|| format!("reading {}", doc.describe()))?;
+        let Some(live) = live else {
+            changes.push(Change::Added(doc.describe()));
+            continue;
+        };
+        let obj = with_release_metadata(doc, release, namespace);
+        let applied = api
+            .patch(doc.name(), &pp, &Patch::Apply(&obj))
+            .await
+            .with_context(|| format!("applying {} (dry run)", doc.describe()))?;
+        let (before, after) = (
+            serde_json::to_value(&live)?,
+            serde_json::to_value(&applied)?,
+        );
+        changes.extend(diff::live_change(doc.describe(), &before, &after));
+    }
+    for doc in removed.iter().filter(|d| !d.kept()) {
+        let Ok(api) = api_for(client, doc, namespace).await else {
+            continue;
+        };
+        if api.get_opt(doc.name()).await?.is_some() {
+            changes.push(Change::Removed(doc.describe()));
+        }
+    }
+    Ok(changes)
+}
+
 /// Deletes objects (in the given order; NotFound is fine), in the background (the garbage
 /// collector removes a DaemonSet's Pods after it, as `kubectl delete` does). Objects marked
 /// `helm.sh/resource-policy: keep` are left where they are, as Helm leaves them.
@@ -185,6 +235,29 @@ pub async fn delete_objects(
         }
     }
     Ok(())
+}
+
+/// The Gateways (`namespace/name`) whose `gatewayClassName` is `class`: a GatewayClass they use
+/// is kept by `rivora uninstall`. None when the Gateway API is not served.
+pub async fn gateways_of_class(client: &Client, class: &str) -> Result<Vec<String>> {
+    let api: Api<gateway_api::gateways::Gateway> = Api::all(client.clone());
+    let list = match api.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Vec::new()),
+        Err(e) => return Err(e).context("listing the Gateways that may use the GatewayClass"),
+    };
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|g| g.spec.gateway_class_name == class)
+        .map(|g| {
+            format!(
+                "{}/{}",
+                g.metadata.namespace.unwrap_or_default(),
+                g.metadata.name.unwrap_or_default()
+            )
+        })
+        .collect())
 }
 
 /// Every stored revision of release `name` in `namespace`.

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
 use crate::render::Document;
 
 /// One object's fate in an upgrade.
@@ -27,8 +29,8 @@ pub fn diff(old: &[Document], new: &[Document]) -> Vec<Change> {
         match old.get(k) {
             None => out.push(Change::Added(n.describe())),
             Some(o) if o.object != n.object => {
-                let a = serde_norway::to_string(&o.object).unwrap_or_default();
-                let b = serde_norway::to_string(&n.object).unwrap_or_default();
+                let a = crate::yaml::to_string(&o.object);
+                let b = crate::yaml::to_string(&n.object);
                 out.push(Change::Changed(n.describe(), line_diff(&a, &b)));
             }
             Some(_) => {}
@@ -40,6 +42,43 @@ pub fn diff(old: &[Document], new: &[Document]) -> Vec<Change> {
         }
     }
     out
+}
+
+/// What the API server keeps on an object besides its content, which an apply changes without
+/// that being a change of the object (`generation`, the DaemonSet's template generation) or
+/// which no apply sets (`status`, `managedFields`): left out before comparing live objects.
+pub fn comparable(object: &Value) -> Value {
+    let mut v = object.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("status");
+    }
+    if let Some(meta) = v["metadata"].as_object_mut() {
+        for k in [
+            "managedFields",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "uid",
+            "selfLink",
+        ] {
+            meta.remove(k);
+        }
+        if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.remove("deprecated.daemonset.template.generation");
+        }
+    }
+    v
+}
+
+/// The change from the live object `before` to `after` (what applying the chart's object makes
+/// of it), if any: [`comparable`] parts compared, the lines of their YAML shown.
+pub fn live_change(what: String, before: &Value, after: &Value) -> Option<Change> {
+    let (a, b) = (comparable(before), comparable(after));
+    if a == b {
+        return None;
+    }
+    let lines = line_diff(&crate::yaml::to_string(&a), &crate::yaml::to_string(&b));
+    Some(Change::Changed(what, lines))
 }
 
 /// The diff as text, as `rivora upgrade --dry-run` prints it (changed lines with 2 lines of
@@ -149,5 +188,25 @@ mod tests {
             "{text}"
         );
         assert_eq!(render(&diff(&old, &old)), "no object changes\n");
+    }
+
+    #[test]
+    fn live_changes_ignore_what_the_server_keeps_and_show_the_rest() {
+        let live = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "r", "resourceVersion": "7", "generation": 1,
+                         "managedFields": [{"manager": "kubectl-edit"}]},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
+        let mut applied = live.clone();
+        applied["metadata"]["resourceVersion"] = json!("8");
+        applied["metadata"]["managedFields"] = json!([{"manager": "rivora"}]);
+        assert_eq!(live_change("ClusterRole r".into(), &live, &applied), None);
+        applied["rules"][0]["verbs"] = json!(["get", "list"]);
+        let Some(Change::Changed(what, lines)) =
+            live_change("ClusterRole r".into(), &live, &applied)
+        else {
+            panic!("a change")
+        };
+        assert_eq!(what, "ClusterRole r");
+        assert!(lines.contains(&"+  - list".to_string()), "{lines:?}");
     }
 }

@@ -15,6 +15,7 @@ pub mod render;
 pub mod schema;
 pub mod status;
 pub mod values;
+pub mod yaml;
 
 use anyhow::{Result, bail};
 use serde_json::Value;

@@ -184,8 +184,9 @@ pub struct UpgradeMode {
     pub dry_run: bool,
 }
 
-/// Upgrades: renders with the recorded values (plus the new ones), shows the object diff, and
-/// unless `dry_run` applies the CRDs and objects, deletes objects no longer rendered (never CRDs
+/// Upgrades: renders with the recorded values (plus the new ones), computes what applying it
+/// changes in the live objects (a server-side dry run, so drift is seen), and unless `dry_run`
+/// applies the CRDs and objects, deletes objects no longer rendered (never CRDs
 /// or custom resources) and records the new revision.
 pub async fn upgrade(
     client: &Client,
@@ -214,15 +215,6 @@ pub async fn upgrade(
     let manifest = render_for(chart, &user, target, revision)?;
     let old = render::split_documents("previous", &previous.manifest)
         .context("reading the previous revision's manifest")?;
-    let changes = diff::diff(&old, &manifest.objects);
-    if dry_run {
-        return Ok(UpgradePlan {
-            revision,
-            changes,
-            manifest,
-        });
-    }
-    apply_manifest(client, &manifest, extra_crds, target, waiting).await?;
     let removed: Vec<_> = old
         .iter()
         .filter(|o| {
@@ -233,6 +225,24 @@ pub async fn upgrade(
         })
         .cloned()
         .collect();
+    // Against the live objects, not the previous manifest: what the apply below changes,
+    // drift from the chart included.
+    let changes = apply::plan_objects(
+        client,
+        &manifest.objects,
+        &removed,
+        &target.release,
+        &target.namespace,
+    )
+    .await?;
+    if dry_run {
+        return Ok(UpgradePlan {
+            revision,
+            changes,
+            manifest,
+        });
+    }
+    apply_manifest(client, &manifest, extra_crds, target, waiting).await?;
     apply::delete_objects(client, &removed, &target.namespace, |d| {
         eprintln!("✓ deleted {}", d.describe());
     })
@@ -260,23 +270,80 @@ pub async fn upgrade(
     })
 }
 
+/// What `rivora uninstall` may delete beyond the release's own objects.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UninstallMode {
+    /// Delete the CRDs too (and with them every custom resource of theirs).
+    pub delete_crds: bool,
+    /// Delete the chart's GatewayClass even while Gateways use it.
+    pub delete_gateway_class: bool,
+}
+
+/// Whether `doc` is a GatewayClass (which Gateways outside the release may use).
+pub fn is_gateway_class(doc: &Document) -> bool {
+    doc.kind() == "GatewayClass" && doc.api_version().starts_with("gateway.networking.k8s.io/")
+}
+
+/// The objects to delete and the ones kept with the reason: a GatewayClass that Gateways use
+/// (`users`: the Gateways of each class) is kept unless `delete_gateway_class`, since deleting
+/// it strands them (no controller serves a Gateway of a missing class, so they lose their
+/// addresses and traffic).
+pub fn partition_for_uninstall(
+    docs: Vec<Document>,
+    users: &std::collections::BTreeMap<String, Vec<String>>,
+    delete_gateway_class: bool,
+) -> (Vec<Document>, Vec<(Document, String)>) {
+    let mut delete = Vec::new();
+    let mut kept = Vec::new();
+    for d in docs {
+        let gateways = users.get(d.name()).filter(|g| !g.is_empty());
+        match gateways {
+            Some(g) if is_gateway_class(&d) && !delete_gateway_class => {
+                let why = format!(
+                    "Gateways use it ({}): delete them first, then `kubectl delete gatewayclass {}`, \
+                     or uninstall with --delete-gateway-class",
+                    g.join(", "),
+                    d.name()
+                );
+                kept.push((d, why));
+            }
+            _ => delete.push(d),
+        }
+    }
+    (delete, kept)
+}
+
 /// Uninstalls: deletes the recorded objects in reverse install order and the release records;
-/// the CRDs (and with them every custom resource of theirs) only when `delete_crds`.
+/// the CRDs (and with them every custom resource of theirs) only when `how.delete_crds`, and a
+/// GatewayClass that Gateways use only when `how.delete_gateway_class` (kept and said why
+/// otherwise).
 pub async fn uninstall(
     client: &Client,
     chart: &Chart,
     target: &Target,
-    delete_crds: bool,
+    how: UninstallMode,
 ) -> Result<()> {
+    let delete_crds = how.delete_crds;
     let releases = apply::read_releases(client, &target.namespace, &target.release).await?;
     match release::latest(releases) {
         Some(latest) => {
             let mut docs = render::split_documents("manifest", &latest.manifest)?;
             docs.reverse();
+            let mut users = std::collections::BTreeMap::new();
+            for d in docs.iter().filter(|d| is_gateway_class(d)) {
+                users.insert(
+                    d.name().to_string(),
+                    apply::gateways_of_class(client, d.name()).await?,
+                );
+            }
+            let (docs, kept) = partition_for_uninstall(docs, &users, how.delete_gateway_class);
             apply::delete_objects(client, &docs, &target.namespace, |d| {
                 eprintln!("✓ deleted {}", d.describe())
             })
             .await?;
+            for (d, why) in &kept {
+                eprintln!("kept {}: {why}", d.describe());
+            }
             let n = apply::delete_releases(client, &target.namespace, &target.release).await?;
             eprintln!("✓ deleted {n} release records");
         }
@@ -366,6 +433,41 @@ pub fn read_gateway_api_crds(paths: &[std::path::PathBuf]) -> Result<Vec<Documen
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn a_gateway_class_in_use_is_kept_unless_asked() {
+        let docs = render::split_documents(
+            "m",
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: rivora}\n\
+             ---\napiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: idle}\n\
+             ---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: rivora}\n",
+        )
+        .unwrap();
+        let users = [
+            ("rivora".to_string(), vec!["apps/web".to_string()]),
+            ("idle".to_string(), vec![]),
+        ]
+        .into_iter()
+        .collect();
+        let (delete, kept) = partition_for_uninstall(docs.clone(), &users, false);
+        let deleted: Vec<String> = delete.iter().map(Document::describe).collect();
+        assert_eq!(deleted, ["GatewayClass idle", "ServiceAccount rivora"]);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].0.describe(), "GatewayClass rivora");
+        assert!(
+            kept[0].1.contains("Gateways use it (apps/web)"),
+            "{}",
+            kept[0].1
+        );
+        assert!(
+            kept[0].1.contains("--delete-gateway-class"),
+            "{}",
+            kept[0].1
+        );
+        let (delete, kept) = partition_for_uninstall(docs, &users, true);
+        assert_eq!(delete.len(), 3);
+        assert!(kept.is_empty());
+    }
 
     #[test]
     fn gateway_api_crds_only() {

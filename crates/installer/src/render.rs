@@ -81,7 +81,8 @@ pub struct Manifest {
 
 impl Manifest {
     /// The templated objects as helm's manifest text (`---` + `# Source:` + YAML per object),
-    /// which `--dry-run` prints and the release record stores.
+    /// which `--dry-run` prints and the release record stores; every string a YAML 1.1 reader
+    /// (kubectl, helm) would retype is quoted ([`crate::yaml::to_string`]).
     pub fn objects_yaml(&self) -> String {
         to_yaml_stream(&self.objects)
     }
@@ -98,7 +99,8 @@ fn to_yaml_stream(docs: &[Document]) -> String {
         out.push_str("---\n# Source: ");
         out.push_str(&d.source);
         out.push('\n');
-        out.push_str(&serde_norway::to_string(&d.object).expect("JSON data is YAML"));
+        // Quoted for YAML 1.1 readers: kubectl applies this text, helm reads the record.
+        out.push_str(&crate::yaml::to_string(&d.object));
     }
     out
 }
@@ -194,7 +196,8 @@ pub fn split_documents(source: &str, text: &str) -> Result<Vec<Document>> {
         if !meaningful {
             continue;
         }
-        let object: Value = serde_norway::from_str(&raw)
+        // As kubectl and helm read a manifest: YAML 1.1 scalars.
+        let object: Value = crate::yaml::from_str(&raw)
             .with_context(|| format!("{source}: document {} is not valid YAML", i + 1))?;
         if object.is_null() {
             continue;

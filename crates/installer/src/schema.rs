@@ -32,9 +32,10 @@ fn check(schema: &Value, v: &Value, path: &str, errors: &mut Vec<String>) {
         };
         if !types.is_empty() && !types.iter().any(|t| is_type(v, t)) {
             errors.push(format!(
-                "{at}: must be {} (got {})",
+                "{at}: must be {} (got {}){}",
                 types.join(" or "),
-                crate::values::kind(v)
+                crate::values::kind(v),
+                hint(&types, v)
             ));
             return;
         }
@@ -119,6 +120,24 @@ fn check(schema: &Value, v: &Value, path: &str, errors: &mut Vec<String>) {
     }
 }
 
+/// Why a string was not taken for the boolean or number it looks like: quoted in a values file,
+/// or given to `--set`, which types only `true`/`false` and decimal integers.
+fn hint(types: &[&str], v: &Value) -> String {
+    let Some(s) = v.as_str() else {
+        return String::new();
+    };
+    if types.contains(&"boolean") {
+        format!(
+            " {s:?}: write true or false (unquoted in a values file; `yes`/`on` are booleans only \
+             there, not in --set)"
+        )
+    } else if types.iter().any(|t| matches!(*t, "integer" | "number")) {
+        format!(" {s:?}: write the number unquoted (--set takes decimal integers)")
+    } else {
+        String::new()
+    }
+}
+
 fn is_type(v: &Value, t: &str) -> bool {
     match t {
         "null" => v.is_null(),
@@ -193,6 +212,12 @@ mod tests {
         assert_eq!(
             with(json!({"rivorad": {"extraArgs": ["--x", 3]}})),
             vec!["rivorad.extraArgs[1]: must be string (got a number)"]
+        );
+        assert_eq!(
+            with(json!({"defaultClass": "yes"})),
+            vec![
+                r#"defaultClass: must be boolean (got a string) "yes": write true or false (unquoted in a values file; `yes`/`on` are booleans only there, not in --set)"#
+            ]
         );
         assert_eq!(
             with(json!({"controller": {"replicas": 1.5}})),

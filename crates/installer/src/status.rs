@@ -19,12 +19,14 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use rivora_k8s_api::{AddressPool, RivoraNode};
 
+mod lease;
 mod observe;
 mod report;
 mod table;
 #[cfg(test)]
 mod tests;
 
+pub use lease::LeaseRef;
 pub use observe::observe;
 pub use report::{
     CONTROLLER_NAME, Component, LEASE_NAME, Leader, NodeRow, PoolRow, RIVORAD_NAME, Report,
@@ -70,7 +72,9 @@ pub struct Observed {
     pub daemonset: Lookup<DaemonSet>,
     /// The `rivora-controller` Deployment.
     pub deployment: Lookup<Deployment>,
-    /// The `rivora-controller` Lease of the controller's leader election.
+    /// Which Lease the controller elects its leader through (its `--lease-name`).
+    pub lease_ref: LeaseRef,
+    /// That Lease.
     pub lease: Lookup<Lease>,
     /// The DaemonSet's Pods (which nodes run a rivorad, hence should have a report).
     pub rivorad_pods: Lookup<Vec<Pod>>,

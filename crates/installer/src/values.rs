@@ -4,13 +4,14 @@
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value};
 
-/// Parses one YAML values document into JSON data; an empty file is an empty map (as helm).
+/// Parses one YAML values document into JSON data as helm reads it (YAML 1.1 scalars: unquoted
+/// `yes`/`off` are booleans, see [`crate::yaml`]); an empty file is an empty map (as helm).
 pub fn parse_yaml(origin: &str, text: &str) -> Result<Value> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
     let value: Value =
-        serde_norway::from_str(text).with_context(|| format!("{origin}: not YAML"))?;
+        crate::yaml::from_str(text).with_context(|| format!("{origin}: not YAML"))?;
     match value {
         Value::Object(_) => Ok(value),
         Value::Null => Ok(Value::Object(Map::new())),
@@ -60,7 +61,8 @@ pub fn merge_nulls(base: &mut Value, over: &Value, nulls: Nulls) {
 }
 
 /// Parses one `--set` argument (`a.b=1,c[0]=x,d={x,y}`) into a values tree, typing scalars as
-/// helm does: `true`/`false` booleans, `null` deletes, integers numbers, anything else a string.
+/// helm does: `true`/`false` booleans and `null` deletes (any case), decimal integers numbers,
+/// anything else a string (`yes` too: helm's `--set` is not YAML).
 /// `--set-string` passes `typed = false` and keeps every scalar a string.
 pub fn parse_set(arg: &str, typed: bool) -> Result<Value> {
     let mut out = Value::Object(Map::new());
@@ -158,26 +160,40 @@ fn insert(into: &mut Value, path: &[Step], value: Value) -> Result<()> {
     }
 }
 
+/// helm's strvals `typedVal`: `true`, `false` and `null` in any case, `0`, and decimal
+/// integers not starting with `0` (a sign is allowed: `-05` is -5, `05` a string); anything else,
+/// `yes` and `1.5` too, is a string.
 fn scalar(raw: &str, typed: bool) -> Value {
     if !typed {
         return Value::String(raw.to_string());
     }
-    match raw {
-        "true" => return Value::Bool(true),
-        "false" => return Value::Bool(false),
-        "null" => return Value::Null,
-        _ => {}
+    if raw.eq_ignore_ascii_case("true") {
+        return Value::Bool(true);
     }
-    // Helm types integers only (a leading zero keeps a string: `--set tag=01`).
-    let digits = raw.strip_prefix('-').unwrap_or(raw);
-    if !digits.is_empty()
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && (digits == "0" || !digits.starts_with('0'))
-        && let Ok(n) = raw.parse::<i64>()
+    if raw.eq_ignore_ascii_case("false") {
+        return Value::Bool(false);
+    }
+    if raw.eq_ignore_ascii_case("null") {
+        return Value::Null;
+    }
+    if raw == "0" {
+        return Value::from(0);
+    }
+    if !raw.starts_with('0')
+        && let Some(n) = go_parse_decimal(raw)
     {
         return Value::from(n);
     }
     Value::String(raw.to_string())
+}
+
+/// Go's `strconv.ParseInt(s, 10, 64)`: an optional sign, then ASCII digits only.
+fn go_parse_decimal(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 /// Splits on `sep` unless escaped with `\`; with `braces`, separators inside `{...}` do not split.
@@ -287,6 +303,34 @@ mod tests {
         assert_eq!(
             base,
             json!({"a": {"b": 1, "c": [3], "e": true}, "d": {"now": "a map"}})
+        );
+    }
+
+    #[test]
+    fn values_files_are_read_with_helm_s_yaml_1_1_scalars() {
+        let v = parse_yaml(
+            "f.yaml",
+            "defaultClass: yes\nrivorad:\n  persistDatapath: off\n  flowTableSize: 0x10000\n  \
+             nodeSelector: {a: 'yes', b: \"12:30\", c: 12:30}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"defaultClass": true, "rivorad": {"persistDatapath": false,
+                   "flowTableSize": 65536, "nodeSelector": {"a": "yes", "b": "12:30", "c": "12:30"}}})
+        );
+    }
+
+    #[test]
+    fn set_types_scalars_as_helm_s_strvals() {
+        assert_eq!(
+            parse_set(
+                "a=True,b=FALSE,c=NULL,d=+3,e=-05,f=yes,g=0,h=00,i=1.5,j=on",
+                true
+            )
+            .unwrap(),
+            json!({"a": true, "b": false, "c": null, "d": 3, "e": -5, "f": "yes", "g": 0,
+                   "h": "00", "i": "1.5", "j": "on"})
         );
     }
 

@@ -114,6 +114,12 @@ fn set_flags_render_what_helm_renders() {
         "controller.replicas=3",
         "rivorad.extraArgs={--a=1,--b}",
         r"rivorad.nodeSelector.rivora\.dev/lb=edge",
+        // YAML 1.1 shapes: helm's --set types only true/false/null (any case) and integers; the
+        // rest stays a string, which the printed YAML must keep a string (objects() reads it as
+        // kubectl does, YAML 1.1).
+        r"rivorad.nodeSelector.rivora\.dev/yes=yes,rivorad.nodeSelector.on=off",
+        "rivorad.nodeSelector.window=12:30,rivorad.nodeSelector.n=NO,rivorad.nodeSelector.v=1.10",
+        "defaultClass=TRUE,controller.replicas=+3,controller.metricsPort=+9091",
     ];
     let mut ours = Command::new(env!("CARGO_BIN_EXE_rivora"));
     ours.args(["install", "--dry-run"]);
@@ -127,8 +133,13 @@ fn set_flags_render_what_helm_renders() {
         ours.args(["--set", s]);
         theirs.args(["--set", s]);
     }
-    ours.args(["--set-string", "image.tag=1.10"]);
-    theirs.args(["--set-string", "image.tag=1.10"]);
+    for s in [
+        "image.tag=1.10",
+        "controller.nodeSelector.tilde=~,controller.nodeSelector.t=true",
+    ] {
+        ours.args(["--set-string", s]);
+        theirs.args(["--set-string", s]);
+    }
     assert_eq!(objects(&run(&mut ours)), objects(&run(&mut theirs)));
 }
 
@@ -147,6 +158,32 @@ fn helm_lint_passes_with_every_values_file() {
             file.display()
         );
     }
+}
+
+/// `--set defaultClass=yes` is a string to helm (its --set is not YAML): refused by both, ours
+/// naming the field and saying how to write a boolean.
+#[test]
+fn a_yes_given_to_set_is_a_string_to_both() {
+    let helm = helm();
+    let out = Command::new(env!("CARGO_BIN_EXE_rivora"))
+        .args(["install", "--dry-run", "--set", "defaultClass=yes"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let ours = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        ours.contains(r#"defaultClass: must be boolean (got a string) "yes": write true or false"#),
+        "{ours}"
+    );
+    let out = Command::new(&helm)
+        .args(["template", "rivora"])
+        .arg(chart_dir())
+        .args(["--set", "defaultClass=yes"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "helm refuses it too");
+    let theirs = String::from_utf8_lossy(&out.stderr);
+    assert!(theirs.contains("defaultClass"), "{theirs}");
 }
 
 /// Values the schema refuses are refused by both, naming the field.

@@ -11,6 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
@@ -501,14 +502,75 @@ async fn install_status_upgrade_uninstall() {
         .collect();
     assert_eq!(states, ["superseded", "deployed"], "{history}");
 
-    // Uninstall: nothing of ours is left but the CRDs and the user's objects.
-    cli.ok(&["uninstall"]);
+    // Drift: someone edits the chart's ClusterRole. The previous manifest and the new one are
+    // the same, but upgrade --dry-run compares with the live object and shows the change the
+    // upgrade then makes (it reverts the edit).
+    let croles: Api<ClusterRole> = Api::all(client.clone());
+    let rendered_rules = get(&croles, "rivora-controller").await.unwrap().rules;
+    croles
+        .patch(
+            "rivora-controller",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]}
+            ]})),
+        )
+        .await
+        .unwrap();
+    let plan = cli.ok(&["upgrade", "--dry-run"]);
+    let headlines: Vec<&str> = plan.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert_eq!(headlines, ["~ ClusterRole rivora-controller"], "{plan}");
+    assert!(
+        plan.lines()
+            .any(|l| l.starts_with("    -") && l.contains("delete")),
+        "the edit is shown as undone: {plan}"
+    );
+    assert_ne!(
+        get(&croles, "rivora-controller").await.unwrap().rules,
+        rendered_rules,
+        "--dry-run changed the ClusterRole"
+    );
+    let out = cli.ok(&["upgrade"]);
+    assert!(out.contains("~ ClusterRole rivora-controller"), "{out}");
+    assert!(out.contains("upgraded to revision 3"), "{out}");
+    assert_eq!(
+        get(&croles, "rivora-controller").await.unwrap().rules,
+        rendered_rules,
+        "the upgrade reverts the drift"
+    );
+    assert_eq!(
+        cli.ok(&["upgrade", "--dry-run"]),
+        "no object changes\n",
+        "nothing drifts any more"
+    );
+
+    // A Gateway of the chart's GatewayClass: uninstall keeps the class, naming the Gateway.
+    let gateways: Api<Gateway> = Api::namespaced(client.clone(), "lc-apps");
+    apply(
+        &gateways,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "edge"},
+            "spec": {"gatewayClassName": "rivora",
+                     "listeners": [{"name": "tcp", "port": 80, "protocol": "TCP"}]},
+        }),
+    )
+    .await;
+
+    // Uninstall: nothing of ours is left but the CRDs, the user's objects and the GatewayClass
+    // their Gateway uses.
+    let out = cli.run(&["uninstall"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("kept GatewayClass rivora: Gateways use it (lc-apps/edge)"),
+        "{stderr}"
+    );
     assert!(get(&ds, "rivorad").await.is_none());
     assert!(get(&deploy, "rivora-controller").await.is_none());
     for sa in ["rivorad", "rivora-controller"] {
         assert!(get(&sas, sa).await.is_none(), "ServiceAccount {sa} left");
     }
-    let croles: Api<ClusterRole> = Api::all(client.clone());
     assert!(get(&croles, "rivorad").await.is_none());
     assert!(get(&croles, "rivora-controller").await.is_none());
     let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
@@ -534,8 +596,8 @@ async fn install_status_upgrade_uninstall() {
         assert!(get(&crds, name).await.is_some(), "CRD {name} kept");
     }
     assert!(
-        get(&classes, "rivora").await.is_none(),
-        "the GatewayClass is the release's"
+        get(&classes, "rivora").await.is_some(),
+        "the GatewayClass a Gateway uses is kept"
     );
     assert!(
         get(&crds, "gateways.gateway.networking.k8s.io")
@@ -549,6 +611,26 @@ async fn install_status_upgrade_uninstall() {
             .is_some()
     );
     assert!(cli.helm(&["list"]).as_array().unwrap().is_empty());
+
+    // Installed again, and uninstalled with --delete-gateway-class: the class goes, Gateway or not.
+    cli.ok(&[
+        "install",
+        "--set",
+        "rivorad.interface=eth1,gatewayAPI.gatewayClass.create=true",
+    ]);
+    let out = cli.run(&["uninstall", "--delete-gateway-class"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = eventually("GatewayClass deleted", Duration::from_secs(30), || async {
+        let c = get(&classes, "rivora").await;
+        (c.is_none(), c)
+    })
+    .await;
+    assert!(left.is_none());
+    gateways.delete("edge", &Default::default()).await.unwrap();
 
     // With the flag, the CRDs go too (and the API server removes their objects).
     let out = cli.run(&["uninstall", "--delete-crds"]);

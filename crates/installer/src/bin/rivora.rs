@@ -29,11 +29,13 @@ enum Command {
     /// server-side apply. `--dry-run` prints the objects instead and needs no cluster.
     Install(InstallArgs),
     /// Upgrade the release: the recorded values are reused (with `-f`/`--set` merged over them)
-    /// unless --reset-values; prints the object changes, and with --dry-run only prints them.
+    /// unless --reset-values; prints what changes in the live objects (edits made to them since
+    /// included, which the upgrade undoes), and with --dry-run only prints it.
     /// CRDs are applied (never deleted) and no custom resource is touched.
     Upgrade(UpgradeArgs),
     /// Uninstall the release: every object it created, in reverse order, and its records. The
-    /// CRDs stay unless --delete-crds.
+    /// CRDs stay unless --delete-crds, and the chart's GatewayClass while Gateways use it unless
+    /// --delete-gateway-class.
     Uninstall(UninstallArgs),
     /// How Rivora stands: chart version, DaemonSet and Deployment readiness, the controller
     /// leader, each node's report (datapath, XDP mode, VIPs, BGP sessions or L2 holder,
@@ -95,7 +97,7 @@ struct UpgradeArgs {
     /// Start from the chart's defaults instead of the recorded values.
     #[arg(long)]
     reset_values: bool,
-    /// Print the object changes and change nothing.
+    /// Print the changes to the live objects (a server-side dry run) and change nothing.
     #[arg(long)]
     dry_run: bool,
 }
@@ -112,6 +114,10 @@ struct UninstallArgs {
     /// RivoraNode in the cluster (Services lose their Rivora addresses).
     #[arg(long)]
     delete_crds: bool,
+    /// Also delete the chart's GatewayClass while Gateways use it (they lose their addresses);
+    /// without it such a GatewayClass is kept, naming the Gateways.
+    #[arg(long)]
+    delete_gateway_class: bool,
     /// kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the in-cluster config).
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
@@ -188,7 +194,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 release: args.release,
                 namespace: args.namespace,
             };
-            lifecycle::uninstall(&client, &Chart::embedded(), &target, args.delete_crds).await?;
+            let how = lifecycle::UninstallMode {
+                delete_crds: args.delete_crds,
+                delete_gateway_class: args.delete_gateway_class,
+            };
+            lifecycle::uninstall(&client, &Chart::embedded(), &target, how).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -322,6 +332,7 @@ async fn status(args: StatusArgs) -> Result<ExitCode> {
         &args.namespace,
         &class,
         recorded.as_ref().map(|r| r.chart.metadata.version.clone()),
+        status::LeaseRef::from_values(&values, &args.namespace),
     )
     .await?;
     let mut report = status::evaluate(&observed);

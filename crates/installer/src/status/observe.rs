@@ -15,8 +15,8 @@ use kube::{Api, Client};
 use rivora_k8s_api::class::{ClassConfig, is_ours};
 use rivora_k8s_api::{AddressPool, RivoraNode};
 
-use super::report::{CONTROLLER_NAME, LEASE_NAME, RIVORAD_NAME};
-use super::{Lookup, Observed};
+use super::report::{CONTROLLER_NAME, RIVORAD_NAME};
+use super::{LeaseRef, Lookup, Observed};
 
 /// Whether an API error says the object (or, for a list, the resource type) does not exist.
 fn not_found(e: &kube::Error) -> bool {
@@ -59,30 +59,36 @@ fn pod_selector(ds: &Lookup<DaemonSet>) -> String {
 
 /// Reads Observed from the cluster (namespace = the release namespace; `class` selects our
 /// Services, class-less ones too when the release is the default class, and our Gateways).
-/// Missing CRDs/objects are reported as findings, not errors.
+/// The controller's Lease is the one the Deployment's arguments name, else `lease` (from the
+/// release's values). Missing CRDs/objects are reported as findings, not errors.
 pub async fn observe(
     client: &kube::Client,
     namespace: &str,
     class: &ClassConfig,
     chart_version: Option<String>,
+    lease: LeaseRef,
 ) -> anyhow::Result<Observed> {
     let gateway_controller_name = class.gateway_controller.as_str();
     let c: &Client = client;
     let daemonsets: Api<DaemonSet> = Api::namespaced(c.clone(), namespace);
     let deployments: Api<Deployment> = Api::namespaced(c.clone(), namespace);
-    let leases: Api<Lease> = Api::namespaced(c.clone(), namespace);
     let lp = ListParams::default();
 
-    let (daemonset, deployment, lease, nodes, pools, services) = futures::join!(
+    let (daemonset, deployment, nodes, pools, services) = futures::join!(
         async { one(daemonsets.get_opt(RIVORAD_NAME).await) },
         async { one(deployments.get_opt(CONTROLLER_NAME).await) },
-        async { one(leases.get_opt(LEASE_NAME).await) },
         async { list(Api::<RivoraNode>::all(c.clone()).list(&lp).await) },
         async { list(Api::<AddressPool>::all(c.clone()).list(&lp).await) },
         async { list(Api::<Service>::all(c.clone()).list(&lp).await) },
     );
+    let lease_ref = deployment
+        .found()
+        .and_then(|d| LeaseRef::from_deployment(d, namespace))
+        .unwrap_or(lease);
+    let leases: Api<Lease> = Api::namespaced(c.clone(), &lease_ref.namespace);
     let pods_params = ListParams::default().labels(&pod_selector(&daemonset));
-    let (rivorad_pods, classes, gateways) = futures::join!(
+    let (lease, rivorad_pods, classes, gateways) = futures::join!(
+        async { one(leases.get_opt(&lease_ref.name).await) },
         async {
             list(
                 Api::<Pod>::namespaced(c.clone(), namespace)
@@ -124,6 +130,7 @@ pub async fn observe(
         now: Timestamp::now(),
         daemonset,
         deployment,
+        lease_ref,
         lease,
         rivorad_pods,
         nodes,

@@ -19,7 +19,8 @@ use super::{Lookup, Observed};
 pub const RIVORAD_NAME: &str = "rivorad";
 /// The name of the rivora-controller Deployment the chart installs.
 pub const CONTROLLER_NAME: &str = "rivora-controller";
-/// The name of the controller's leader-election Lease.
+/// The name of the controller's leader-election Lease unless its `--lease-name` says otherwise
+/// ([`super::LeaseRef`]).
 pub const LEASE_NAME: &str = "rivora-controller";
 /// The Service condition rivora-controller writes (rivora-controller's `observe::CONDITION_TYPE`).
 pub const SERVICE_CONDITION: &str = "rivora.dev/AddressAssigned";
@@ -353,12 +354,13 @@ fn missing<T>(kind: &str, ns: &str, name: &str, l: &Lookup<T>, what: &str) -> St
 
 fn leader(o: &Observed, r: &mut Report) {
     let ns = &o.namespace;
+    let lease_ref = &o.lease_ref;
     let lease = match &o.lease {
         Lookup::Found(l) => l,
         Lookup::Missing => {
             r.leader.expired = true;
             r.problems.push(format!(
-                "Lease {ns}/{LEASE_NAME} does not exist: no rivora-controller replica has joined \
+                "Lease {lease_ref} does not exist: no rivora-controller replica has joined \
                  the leader election, so none writes Service or Gateway status; check the \
                  Deployment {ns}/{CONTROLLER_NAME}"
             ));
@@ -367,7 +369,7 @@ fn leader(o: &Observed, r: &mut Report) {
         Lookup::Unreadable(e) => {
             r.leader.expired = true;
             r.problems.push(format!(
-                "could not read Lease {ns}/{LEASE_NAME}: {e}; the controller's leader is unknown"
+                "could not read Lease {lease_ref}: {e}; the controller's leader is unknown"
             ));
             return;
         }
@@ -381,7 +383,7 @@ fn leader(o: &Observed, r: &mut Report) {
     let Some(holder) = holder else {
         r.leader.expired = true;
         r.problems.push(format!(
-            "Lease {ns}/{LEASE_NAME} has no holder: no rivora-controller replica leads, so no \
+            "Lease {lease_ref} has no holder: no rivora-controller replica leads, so no \
              Service or Gateway status is written; check the controller Pods' logs"
         ));
         return;
@@ -394,7 +396,7 @@ fn leader(o: &Observed, r: &mut Report) {
             if expires < now {
                 r.leader.expired = true;
                 r.problems.push(format!(
-                    "Lease {ns}/{LEASE_NAME} of {holder} expired {}s ago (renewed at {renewed}, \
+                    "Lease {lease_ref} of {holder} expired {}s ago (renewed at {renewed}, \
                      leaseDurationSeconds {duration}): the leader stopped renewing and no other \
                      replica took over; check the controller Pods and their API server access",
                     now - expires
@@ -404,7 +406,7 @@ fn leader(o: &Observed, r: &mut Report) {
         _ => {
             r.leader.expired = true;
             r.problems.push(format!(
-                "Lease {ns}/{LEASE_NAME} of {holder} has no renewTime or leaseDurationSeconds: \
+                "Lease {lease_ref} of {holder} has no renewTime or leaseDurationSeconds: \
                  whether its leader is alive cannot be told; check the controller Pods"
             ));
         }

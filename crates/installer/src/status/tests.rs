@@ -157,6 +157,7 @@ fn healthy() -> Observed {
         now: now(),
         daemonset: Lookup::Found(daemonset(2, 2, 2)),
         deployment: Lookup::Found(deployment(2, 2)),
+        lease_ref: LeaseRef::default_in("rivora-system"),
         lease: Lookup::Found(lease(Some("rivora-controller-abc"), 5, 15)),
         rivorad_pods: Lookup::Found(vec![
             pod("rivorad-x1", "node-a"),
@@ -587,4 +588,52 @@ fn the_tables_have_the_rows() {
         "{healthy_text}"
     );
     assert!(!healthy_text.contains("Problems"), "{healthy_text}");
+}
+
+#[test]
+fn the_lease_is_the_one_the_controller_s_arguments_name() {
+    let values = json!({"controller": {"extraArgs": ["--lease-name=ctl-x", "--v=2"]}});
+    assert_eq!(
+        LeaseRef::from_values(&values, "lb"),
+        LeaseRef {
+            namespace: "lb".into(),
+            name: "ctl-x".into()
+        }
+    );
+    assert_eq!(
+        LeaseRef::from_args(["--lease-name", "a", "--lease-namespace=elect"], "lb").to_string(),
+        "elect/a"
+    );
+    assert_eq!(
+        LeaseRef::from_values(&json!({}), "lb"),
+        LeaseRef::default_in("lb"),
+        "rivora-controller's default"
+    );
+    let d: Deployment = from(json!({
+        "metadata": {"name": "rivora-controller", "namespace": "lb"},
+        "spec": {"selector": {}, "template": {"spec": {"containers": [
+            {"name": "sidecar", "args": ["--lease-name=not-this"]},
+            {"name": "controller", "command": ["rivora-controller"],
+             "args": ["--lease-duration=15", "--lease-name", "from-deploy"]},
+        ]}}}
+    }));
+    assert_eq!(
+        LeaseRef::from_deployment(&d, "lb").unwrap().name,
+        "from-deploy"
+    );
+}
+
+#[test]
+fn a_missing_lease_is_named_as_the_controller_names_it() {
+    let mut o = healthy();
+    o.lease_ref = LeaseRef::from_args(["--lease-name=ctl-x"], "rivora-system");
+    o.lease = Lookup::Missing;
+    let r = evaluate(&o);
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("Lease rivora-system/ctl-x does not exist")),
+        "{:?}",
+        r.problems
+    );
 }
