@@ -9,6 +9,7 @@
 //! * [`observe`]: Kubernetes objects (Services, Gateways) to the allocator's views and back to
 //!   status (pure);
 //! * [`policy_status`]: ServicePolicy status, per target reference (pure);
+//! * [`pool_status`]: AddressPool conditions and counts from the allocator's report (pure);
 //! * [`gateway_status`]: GatewayClass, Gateway, listener and route status from the Gateway API
 //!   evaluation, the addresses and the RivoraNode reports (pure);
 //! * [`gateway_run`]: the Gateway API watches and status writes of the leader's pass;
@@ -29,4 +30,5 @@ pub mod meridio_status;
 pub mod metrics;
 pub mod observe;
 pub mod policy_status;
+pub mod pool_status;
 pub mod run;

@@ -594,83 +594,30 @@ async fn write_pool_status(
         let Some(r) = outcome.pools.get(&name) else {
             continue;
         };
-        let counts = |f: Family| {
-            r.total.get(&f).map(|t| {
-                let used = r.used.get(&f).copied().unwrap_or(0);
-                let sat = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
-                rivora_k8s_api::AddressCounts {
-                    total: sat(*t),
-                    used: sat(used),
-                    available: sat(t.saturating_sub(used)),
-                }
-            })
-        };
-        let cond = |type_: &str, on: bool, reason: &str, message: String| {
+        let cond = |c: crate::pool_status::PoolCondition| {
             let previous = pool
                 .status
                 .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
-            let status = if on { "True" } else { "False" };
+                .and_then(|s| s.conditions.iter().find(|p| p.type_ == c.type_));
+            let status = if c.on { "True" } else { "False" };
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-                type_: type_.into(),
+                type_: c.type_.into(),
                 status: status.into(),
-                reason: reason.into(),
-                message,
+                reason: c.reason,
+                message: c.message,
                 observed_generation: pool.metadata.generation,
                 last_transition_time: previous
-                    .filter(|c| c.status == status)
-                    .map(|c| c.last_transition_time.clone())
+                    .filter(|p| p.status == status)
+                    .map(|p| p.last_transition_time.clone())
                     .unwrap_or(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                         Timestamp::now(),
                     )),
             }
         };
-        use rivora_k8s_api::address_pool::condition as pc;
         let status = rivora_k8s_api::AddressPoolStatus {
-            conditions: vec![
-                match &r.invalid {
-                    Some(e) => cond(pc::VALID, false, "InvalidAddresses", e.clone()),
-                    None => cond(
-                        pc::VALID,
-                        true,
-                        "Valid",
-                        "every address block is usable".into(),
-                    ),
-                },
-                match &r.overlaps {
-                    Some(o) => cond(
-                        pc::OVERLAPPING,
-                        true,
-                        "OverlapsOlderPool",
-                        format!(
-                            "shares addresses with the older AddressPool {o}; nothing is assigned from this one"
-                        ),
-                    ),
-                    None => cond(
-                        pc::OVERLAPPING,
-                        false,
-                        "NoOverlap",
-                        "no other pool shares its addresses".into(),
-                    ),
-                },
-                if r.exhausted() {
-                    cond(
-                        pc::EXHAUSTED,
-                        true,
-                        "NoFreeAddress",
-                        "every address is assigned".into(),
-                    )
-                } else {
-                    cond(
-                        pc::EXHAUSTED,
-                        false,
-                        "FreeAddresses",
-                        "addresses are left".into(),
-                    )
-                },
-            ],
-            ipv4: counts(Family::V4),
-            ipv6: counts(Family::V6),
+            conditions: crate::pool_status::conditions(r).map(cond).into(),
+            ipv4: crate::pool_status::counts(r, Family::V4),
+            ipv6: crate::pool_status::counts(r, Family::V6),
         };
         if pool_status_is_current(pool.status.as_ref(), &status) {
             continue;
