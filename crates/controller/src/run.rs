@@ -219,7 +219,9 @@ impl PassReport {
 }
 
 /// A whole replica, as the binary runs it: the watches, the Lease election and [`serve`], until
-/// `shutdown` resolves; then it releases the Lease so another replica leads at once. Tests run
+/// `shutdown` resolves; then it stops writing (the pass in progress is dropped, so no write
+/// starts after this point) and releases the Lease (within [`RELEASE_TIMEOUT`]) so another
+/// replica leads at once instead of a whole Lease duration later. Tests run
 /// replicas with this too (with `std::future::pending()` and a task abort for a crash), so the
 /// start-up order they prove is the one deployed.
 pub async fn replica(
@@ -247,9 +249,19 @@ pub async fn replica_with(
         r = serve(client.clone(), &mut leadership, &stores, &changed, &settings) => r?,
         _ = shutdown => {}
     }
-    info!("stopping; releasing the Lease");
-    leadership.step_down().await
+    settings.metrics.set_leader(false);
+    info!("stopped writing; releasing the Lease");
+    match tokio::time::timeout(RELEASE_TIMEOUT, leadership.step_down()).await {
+        Ok(r) => r.map(|()| info!("Lease released")),
+        Err(_) => anyhow::bail!(
+            "releasing the Lease took over {RELEASE_TIMEOUT:?}; it runs out on its own"
+        ),
+    }
 }
+
+/// The longest a stopping replica waits for its Lease release (an unreachable API server must
+/// not hold up the exit past the pod's termination grace period).
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a replica does for its whole life: wait for leadership, lead until it cannot confirm it
 /// (or a write fails), pause briefly, and start over. Never returns unless the election ends.
