@@ -23,6 +23,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use rivora_k8s_api::{AddressPool, RivoraNode, ServicePolicy};
+use rivora_k8s_source::lenient::{Decoded, Undecodable, decoded_event};
 use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{info, warn};
@@ -77,9 +78,19 @@ pub struct Stores {
     meridio: Option<Arc<MeridioWatch>>,
 }
 
-/// Starts one watch into a store; `changed` is notified on every event (the Gateway half's
-/// watches use it too).
-pub(crate) fn spawn_watch<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
+/// What every watch of a replica shares: whom to wake on an event, and where objects that do
+/// not decode are counted.
+#[derive(Clone)]
+pub struct WatchContext {
+    /// Notified on every event (the leader's loop waits on it).
+    pub changed: Arc<Notify>,
+    /// Where `rivora_controller_undecodable_objects` is kept.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Starts one watch into a store (lenient: see [`spawn_watch_with`]); `ctx.changed` is
+/// notified on every event (the Gateway and Meridio-2 halves' watches use it too).
+pub(crate) fn spawn_watch<K>(api: Api<Decoded<K>>, ctx: &WatchContext) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -89,14 +100,22 @@ where
         + Sync
         + 'static,
 {
-    spawn_watch_with(api, watcher::Config::default(), changed)
+    spawn_watch_with(api, watcher::Config::default(), ctx)
 }
 
 /// [`spawn_watch`] with a watcher configuration (a label selector, say).
+///
+/// Every object is decoded on its own (rivora_k8s_source::lenient, as the node agent's
+/// watches do): a typed watch decodes a whole list page at once, so one object the Rust type
+/// refuses (a value another tool wrote, a field of a newer schema) failed the list, the
+/// watcher retried for ever and the store never filled, which stopped every pass (nothing is
+/// computed before every store has listed). Now such an object is left out (an earlier
+/// version of it that decoded stays), logged once per object version, and counted in
+/// `rivora_controller_undecodable_objects{kind}`; everything else is served.
 pub(crate) fn spawn_watch_with<K>(
-    api: Api<K>,
+    api: Api<Decoded<K>>,
     config: watcher::Config,
-    changed: Arc<Notify>,
+    ctx: &WatchContext,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()>
@@ -108,17 +127,32 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    // managedFields are the largest part of most objects, and only our own entries are read
-    // (whether we hold status to keep or take back): the others are dropped before the store.
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config).modify(|o: &mut K| {
+    let held = store.clone();
+    let kind = K::kind(&()).to_string();
+    let gauge = ctx.metrics.undecodable_objects(&kind);
+    let mut bad = Undecodable::new();
+    // Waits that grow, also for a kind whose CRD is absent (rivora_k8s_source::backoff).
+    let decoded = rivora_k8s_source::backoff::with_backoff(watcher(api, config))
+        // managedFields are the largest part of most objects, and only our own entries are
+        // read (whether we hold status to keep or take back): the others are dropped before
+        // the store.
+        .modify(|o: &mut Decoded<K>| {
             o.managed_fields_mut()
                 .retain(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
-        }),
-    );
-    // Waits that grow, also for a kind whose CRD is absent (rivora_k8s_source::backoff).
-    let stream = rivora_k8s_source::backoff::with_backoff(stream).touched_objects();
+        })
+        .filter_map(move |ev| {
+            let out = match ev {
+                Ok(ev) => {
+                    let e = decoded_event(&kind, ev, &held, &mut bad);
+                    gauge.set(i64::try_from(bad.len()).unwrap_or(i64::MAX));
+                    e.map(Ok)
+                }
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(out)
+        });
+    let stream = reflector::reflector(writer, decoded).touched_objects();
+    let changed = Arc::clone(&ctx.changed);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         // One line when a watch starts failing and one when it works again, not one per retry.
@@ -143,30 +177,24 @@ where
 }
 
 /// Starts the four watches of the Service half, and the Gateway half's once Gateway API is
-/// served ([`GatewayWatch`]); `changed` is notified on every event.
-pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
-    watch_all_with(client, changed, OptIn::default())
+/// served ([`GatewayWatch`]); `ctx.changed` is notified on every event.
+pub fn watch_all(client: &Client, ctx: &WatchContext) -> Stores {
+    watch_all_with(client, ctx, OptIn::default())
 }
 
 /// [`watch_all`], and what `opt_in` asks for (Meridio-2's kinds once they are served,
 /// [`MeridioWatch`]).
-pub fn watch_all_with(client: &Client, changed: Arc<Notify>, opt_in: OptIn) -> Stores {
+pub fn watch_all_with(client: &Client, ctx: &WatchContext, opt_in: OptIn) -> Stores {
     Stores {
-        services: spawn_watch(Api::<Service>::all(client.clone()), Arc::clone(&changed)),
-        pools: spawn_watch(
-            Api::<AddressPool>::all(client.clone()),
-            Arc::clone(&changed),
-        ),
-        namespaces: spawn_watch(Api::<Namespace>::all(client.clone()), Arc::clone(&changed)),
-        policies: spawn_watch(
-            Api::<ServicePolicy>::all(client.clone()),
-            Arc::clone(&changed),
-        ),
-        nodes: spawn_watch(Api::<RivoraNode>::all(client.clone()), Arc::clone(&changed)),
+        services: spawn_watch(Api::all(client.clone()), ctx),
+        pools: spawn_watch(Api::all(client.clone()), ctx),
+        namespaces: spawn_watch(Api::all(client.clone()), ctx),
+        policies: spawn_watch(Api::all(client.clone()), ctx),
+        nodes: spawn_watch(Api::all(client.clone()), ctx),
         meridio: opt_in
             .distribution_group_status
-            .then(|| Arc::new(MeridioWatch::new(client.clone(), Arc::clone(&changed)))),
-        gateway: Arc::new(GatewayWatch::new(client.clone(), changed)),
+            .then(|| Arc::new(MeridioWatch::new(client.clone(), ctx.clone()))),
+        gateway: Arc::new(GatewayWatch::new(client.clone(), ctx.clone())),
     }
 }
 
@@ -241,8 +269,12 @@ pub async fn replica_with(
     opt_in: OptIn,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let changed = Arc::new(Notify::new());
-    let stores = watch_all_with(&client, Arc::clone(&changed), opt_in);
+    let ctx = WatchContext {
+        changed: Arc::new(Notify::new()),
+        metrics: Arc::clone(&settings.metrics),
+    };
+    let stores = watch_all_with(&client, &ctx, opt_in);
+    let changed = ctx.changed;
     let mut leadership = Leadership::start(client.clone(), leader).await?;
     info!(identity = %settings.identity, "waiting for leadership");
     tokio::select! {
