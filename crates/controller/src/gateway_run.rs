@@ -39,6 +39,7 @@ use rivora_k8s_api::{ParentReference, RivoraNode, RouteParentStatus, TcpRoute, U
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::gateway_families;
 use crate::gateway_status::{self, Addressing};
 use crate::ipam::{ClaimKey, ClaimView, Outcome};
 use crate::leader::Leadership;
@@ -174,6 +175,8 @@ pub struct GatewaySnapshot {
     /// Services, in one call).
     pub claims: Vec<ClaimView>,
     refused: BTreeMap<ObjKey, String>,
+    /// Every Service's families, for [`gateway_families`].
+    families: BTreeMap<ObjKey, Vec<crate::ipam::blocks::Family>>,
 }
 
 fn obj_key<K: ResourceExt>(o: &K) -> ObjKey {
@@ -257,6 +260,7 @@ impl GatewayStores {
             eval,
             claims,
             refused,
+            families: gateway_families::service_families(services),
         }
     }
 }
@@ -435,7 +439,8 @@ pub async fn write(
                     .unwrap_or_default(),
             ),
         };
-        let want = gateway_status::gateway_status(gw, eval, &addressing, &snap.nodes, now);
+        let mut want = gateway_status::gateway_status(gw, eval, &addressing, &snap.nodes, now);
+        gateway_families::annotate(&mut want, eval, &snap.families, gw.status.as_ref(), now);
         if gateway_status::gateway_status_is_current(gw, &want) {
             continue;
         }
@@ -448,7 +453,9 @@ pub async fn write(
             if fresh.metadata.generation != gw.metadata.generation {
                 return Ok(false);
             }
-            let want = gateway_status::gateway_status(&fresh, eval, &addressing, &snap.nodes, now);
+            let mut want =
+                gateway_status::gateway_status(&fresh, eval, &addressing, &snap.nodes, now);
+            gateway_families::annotate(&mut want, eval, &snap.families, fresh.status.as_ref(), now);
             if gateway_status::gateway_status_is_current(&fresh, &want) {
                 return Ok(false);
             }
