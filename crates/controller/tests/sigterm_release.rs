@@ -163,7 +163,6 @@ async fn a_sigtermed_leader_releases_its_lease_and_the_other_leads_at_once() {
 
     let limit = Duration::from_secs(LEASE_SECONDS);
     let mut released = None;
-    let mut last = None;
     let took = loop {
         let lease = leases.get_opt("rivora-controller").await.unwrap();
         let h = holder(&lease);
@@ -179,7 +178,6 @@ async fn a_sigtermed_leader_releases_its_lease_and_the_other_leads_at_once() {
              SIGTERM; last seen {:?}",
             lease.and_then(|l| l.spec)
         );
-        last = Some(h);
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let (released_at, seen) = released.unwrap();
@@ -209,8 +207,8 @@ async fn a_sigtermed_leader_releases_its_lease_and_the_other_leads_at_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     println!(
-        "SIGTERM to the leader: Lease left replica-a after {released_at:?} (next seen holder \
-         {seen:?}, before that {last:?}), replica-a exited after {:?}, replica-b held it after \
+        "SIGTERM to the leader: Lease left replica-a after {released_at:?} (holder then \
+         {seen:?}), replica-a exited after {:?}, replica-b held it after \
          {took:?} and addressed a new Service after {addressed:?} (Lease {LEASE_SECONDS} s, \
          grace {GRACE_SECONDS} s)",
         exit.0
