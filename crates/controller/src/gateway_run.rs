@@ -37,14 +37,14 @@ use rivora_gateway::{Evaluation, ObjKey, RouteKind, Snapshot, evaluate};
 use rivora_k8s_api::gateway_view;
 use rivora_k8s_api::{ParentReference, RivoraNode, RouteParentStatus, TcpRoute, UdpRoute};
 use serde_json::json;
-use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use crate::gateway_families;
 use crate::gateway_status::{self, Addressing};
 use crate::ipam::{ClaimKey, ClaimView, Outcome};
 use crate::leader::Leadership;
 use crate::observe::{self, FIELD_MANAGER};
-use crate::run::spawn_watch;
+use crate::run::{WatchContext, spawn_watch};
 
 /// The Gateway API version Rivora reads and writes.
 pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
@@ -73,14 +73,14 @@ pub struct GatewayStores {
 }
 
 impl GatewayStores {
-    fn start(client: &Client, changed: &Arc<Notify>) -> GatewayStores {
+    fn start(client: &Client, ctx: &WatchContext) -> GatewayStores {
         GatewayStores {
-            classes: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            gateways: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            tcp_routes: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            udp_routes: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            grants: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            nodes: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
+            classes: spawn_watch(Api::all(client.clone()), ctx),
+            gateways: spawn_watch(Api::all(client.clone()), ctx),
+            tcp_routes: spawn_watch(Api::all(client.clone()), ctx),
+            udp_routes: spawn_watch(Api::all(client.clone()), ctx),
+            grants: spawn_watch(Api::all(client.clone()), ctx),
+            nodes: spawn_watch(Api::all(client.clone()), ctx),
         }
     }
 
@@ -99,17 +99,17 @@ impl GatewayStores {
 /// Starts [`GatewayStores`] once Gateway API v1 is served (see the module doc).
 pub struct GatewayWatch {
     client: Client,
-    changed: Arc<Notify>,
+    ctx: WatchContext,
     stores: OnceLock<GatewayStores>,
     checked: Mutex<Option<Instant>>,
 }
 
 impl GatewayWatch {
     /// Nothing is watched until [`GatewayWatch::stores`] finds the kinds served.
-    pub fn new(client: Client, changed: Arc<Notify>) -> GatewayWatch {
+    pub fn new(client: Client, ctx: WatchContext) -> GatewayWatch {
         GatewayWatch {
             client,
-            changed,
+            ctx,
             stores: OnceLock::new(),
             checked: Mutex::new(None),
         }
@@ -154,7 +154,7 @@ impl GatewayWatch {
         }
         info!("Gateway API {GATEWAY_API_VERSION} is served: watching Gateways and routes");
         Ok(Some(self.stores.get_or_init(|| {
-            GatewayStores::start(&self.client, &self.changed)
+            GatewayStores::start(&self.client, &self.ctx)
         })))
     }
 }
@@ -175,6 +175,8 @@ pub struct GatewaySnapshot {
     /// Services, in one call).
     pub claims: Vec<ClaimView>,
     refused: BTreeMap<ObjKey, String>,
+    /// Every Service's families, for [`gateway_families`].
+    families: BTreeMap<ObjKey, Vec<crate::ipam::blocks::Family>>,
 }
 
 fn obj_key<K: ResourceExt>(o: &K) -> ObjKey {
@@ -258,6 +260,7 @@ impl GatewayStores {
             eval,
             claims,
             refused,
+            families: gateway_families::service_families(services),
         }
     }
 }
@@ -436,7 +439,8 @@ pub async fn write(
                     .unwrap_or_default(),
             ),
         };
-        let want = gateway_status::gateway_status(gw, eval, &addressing, &snap.nodes, now);
+        let mut want = gateway_status::gateway_status(gw, eval, &addressing, &snap.nodes, now);
+        gateway_families::annotate(&mut want, eval, &snap.families, gw.status.as_ref(), now);
         if gateway_status::gateway_status_is_current(gw, &want) {
             continue;
         }
@@ -449,7 +453,9 @@ pub async fn write(
             if fresh.metadata.generation != gw.metadata.generation {
                 return Ok(false);
             }
-            let want = gateway_status::gateway_status(&fresh, eval, &addressing, &snap.nodes, now);
+            let mut want =
+                gateway_status::gateway_status(&fresh, eval, &addressing, &snap.nodes, now);
+            gateway_families::annotate(&mut want, eval, &snap.families, fresh.status.as_ref(), now);
             if gateway_status::gateway_status_is_current(&fresh, &want) {
                 return Ok(false);
             }

@@ -527,6 +527,9 @@ pub fn gateway_status_is_current(gw: &Gateway, want: &GatewayStatus) -> bool {
                 c.name == w.name
                     && c.attached_routes == w.attached_routes
                     && kinds(c) == kinds(w)
+                    // Same count: a condition that is no longer wanted
+                    // (gateway_families') must be removed.
+                    && c.conditions.len() == w.conditions.len()
                     && conditions_match(&c.conditions, &w.conditions)
             })
         })

@@ -9,8 +9,11 @@
 //! * [`observe`]: Kubernetes objects (Services, Gateways) to the allocator's views and back to
 //!   status (pure);
 //! * [`policy_status`]: ServicePolicy status, per target reference (pure);
+//! * [`pool_status`]: AddressPool conditions and counts from the allocator's report (pure);
 //! * [`gateway_status`]: GatewayClass, Gateway, listener and route status from the Gateway API
 //!   evaluation, the addresses and the RivoraNode reports (pure);
+//! * [`gateway_families`]: whether each Gateway address reaches a backend of its family, per
+//!   listener (pure);
 //! * [`gateway_run`]: the Gateway API watches and status writes of the leader's pass;
 //! * [`meridio_status`]: DistributionGroup status for Meridio-2's Gateways (opt-in,
 //!   `--distribution-group-status`): which Gateways are Meridio-2's and what each group's
@@ -20,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod gateway_families;
 pub mod gateway_run;
 pub mod gateway_status;
 pub mod ipam;
@@ -29,4 +33,5 @@ pub mod meridio_status;
 pub mod metrics;
 pub mod observe;
 pub mod policy_status;
+pub mod pool_status;
 pub mod run;

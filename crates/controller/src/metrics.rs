@@ -9,6 +9,7 @@
 //! | `rivora_controller_passes_total` | counter | |
 //! | `rivora_controller_status_writes_total` | counter | `kind` (`service`, `pool`, `servicepolicy`, `gatewayclass`, `gateway`, `route`) |
 //! | `rivora_controller_gateway_status_write_failures_total` | counter | `reason` (`error`: refused and logged; `conflict`: a route changed under the write, retried next pass) |
+//! | `rivora_controller_undecodable_objects` | gauge | `kind` (objects left out of the watch of that kind because they do not decode; every replica, leader or not) |
 //!
 //! Why gauges of the current state for pools and failures: they are recomputed from the whole
 //! snapshot on every pass, so a gauge is exactly what the last pass saw (a counter of failures
@@ -70,6 +71,7 @@ pub struct Metrics {
     passes: Counter<u64, AtomicU64>,
     writes: Family<KindLabels, Counter<u64, AtomicU64>>,
     gateway_failures: Family<ReasonLabels, Counter<u64, AtomicU64>>,
+    undecodable: Family<KindLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -90,6 +92,7 @@ impl Metrics {
             passes: Counter::default(),
             writes: Family::default(),
             gateway_failures: Family::default(),
+            undecodable: Family::default(),
             registry: Registry::default(),
         };
         registry.register("leader", "1 while this replica leads", m.leader.clone());
@@ -123,7 +126,21 @@ impl Metrics {
             "GatewayClass, Gateway and route status writes that did not go through, by reason",
             m.gateway_failures.clone(),
         );
+        registry.register(
+            "undecodable_objects",
+            "Objects left out of a watch because they do not decode, by kind",
+            m.undecodable.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// The gauge of `kind`'s objects that do not decode, for its watch to set. (Two watches of
+    /// one kind, such as GatewayClasses in the Gateway and Meridio-2 halves, see the same
+    /// objects and set the same number.)
+    pub fn undecodable_objects(&self, kind: &str) -> Gauge {
+        self.undecodable
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .clone()
     }
 
     /// Records the Gateway half of one pass (called before [`Metrics::record_pass`] counts the
@@ -271,8 +288,10 @@ mod tests {
             conflicts: 3,
             not_leader: false,
         });
+        m.undecodable_objects("AddressPool").set(2);
         let text = m.encode();
         for line in [
+            "rivora_controller_undecodable_objects{kind=\"AddressPool\"} 2",
             "rivora_controller_status_writes_total{kind=\"gatewayclass\"} 1",
             "rivora_controller_status_writes_total{kind=\"gateway\"} 2",
             "rivora_controller_status_writes_total{kind=\"route\"} 4",

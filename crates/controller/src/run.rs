@@ -23,6 +23,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use rivora_k8s_api::{AddressPool, RivoraNode, ServicePolicy};
+use rivora_k8s_source::lenient::{Decoded, Undecodable, decoded_event};
 use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{info, warn};
@@ -77,9 +78,19 @@ pub struct Stores {
     meridio: Option<Arc<MeridioWatch>>,
 }
 
-/// Starts one watch into a store; `changed` is notified on every event (the Gateway half's
-/// watches use it too).
-pub(crate) fn spawn_watch<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
+/// What every watch of a replica shares: whom to wake on an event, and where objects that do
+/// not decode are counted.
+#[derive(Clone)]
+pub struct WatchContext {
+    /// Notified on every event (the leader's loop waits on it).
+    pub changed: Arc<Notify>,
+    /// Where `rivora_controller_undecodable_objects` is kept.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Starts one watch into a store (lenient: see [`spawn_watch_with`]); `ctx.changed` is
+/// notified on every event (the Gateway and Meridio-2 halves' watches use it too).
+pub(crate) fn spawn_watch<K>(api: Api<Decoded<K>>, ctx: &WatchContext) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -89,14 +100,22 @@ where
         + Sync
         + 'static,
 {
-    spawn_watch_with(api, watcher::Config::default(), changed)
+    spawn_watch_with(api, watcher::Config::default(), ctx)
 }
 
 /// [`spawn_watch`] with a watcher configuration (a label selector, say).
+///
+/// Every object is decoded on its own (rivora_k8s_source::lenient, as the node agent's
+/// watches do): a typed watch decodes a whole list page at once, so one object the Rust type
+/// refuses (a value another tool wrote, a field of a newer schema) failed the list, the
+/// watcher retried for ever and the store never filled, which stopped every pass (nothing is
+/// computed before every store has listed). Now such an object is left out (an earlier
+/// version of it that decoded stays), logged once per object version, and counted in
+/// `rivora_controller_undecodable_objects{kind}`; everything else is served.
 pub(crate) fn spawn_watch_with<K>(
-    api: Api<K>,
+    api: Api<Decoded<K>>,
     config: watcher::Config,
-    changed: Arc<Notify>,
+    ctx: &WatchContext,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()>
@@ -108,17 +127,32 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    // managedFields are the largest part of most objects, and only our own entries are read
-    // (whether we hold status to keep or take back): the others are dropped before the store.
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config).modify(|o: &mut K| {
+    let held = store.clone();
+    let kind = K::kind(&()).to_string();
+    let gauge = ctx.metrics.undecodable_objects(&kind);
+    let mut bad = Undecodable::new();
+    // Waits that grow, also for a kind whose CRD is absent (rivora_k8s_source::backoff).
+    let decoded = rivora_k8s_source::backoff::with_backoff(watcher(api, config))
+        // managedFields are the largest part of most objects, and only our own entries are
+        // read (whether we hold status to keep or take back): the others are dropped before
+        // the store.
+        .modify(|o: &mut Decoded<K>| {
             o.managed_fields_mut()
                 .retain(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
-        }),
-    );
-    // Waits that grow, also for a kind whose CRD is absent (rivora_k8s_source::backoff).
-    let stream = rivora_k8s_source::backoff::with_backoff(stream).touched_objects();
+        })
+        .filter_map(move |ev| {
+            let out = match ev {
+                Ok(ev) => {
+                    let e = decoded_event(&kind, ev, &held, &mut bad);
+                    gauge.set(i64::try_from(bad.len()).unwrap_or(i64::MAX));
+                    e.map(Ok)
+                }
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(out)
+        });
+    let stream = reflector::reflector(writer, decoded).touched_objects();
+    let changed = Arc::clone(&ctx.changed);
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         // One line when a watch starts failing and one when it works again, not one per retry.
@@ -143,30 +177,24 @@ where
 }
 
 /// Starts the four watches of the Service half, and the Gateway half's once Gateway API is
-/// served ([`GatewayWatch`]); `changed` is notified on every event.
-pub fn watch_all(client: &Client, changed: Arc<Notify>) -> Stores {
-    watch_all_with(client, changed, OptIn::default())
+/// served ([`GatewayWatch`]); `ctx.changed` is notified on every event.
+pub fn watch_all(client: &Client, ctx: &WatchContext) -> Stores {
+    watch_all_with(client, ctx, OptIn::default())
 }
 
 /// [`watch_all`], and what `opt_in` asks for (Meridio-2's kinds once they are served,
 /// [`MeridioWatch`]).
-pub fn watch_all_with(client: &Client, changed: Arc<Notify>, opt_in: OptIn) -> Stores {
+pub fn watch_all_with(client: &Client, ctx: &WatchContext, opt_in: OptIn) -> Stores {
     Stores {
-        services: spawn_watch(Api::<Service>::all(client.clone()), Arc::clone(&changed)),
-        pools: spawn_watch(
-            Api::<AddressPool>::all(client.clone()),
-            Arc::clone(&changed),
-        ),
-        namespaces: spawn_watch(Api::<Namespace>::all(client.clone()), Arc::clone(&changed)),
-        policies: spawn_watch(
-            Api::<ServicePolicy>::all(client.clone()),
-            Arc::clone(&changed),
-        ),
-        nodes: spawn_watch(Api::<RivoraNode>::all(client.clone()), Arc::clone(&changed)),
+        services: spawn_watch(Api::all(client.clone()), ctx),
+        pools: spawn_watch(Api::all(client.clone()), ctx),
+        namespaces: spawn_watch(Api::all(client.clone()), ctx),
+        policies: spawn_watch(Api::all(client.clone()), ctx),
+        nodes: spawn_watch(Api::all(client.clone()), ctx),
         meridio: opt_in
             .distribution_group_status
-            .then(|| Arc::new(MeridioWatch::new(client.clone(), Arc::clone(&changed)))),
-        gateway: Arc::new(GatewayWatch::new(client.clone(), changed)),
+            .then(|| Arc::new(MeridioWatch::new(client.clone(), ctx.clone()))),
+        gateway: Arc::new(GatewayWatch::new(client.clone(), ctx.clone())),
     }
 }
 
@@ -219,7 +247,9 @@ impl PassReport {
 }
 
 /// A whole replica, as the binary runs it: the watches, the Lease election and [`serve`], until
-/// `shutdown` resolves; then it releases the Lease so another replica leads at once. Tests run
+/// `shutdown` resolves; then it stops writing (the pass in progress is dropped, so no write
+/// starts after this point) and releases the Lease (within [`RELEASE_TIMEOUT`]) so another
+/// replica leads at once instead of a whole Lease duration later. Tests run
 /// replicas with this too (with `std::future::pending()` and a task abort for a crash), so the
 /// start-up order they prove is the one deployed.
 pub async fn replica(
@@ -239,17 +269,31 @@ pub async fn replica_with(
     opt_in: OptIn,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let changed = Arc::new(Notify::new());
-    let stores = watch_all_with(&client, Arc::clone(&changed), opt_in);
+    let ctx = WatchContext {
+        changed: Arc::new(Notify::new()),
+        metrics: Arc::clone(&settings.metrics),
+    };
+    let stores = watch_all_with(&client, &ctx, opt_in);
+    let changed = ctx.changed;
     let mut leadership = Leadership::start(client.clone(), leader).await?;
     info!(identity = %settings.identity, "waiting for leadership");
     tokio::select! {
         r = serve(client.clone(), &mut leadership, &stores, &changed, &settings) => r?,
         _ = shutdown => {}
     }
-    info!("stopping; releasing the Lease");
-    leadership.step_down().await
+    settings.metrics.set_leader(false);
+    info!("stopped writing; releasing the Lease");
+    match tokio::time::timeout(RELEASE_TIMEOUT, leadership.step_down()).await {
+        Ok(r) => r.map(|()| info!("Lease released")),
+        Err(_) => anyhow::bail!(
+            "releasing the Lease took over {RELEASE_TIMEOUT:?}; it runs out on its own"
+        ),
+    }
 }
+
+/// The longest a stopping replica waits for its Lease release (an unreachable API server must
+/// not hold up the exit past the pod's termination grace period).
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a replica does for its whole life: wait for leadership, lead until it cannot confirm it
 /// (or a write fails), pause briefly, and start over. Never returns unless the election ends.
@@ -594,83 +638,30 @@ async fn write_pool_status(
         let Some(r) = outcome.pools.get(&name) else {
             continue;
         };
-        let counts = |f: Family| {
-            r.total.get(&f).map(|t| {
-                let used = r.used.get(&f).copied().unwrap_or(0);
-                let sat = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
-                rivora_k8s_api::AddressCounts {
-                    total: sat(*t),
-                    used: sat(used),
-                    available: sat(t.saturating_sub(used)),
-                }
-            })
-        };
-        let cond = |type_: &str, on: bool, reason: &str, message: String| {
+        let cond = |c: crate::pool_status::PoolCondition| {
             let previous = pool
                 .status
                 .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
-            let status = if on { "True" } else { "False" };
+                .and_then(|s| s.conditions.iter().find(|p| p.type_ == c.type_));
+            let status = if c.on { "True" } else { "False" };
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-                type_: type_.into(),
+                type_: c.type_.into(),
                 status: status.into(),
-                reason: reason.into(),
-                message,
+                reason: c.reason,
+                message: c.message,
                 observed_generation: pool.metadata.generation,
                 last_transition_time: previous
-                    .filter(|c| c.status == status)
-                    .map(|c| c.last_transition_time.clone())
+                    .filter(|p| p.status == status)
+                    .map(|p| p.last_transition_time.clone())
                     .unwrap_or(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                         Timestamp::now(),
                     )),
             }
         };
-        use rivora_k8s_api::address_pool::condition as pc;
         let status = rivora_k8s_api::AddressPoolStatus {
-            conditions: vec![
-                match &r.invalid {
-                    Some(e) => cond(pc::VALID, false, "InvalidAddresses", e.clone()),
-                    None => cond(
-                        pc::VALID,
-                        true,
-                        "Valid",
-                        "every address block is usable".into(),
-                    ),
-                },
-                match &r.overlaps {
-                    Some(o) => cond(
-                        pc::OVERLAPPING,
-                        true,
-                        "OverlapsOlderPool",
-                        format!(
-                            "shares addresses with the older AddressPool {o}; nothing is assigned from this one"
-                        ),
-                    ),
-                    None => cond(
-                        pc::OVERLAPPING,
-                        false,
-                        "NoOverlap",
-                        "no other pool shares its addresses".into(),
-                    ),
-                },
-                if r.exhausted() {
-                    cond(
-                        pc::EXHAUSTED,
-                        true,
-                        "NoFreeAddress",
-                        "every address is assigned".into(),
-                    )
-                } else {
-                    cond(
-                        pc::EXHAUSTED,
-                        false,
-                        "FreeAddresses",
-                        "addresses are left".into(),
-                    )
-                },
-            ],
-            ipv4: counts(Family::V4),
-            ipv6: counts(Family::V6),
+            conditions: crate::pool_status::conditions(r).map(cond).into(),
+            ipv4: crate::pool_status::counts(r, Family::V4),
+            ipv6: crate::pool_status::counts(r, Family::V6),
         };
         if pool_status_is_current(pool.status.as_ref(), &status) {
             continue;

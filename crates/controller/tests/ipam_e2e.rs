@@ -378,6 +378,51 @@ async fn the_controller_assigns_reports_frees_and_survives_a_restart() {
     println!("freed {freed:?} from {victim}; {waiting} got it {took:?} after the delete");
     assert!(took < Duration::from_secs(1), "took {took:?}");
 
+    // Phase 3b: two overlapping IPv6 ranges in one pool pass the CRD (CEL cannot compare IPv6
+    // ranges): the controller says Valid=False naming both, and counts each address once
+    // (32 + 13 listed, 33 distinct).
+    pools
+        .create(
+            &pp,
+            &pool(
+                "pool-v6-overlap",
+                &["fd00:31::1-fd00:31::20", "fd00:31::15-fd00:31::21"],
+                None,
+                false,
+            ),
+        )
+        .await
+        .expect("the CRD admits overlapping IPv6 ranges");
+    let start = Instant::now();
+    let (valid, v6) = loop {
+        let p = pools.get("pool-v6-overlap").await.unwrap();
+        let st = p.status.unwrap_or_default();
+        let valid = st.conditions.iter().find(|c| c.type_ == "Valid").cloned();
+        if let (Some(c), Some(v6)) = (&valid, st.ipv6)
+            && c.status == "False"
+        {
+            break (c.clone(), v6);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "pool-v6-overlap not flagged within 10 s; last status: {valid:?} {:?}",
+            st.ipv6
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    println!(
+        "pool-v6-overlap: Valid={} {}: {}; ipv6 {v6:?}",
+        valid.status, valid.reason, valid.message
+    );
+    assert_eq!(valid.reason, "InvalidAddresses");
+    assert!(
+        valid.message.contains("fd00:31::1-fd00:31::20")
+            && valid.message.contains("fd00:31::15-fd00:31::21"),
+        "{}",
+        valid.message
+    );
+    assert_eq!((v6.total, v6.available), (33, 33));
+
     // Phase 4: replace the controller: nothing changes.
     controller.task.abort();
     let _ = (&mut controller.task).await;

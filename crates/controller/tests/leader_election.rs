@@ -1,5 +1,5 @@
 //! Two replicas, one Lease, against the real API server: exactly one leads; after a step-down the
-//! other leads within one Lease duration; a replica that vanishes without releasing is replaced after the
+//! other leads at once (it watches the Lease and sees it released); a replica that vanishes without releasing is replaced after the
 //! Lease expires, and it stops confirming its leadership before the other one can take over.
 //! Needs root and `scripts/build-testdeps.sh`.
 
@@ -68,7 +68,9 @@ async fn one_leader_and_a_hand_over_within_the_lease_duration_on_step_down() {
     leader.step_down().await.unwrap();
     let took = wait_leader(&mut follower, DURATION * 2).await;
     println!("hand-over after step-down: {took:?} (lease {DURATION:?})");
-    assert!(took <= DURATION + GRACE, "took {took:?}");
+    // Not when the released term would have ended (up to DURATION): the follower sees the
+    // release and competes at once.
+    assert!(took < Duration::from_secs(1), "took {took:?}");
     assert!(follower.confirm().await.unwrap());
     follower.step_down().await.unwrap();
 }

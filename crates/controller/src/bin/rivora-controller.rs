@@ -116,11 +116,24 @@ async fn run_main(args: Args) -> Result<()> {
         OptIn {
             distribution_group_status: args.distribution_group_status,
         },
-        async {
-            let _ = tokio::signal::ctrl_c().await;
-        },
+        shutdown_signal()?,
     )
     .await
+}
+
+/// Resolves at SIGTERM (what the kubelet sends to stop a pod) or SIGINT. Why both: the leader
+/// must release its Lease on the way out, or the next leader waits a whole Lease duration; and
+/// without a handler SIGTERM ends the process at once.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: stopping"),
+            _ = int.recv() => info!("SIGINT: stopping"),
+        }
+    })
 }
 
 /// Serves /metrics and /healthz on `addr` in the background.

@@ -116,6 +116,39 @@ impl Block {
     }
 }
 
+/// The first two entries of `blocks` (by index) that share an address, if any.
+///
+/// Why the controller checks this itself: the CRD refuses overlapping IPv4 blocks and IPv6
+/// CIDRs of one pool, but CEL cannot compare IPv6 ranges, so two overlapping IPv6 ranges (or
+/// any overlap in a pool written before the rules existed) reach the allocator.
+pub fn first_overlap(blocks: &[Block]) -> Option<(usize, usize)> {
+    (0..blocks.len()).find_map(|i| {
+        (i + 1..blocks.len())
+            .find(|j| blocks[i].overlaps(&blocks[*j]))
+            .map(|j| (i, j))
+    })
+}
+
+/// The distinct addresses of `blocks` per family, as disjoint blocks sorted by family and
+/// start (overlapping and adjacent blocks merged).
+///
+/// Why: a pool's counts must count every address once; summing the blocks' sizes counts an
+/// address in two overlapping blocks twice and shows addresses that do not exist as free.
+pub fn union(blocks: &[Block]) -> Vec<Block> {
+    let mut sorted = blocks.to_vec();
+    sorted.sort_by_key(|b| (b.family, b.first, b.last));
+    let mut out: Vec<Block> = Vec::new();
+    for b in sorted {
+        match out.last_mut() {
+            Some(l) if l.family == b.family && b.first <= l.last.saturating_add(1) => {
+                l.last = l.last.max(b.last);
+            }
+            _ => out.push(b),
+        }
+    }
+    out
+}
+
 /// Whether an IPv4 address ends in .0 or .255 (MetalLB's `avoidBuggyIPs`: some clients and
 /// routers treat them as network or broadcast addresses whatever the prefix).
 pub fn is_buggy(ip: &IpAddr) -> bool {
@@ -181,6 +214,52 @@ mod tests {
         assert!(a.overlaps(&Block::parse("10.0.0.255-10.0.1.3").unwrap()));
         assert!(!a.overlaps(&Block::parse("10.0.1.0/24").unwrap()));
         assert!(!a.overlaps(&Block::parse("::a00:0/120").unwrap()));
+    }
+
+    #[test]
+    fn overlaps_within_a_list_are_found_for_both_families() {
+        let parse = |l: &[&str]| {
+            l.iter()
+                .map(|b| Block::parse(b).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            first_overlap(&parse(&[
+                "10.0.0.0/24",
+                "fd00::1-fd00::20",
+                "fd00::15-fd00::21"
+            ])),
+            Some((1, 2))
+        );
+        assert_eq!(
+            first_overlap(&parse(&["10.0.0.0/25", "10.0.0.127-10.0.0.130"])),
+            Some((0, 1))
+        );
+        // The same numbers in two families are different addresses.
+        assert_eq!(first_overlap(&parse(&["10.0.0.0/24", "::a00:0/120"])), None);
+        assert_eq!(
+            first_overlap(&parse(&["fd00::/120", "fd00::100/120"])),
+            None
+        );
+    }
+
+    #[test]
+    fn the_union_counts_every_address_once() {
+        let parse = |l: &[&str]| {
+            l.iter()
+                .map(|b| Block::parse(b).unwrap())
+                .collect::<Vec<_>>()
+        };
+        // 32 + 13 addresses listed, 33 distinct.
+        let u = union(&parse(&["fd00::1-fd00::20", "fd00::15-fd00::21"]));
+        assert_eq!(u.iter().map(Block::size).sum::<u128>(), 33);
+        // Adjacent blocks merge; families stay apart.
+        let u = union(&parse(&["10.0.0.4/30", "10.0.0.0/30", "::a00:0/126"]));
+        assert_eq!(u.len(), 2);
+        assert_eq!((u[0].family, u[0].size()), (Family::V4, 8));
+        assert_eq!((u[1].family, u[1].size()), (Family::V6, 4));
+        // Ends of the address space do not overflow.
+        assert_eq!(union(&parse(&["::/0", "::1-::2"]))[0].size(), u128::MAX);
     }
 
     #[test]

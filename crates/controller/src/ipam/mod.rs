@@ -13,7 +13,9 @@
 //!
 //! Order of work, every time (so the result depends on the objects, not on event order):
 //! 1. pools are parsed; a pool overlapping an older one (creation time, then name) is marked
-//!    `Overlapping` and gives out nothing new;
+//!    `Overlapping` and gives out nothing new; a pool two of whose own blocks overlap (IPv6
+//!    ranges, which the CRD's rules cannot compare) is invalid and gives out nothing new either,
+//!    but keeps what it already gave; a pool's counts count each address once;
 //! 2. **import**: every address a claimant already has (a Service's
 //!    `status.loadBalancer.ingress`, a Gateway's `status.addresses`) is kept if it is still
 //!    acceptable for it (in a pool it may use, of a family it wants, requested if it requests
@@ -31,7 +33,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 
-use blocks::{Block, Family, buggy_count, from_int, is_buggy};
+use blocks::{Block, Family, buggy_count, first_overlap, from_int, is_buggy, union};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// A pool as the allocator needs it.
@@ -335,6 +337,13 @@ pub enum Failure {
     /// A requested address is held by a Service with the same sharing key that may not share
     /// it (address, holder, why).
     SharingRefused(IpAddr, ClaimKey, String),
+    /// RequireDualStack, but no address of this family is requested while one of the other
+    /// family is: requested addresses say which families it gets, and RequireDualStack wants
+    /// both or none.
+    RequestNotDualStack(Family),
+    /// None of the requested addresses is of a family it wants (`ipFamilies` and
+    /// `ipFamilyPolicy`); the first one.
+    RequestedFamilyUnwanted(IpAddr),
 }
 
 impl Failure {
@@ -350,6 +359,9 @@ impl Failure {
             Failure::UnsupportedProtocol(_) => "UnsupportedProtocol",
             Failure::UnsupportedAddressType(_) => "UnsupportedAddress",
             Failure::SharingRefused(..) => "SharingRefused",
+            Failure::RequestNotDualStack(_) | Failure::RequestedFamilyUnwanted(_) => {
+                "InvalidRequest"
+            }
         }
     }
 }
@@ -387,6 +399,18 @@ impl fmt::Display for Failure {
                 f,
                 "the requested address {ip} is assigned to {by}, which it may not share: {why}"
             ),
+            Failure::RequestNotDualStack(fam) => write!(
+                f,
+                "ipFamilyPolicy RequireDualStack needs a requested address of each family, and no \
+                 {fam} address is requested: request one, or no address at all, or use \
+                 PreferDualStack"
+            ),
+            Failure::RequestedFamilyUnwanted(ip) => write!(
+                f,
+                "the requested address {ip} is {}, a family its ipFamilies and ipFamilyPolicy do \
+                 not give it",
+                Family::of(ip)
+            ),
         }
     }
 }
@@ -403,11 +427,12 @@ pub struct Assignment {
 /// Counts and conditions of one pool.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PoolReport {
-    /// Why the pool is invalid (a bad block), if it is.
+    /// Why the pool is invalid (a bad block, or two of its blocks sharing addresses), if it is.
     pub invalid: Option<String>,
     /// The older pool it overlaps, if any.
     pub overlaps: Option<String>,
-    /// Usable addresses per family (after avoidBuggyIPs).
+    /// Usable addresses per family (after avoidBuggyIPs), each counted once however many of
+    /// the pool's blocks hold it.
     pub total: BTreeMap<Family, u128>,
     /// Assigned addresses per family.
     pub used: BTreeMap<Family, u128>,
@@ -421,6 +446,23 @@ impl PoolReport {
                 .total
                 .iter()
                 .all(|(f, t)| self.used.get(f).copied().unwrap_or(0) >= *t)
+    }
+
+    /// The families it has with no address left (both: [`PoolReport::exhausted`]). Why per
+    /// family: a dual-stack pool out of IPv4 refuses every claimant that wants IPv4 while its
+    /// IPv6 half is free, and the sum of both hides that.
+    pub fn exhausted_families(&self) -> Vec<Family> {
+        self.total
+            .iter()
+            .filter(|(f, t)| self.used.get(f).copied().unwrap_or(0) >= **t)
+            .map(|(f, _)| *f)
+            .collect()
+    }
+
+    /// Addresses of `family` not assigned (zero when it has none of the family).
+    pub fn available(&self, family: Family) -> u128 {
+        let total = self.total.get(&family).copied().unwrap_or(0);
+        total.saturating_sub(self.used.get(&family).copied().unwrap_or(0))
     }
 }
 
@@ -533,12 +575,22 @@ pub fn allocate(pools: &[PoolView], claims: &[ClaimView]) -> Outcome {
             out.claims.insert(key, assignment);
             continue;
         }
-        for fam in svc.wanted_families() {
+        let wanted = svc.wanted_families();
+        for &fam in &wanted {
             if assignment
                 .addresses
                 .iter()
                 .any(|(a, _)| Family::of(a) == fam)
             {
+                continue;
+            }
+            if !svc.requested.is_empty() && !svc.requested.iter().any(|a| Family::of(a) == fam) {
+                // The request names the families: no address of this one is asked for.
+                if let Some(f) = unrequested_family(svc, fam, &wanted)
+                    && !assignment.failures.contains(&f)
+                {
+                    assignment.failures.push(f);
+                }
                 continue;
             }
             match pick(&pools, svc, fam, &taken) {
@@ -585,6 +637,26 @@ pub fn allocate(pools: &[PoolView], claims: &[ClaimView]) -> Outcome {
     out
 }
 
+/// What to say about wanted family `fam` of a claimant that requests addresses, none of `fam`:
+/// nothing when it requests one of another wanted family (PreferDualStack: the request decides),
+/// the missing family under RequireDualStack (both or none), and when no requested address is
+/// of a wanted family, that the request does not fit its families. Never `NoPool`: whether a
+/// pool has the family is not the question.
+fn unrequested_family(svc: &ClaimView, fam: Family, wanted: &[Family]) -> Option<Failure> {
+    let fits = svc
+        .requested
+        .iter()
+        .any(|a| wanted.contains(&Family::of(a)));
+    match (fits, svc.family_policy) {
+        (true, FamilyPolicy::RequireDualStack) => Some(Failure::RequestNotDualStack(fam)),
+        (true, _) => None,
+        (false, _) => svc
+            .requested
+            .first()
+            .map(|a| Failure::RequestedFamilyUnwanted(*a)),
+    }
+}
+
 fn release(assignment: &mut Assignment, taken: &mut Holders<'_>, svc: &ClaimView) {
     for (ip, _) in assignment.addresses.drain(..) {
         taken.release(&ip, svc);
@@ -624,9 +696,9 @@ fn pick(
             .map(|p| (**ip, p.view.name.clone()))
             .ok_or(Failure::AddressOutsidePools(**ip));
     }
-    if !svc.requested.is_empty() {
-        // Requested addresses only of the other family: this family is not wanted.
-        return Err(Failure::NoPool(fam));
+    if let Some(other) = svc.requested.first() {
+        // Requested addresses only of the other family ([`allocate`] does not ask then).
+        return Err(Failure::RequestedFamilyUnwanted(*other));
     }
     if let Some(shared) = taken.shareable(svc, fam, &candidates) {
         return Ok(shared);
@@ -671,7 +743,20 @@ fn prepare_pools<'a>(views: &'a [PoolView], out: &mut Outcome) -> Vec<Pool<'a>> 
                 Vec::new()
             }
         };
-        if report.invalid.is_none() {
+        let parsed_ok = report.invalid.is_none();
+        // Two blocks of this pool sharing addresses: what the CRD refuses for IPv4 (and IPv6
+        // CIDRs) is refused here too. Nothing new is given out, but what is assigned stays
+        // (like `disabled`): the blocks themselves are sound, and no address may move.
+        let own_overlap = first_overlap(&blocks);
+        if let Some((i, j)) = own_overlap {
+            report.invalid = Some(format!(
+                "spec.addresses {:?} and {:?} overlap: the blocks of one pool must not share \
+                 addresses (nothing new is assigned from this pool until they are disjoint; \
+                 addresses already assigned stay)",
+                view.addresses[i], view.addresses[j]
+            ));
+        }
+        if parsed_ok {
             report.overlaps = pools
                 .iter()
                 .filter(|p| p.usable)
@@ -682,19 +767,20 @@ fn prepare_pools<'a>(views: &'a [PoolView], out: &mut Outcome) -> Vec<Pool<'a>> 
                 })
                 .map(|p| p.view.name.clone());
         }
-        let usable = report.invalid.is_none() && report.overlaps.is_none();
-        for b in &blocks {
+        let usable = parsed_ok && report.overlaps.is_none();
+        for b in union(&blocks) {
             let mut n = b.size();
             if view.avoid_buggy_ips && b.family == Family::V4 {
                 n -= buggy_count(b.first, b.last);
             }
-            *report.total.entry(b.family).or_default() += n;
+            let total = report.total.entry(b.family).or_default();
+            *total = total.saturating_add(n);
         }
         out.pools.insert(view.name.clone(), report);
         pools.push(Pool {
             view,
             blocks,
-            allocates: usable && !view.disabled,
+            allocates: usable && own_overlap.is_none() && !view.disabled,
             usable,
         });
     }

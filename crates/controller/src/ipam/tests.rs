@@ -686,3 +686,133 @@ fn the_order_of_work_is_deterministic_across_kinds() {
         assert_eq!(allocate(&pools, &other), reference, "rotation {rotation}");
     }
 }
+
+#[test]
+fn overlapping_ipv6_ranges_of_one_pool_are_invalid_and_counted_once() {
+    // 32 + 13 addresses listed, 33 distinct (the user's 45 against 33).
+    let mut p = pool("p6", &["fd00:9::1-fd00:9::20", "fd00:9::15-fd00:9::21"]);
+    p.created = "2026-01-01T00:00:00Z".into();
+    let mut old = svc("old");
+    old.families = vec![Family::V6];
+    old.current = vec![ip("fd00:9::16")];
+    let mut new = svc("new");
+    new.families = vec![Family::V6];
+    let out = allocate(&[p.clone()], &[old, new]);
+    let r = &out.pools["p6"];
+    let why = r.invalid.as_deref().expect("flagged invalid");
+    assert!(
+        why.contains("fd00:9::1-fd00:9::20") && why.contains("fd00:9::15-fd00:9::21"),
+        "{why}"
+    );
+    assert_eq!(r.total[&Family::V6], 33);
+    assert_eq!(r.available(Family::V6), 32);
+    // What it gave stays; nothing new comes from it.
+    assert_eq!(addrs(&out, "ns/old"), [ip("fd00:9::16")]);
+    assert!(addrs(&out, "ns/new").is_empty());
+
+    // A newer pool overlapping one of its IPv6 ranges is flagged as overlapping too.
+    let mut newer = pool("newer", &["fd00:9::21-fd00:9::30"]);
+    newer.created = "2026-02-01T00:00:00Z".into();
+    let out = allocate(&[p, newer], &[]);
+    assert_eq!(out.pools["newer"].overlaps.as_deref(), Some("p6"));
+}
+
+#[test]
+fn overlapping_ipv6_ranges_of_two_pools_leave_the_newer_one_out() {
+    let mut older = pool("b-older", &["fd00:8::1-fd00:8::20"]);
+    older.created = "2026-01-01T00:00:00Z".into();
+    let mut newer = pool("a-newer", &["fd00:8::10-fd00:8::40"]);
+    newer.created = "2026-02-01T00:00:00Z".into();
+    newer.priority = 10;
+    let mut s = svc("s");
+    s.families = vec![Family::V6];
+    let out = allocate(&[newer, older], &[s]);
+    assert_eq!(out.pools["a-newer"].overlaps.as_deref(), Some("b-older"));
+    assert_eq!(out.pools["b-older"].overlaps, None);
+    assert_eq!(
+        out.claims[&skey("s")].addresses,
+        [(ip("fd00:8::1"), "b-older".into())]
+    );
+}
+
+#[test]
+fn a_dual_stack_service_requesting_one_address_gets_that_family_or_the_true_reason() {
+    let pools = vec![pool("dual", &["10.7.0.0/29", "fd00:7::/125"])];
+    let dual = |name: &str, fams: Vec<Family>, policy: FamilyPolicy, req: &str| ClaimView {
+        families: fams,
+        family_policy: policy,
+        requested: vec![ip(req)],
+        ..svc(name)
+    };
+    let both = || vec![Family::V6, Family::V4];
+    let holder = dual(
+        "a-holder",
+        vec![Family::V4],
+        FamilyPolicy::SingleStack,
+        "10.7.0.3",
+    );
+    let prefer = dual(
+        "b-prefer",
+        both(),
+        FamilyPolicy::PreferDualStack,
+        "10.7.0.1",
+    );
+    let prefer_taken = dual("c-taken", both(), FamilyPolicy::PreferDualStack, "10.7.0.3");
+    let require = dual(
+        "d-require",
+        both(),
+        FamilyPolicy::RequireDualStack,
+        "10.7.0.2",
+    );
+    let single_v6 = dual(
+        "e-v4-only",
+        vec![Family::V4],
+        FamilyPolicy::SingleStack,
+        "fd00:7::1",
+    );
+    let out = allocate(&pools, &[holder, prefer, prefer_taken, require, single_v6]);
+    // PreferDualStack: the requested family only, and no word about the other.
+    assert_eq!(addrs(&out, "ns/b-prefer"), [ip("10.7.0.1")]);
+    assert!(out.claims[&skey("b-prefer")].failures.is_empty());
+    assert_eq!(
+        out.claims[&skey("c-taken")].failures,
+        [Failure::AddressTaken(ip("10.7.0.3"), skey("a-holder"))],
+        "the request's own failure, not NoPool for IPv6 (the pool has IPv6)"
+    );
+    // RequireDualStack: both or none, and the reason is the request, not the pools.
+    assert!(addrs(&out, "ns/d-require").is_empty());
+    let f = &out.claims[&skey("d-require")].failures;
+    assert_eq!(f, &[Failure::RequestNotDualStack(Family::V6)]);
+    assert_eq!(f[0].reason(), "InvalidRequest");
+    assert!(
+        f[0].to_string().contains("no IPv6 address is requested"),
+        "{}",
+        f[0]
+    );
+    assert_eq!(
+        out.claims[&skey("e-v4-only")].failures,
+        [Failure::RequestedFamilyUnwanted(ip("fd00:7::1"))]
+    );
+    for (k, a) in &out.claims {
+        assert!(
+            !a.failures.iter().any(|f| matches!(f, Failure::NoPool(_))),
+            "{k}: {:?}",
+            a.failures
+        );
+    }
+}
+
+#[test]
+fn a_dual_stack_pool_says_which_family_is_used_up() {
+    let pools = vec![pool("dual", &["10.8.0.0/31", "fd00:8::/120"])];
+    let services: Vec<ClaimView> = (0..3).map(|i| svc(&format!("s{i}"))).collect();
+    let out = allocate(&pools, &services);
+    let r = &out.pools["dual"];
+    assert!(!r.exhausted(), "IPv6 is free");
+    assert_eq!(r.exhausted_families(), [Family::V4]);
+    assert_eq!((r.available(Family::V4), r.available(Family::V6)), (0, 256));
+    assert_eq!(
+        out.claims[&skey("s2")].failures,
+        [Failure::PoolExhausted(Family::V4)]
+    );
+}

@@ -37,14 +37,13 @@ use rivora_k8s_api::meridio::{
     VERSION,
 };
 use rivora_k8s_source::meridio::MeridioSnapshot;
-use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::{apply_body, claimed_groups, status_update};
 use crate::gateway_run::GATEWAY_API_VERSION;
 use crate::leader::Leadership;
 use crate::observe::FIELD_MANAGER;
-use crate::run::{spawn_watch, spawn_watch_with};
+use crate::run::{WatchContext, spawn_watch, spawn_watch_with};
 
 /// The resources that must be served before the watches start, by API group version.
 pub const REQUIRED_RESOURCES: [(&str, &[&str]); 2] = [
@@ -75,21 +74,21 @@ pub struct MeridioStores {
 }
 
 impl MeridioStores {
-    fn start(client: &Client, changed: &Arc<Notify>) -> MeridioStores {
+    fn start(client: &Client, ctx: &WatchContext) -> MeridioStores {
         let stores = MeridioStores {
-            classes: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            gateways: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            groups: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            routes: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
-            lb_slices: spawn_watch(Api::all(client.clone()), Arc::clone(changed)),
+            classes: spawn_watch(Api::all(client.clone()), ctx),
+            gateways: spawn_watch(Api::all(client.clone()), ctx),
+            groups: spawn_watch(Api::all(client.clone()), ctx),
+            routes: spawn_watch(Api::all(client.clone()), ctx),
+            lb_slices: spawn_watch(Api::all(client.clone()), ctx),
             // The older endpoint form only: EndpointSlices labelled with a group.
             core_slices: spawn_watch_with(
                 Api::all(client.clone()),
                 watcher::Config::default().labels(DISTRIBUTION_GROUP_LABEL),
-                Arc::clone(changed),
+                ctx,
             ),
         };
-        let (s, changed) = (stores.clone(), Arc::clone(changed));
+        let (s, changed) = (stores.clone(), Arc::clone(&ctx.changed));
         tokio::spawn(async move {
             if s.wait_until_ready().await.is_ok() {
                 info!("Meridio-2's objects listed: writing DistributionGroup status");
@@ -132,7 +131,7 @@ impl MeridioStores {
 /// Starts [`MeridioStores`] once the kinds are served (see the module doc).
 pub struct MeridioWatch {
     client: Client,
-    changed: Arc<Notify>,
+    ctx: WatchContext,
     stores: OnceLock<MeridioStores>,
     checked: Mutex<Option<Instant>>,
 }
@@ -150,10 +149,10 @@ pub struct MeridioWrites {
 
 impl MeridioWatch {
     /// Nothing is watched until a pass finds the kinds served.
-    pub fn new(client: Client, changed: Arc<Notify>) -> MeridioWatch {
+    pub fn new(client: Client, ctx: WatchContext) -> MeridioWatch {
         MeridioWatch {
             client,
-            changed,
+            ctx,
             stores: OnceLock::new(),
             checked: Mutex::new(None),
         }
@@ -201,7 +200,7 @@ impl MeridioWatch {
         info!("Meridio-2's kinds are served: watching them for DistributionGroup status");
         Some(
             self.stores
-                .get_or_init(|| MeridioStores::start(&self.client, &self.changed)),
+                .get_or_init(|| MeridioStores::start(&self.client, &self.ctx)),
         )
     }
 
