@@ -100,7 +100,7 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), p.len());
-        // 32 from the ClusterRole, 5 from the Role.
+        // 40 from the ClusterRole, 5 from the Role.
         assert!(has(
             None,
             "meridio-2.nordix.org",
@@ -108,7 +108,14 @@ mod tests {
             None,
             "watch"
         ));
-        assert_eq!(p.len(), 43, "{p:#?}");
+        assert!(has(
+            None,
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            None,
+            "watch"
+        ));
+        assert_eq!(p.len(), 45, "{p:#?}");
         assert_eq!(
             p.iter()
                 .find(|x| x.subresource.is_some())

@@ -142,7 +142,7 @@ fn the_shipped_role_passes_and_what_is_not_bound_is_listed() {
         "{}",
         reason(&r, "kube-rbac")
     );
-    assert!(reason(&r, "kube-rbac").contains("all 43 permissions"));
+    assert!(reason(&r, "kube-rbac").contains("all 45 permissions"));
     assert_eq!(code, 0, "{r:#}");
 
     // The same identity with another --namespace: the Role's five
@@ -175,7 +175,7 @@ fn the_shipped_role_passes_and_what_is_not_bound_is_listed() {
     assert_eq!(code, 1);
     let got = missing(&r);
     assert!(
-        reason(&r, "kube-rbac").contains("lacks 43 of the 43"),
+        reason(&r, "kube-rbac").contains("lacks 45 of the 45"),
         "{}",
         reason(&r, "kube-rbac")
     );
@@ -187,7 +187,7 @@ fn the_shipped_role_passes_and_what_is_not_bound_is_listed() {
     ] {
         assert!(got.iter().any(|g| g == p), "{p:?} not in {got:?}");
     }
-    assert_eq!(got.len(), 43);
+    assert_eq!(got.len(), 45);
 
     // An address nothing answers on: the API check fails, RBAC is not asked.
     let (code, r) = node.doctor(bed, "https://127.0.0.1:9", &bound, &[]);

@@ -15,6 +15,12 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
+/// A log directive both binaries add (unless `RUST_LOG` names `kube_client` itself): kube's
+/// client logs a WARN of its own for every error answer whose body is not a Status, such as
+/// the plain-text 404 of a kind whose CRD is absent, at every retry; the error also reaches
+/// the watch, which logs it once per cause.
+pub const QUIET_KUBE_CLIENT: &str = "kube_client::client=error";
+
 /// The first wait after a failure.
 pub const FIRST: Duration = Duration::from_millis(800);
 /// The longest wait after failures of a served kind (kube's default).
@@ -80,18 +86,52 @@ where
     K: Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
+    with_backoff_woken(watch, None)
+}
+
+/// [`with_backoff`], with the wait after "the kind is not served" (404) cut short when
+/// `crds` says a CRD appeared (see [`crate::crds`]): the kind is listed again at once and the
+/// waits start over, so a CRD installed later is served within a second or two instead of
+/// after the minutes-long wait, and an absent kind still costs no steady load.
+pub fn with_backoff_woken<K, S>(
+    watch: S,
+    crds: Option<tokio::sync::watch::Receiver<u64>>,
+) -> impl Stream<Item = S::Item> + Send
+where
+    K: Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
     type Boxed<K> =
         Pin<Box<dyn Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static>>;
     let inner: Boxed<K> = Box::pin(watch);
     futures::stream::unfold(
-        (inner, Schedule::default(), None::<Duration>),
-        |(mut inner, mut schedule, wait)| async move {
-            if let Some(w) = wait {
-                tokio::time::sleep(w).await;
+        (inner, Schedule::default(), None::<(Duration, bool)>, crds),
+        |(mut inner, mut schedule, wait, mut crds)| async move {
+            match (wait, &mut crds) {
+                (Some((w, true)), Some(rx)) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(w) => {}
+                        r = rx.changed() => match r {
+                            Ok(()) => schedule = Schedule::default(),
+                            // The CRD watch ended: the plain wait.
+                            Err(_) => {
+                                crds = None;
+                                tokio::time::sleep(w).await;
+                            }
+                        },
+                    }
+                }
+                (Some((w, _)), _) => tokio::time::sleep(w).await,
+                (None, _) => {}
             }
             let item = inner.next().await?;
-            let wait = schedule.after(&item);
-            Some((item, (inner, schedule, wait)))
+            let absent = matches!(&item, Err(e) if is_absent(e));
+            if absent && let Some(rx) = &mut crds {
+                // Only a CRD that appears from now on cuts the coming wait short.
+                rx.borrow_and_update();
+            }
+            let wait = schedule.after(&item).map(|w| (w, absent));
+            Some((item, (inner, schedule, wait, crds)))
         },
     )
 }

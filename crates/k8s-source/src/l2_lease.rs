@@ -268,7 +268,12 @@ pub struct ElectionHandles {
 pub fn start(client: Client, config: LeaseConfig) -> ElectionHandles {
     let (until_tx, answer_until) = watch::channel(None);
     let (state_tx, state) = watch::channel(Election::default());
-    let (ineligible, ineligible_rx) = watch::channel(None);
+    // Not eligible until the agent says so: a node whose datapath is not attached and whose
+    // initial sync is not complete cannot answer for the VIPs, and a Lease taken at start
+    // would be given back a moment later.
+    let (ineligible, ineligible_rx) = watch::channel(Some(
+        "rivorad is starting: the node agent has not judged this node yet".to_string(),
+    ));
     let (stop, stop_rx) = watch::channel(false);
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let task = tokio::spawn(run(api, config, until_tx, state_tx, ineligible_rx, stop_rx));

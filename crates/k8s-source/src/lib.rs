@@ -22,6 +22,7 @@
 //! - [`lenient`] (edge): watches that leave out, and name, objects they cannot decode.
 //! - [`backoff`] (edge): waits between a watch's failed attempts that grow (to minutes for an
 //!   absent CRD) instead of starting over at every relist.
+//! - [`crds`] (edge): a CRD appearing ends an absent kind's wait.
 //! - [`agent`] (edge): debounce, snapshot, translate, offer; the `RivoraNode` writer.
 //! - [`healthz_server`] (edge): one listener per healthCheckNodePort.
 //! - [`warnings`]: the Warning Events on objects this node cannot serve, and their recorder.
@@ -32,6 +33,7 @@ pub mod agent;
 pub mod backoff;
 pub mod bgp_peers;
 pub mod convert;
+pub mod crds;
 pub mod endpoints;
 pub mod gateway;
 pub mod healthz;

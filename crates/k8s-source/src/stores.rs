@@ -38,7 +38,7 @@ use rivora_k8s_api::{BGPPeer, ServicePolicy, TcpRoute, UdpRoute};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use crate::backoff::{is_absent, with_backoff};
+use crate::backoff::{is_absent, with_backoff_woken};
 use crate::initsync::Kind;
 use crate::lenient::{BadObject, Decoded, Undecodable, decoded_event};
 use crate::translate::ServiceKey;
@@ -137,6 +137,8 @@ impl Stores {
                 .map(|k| (*k, WatchState::default()))
                 .collect::<Vec<_>>(),
         ));
+        // A CRD appearing cuts short the wait of a kind whose CRD was absent (backoff.rs).
+        let crds = crate::crds::watch_new(client.clone());
         let slices = watcher::Config::default().labels(SERVICE_NAME_LABEL);
         let nodes = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
         Stores {
@@ -146,6 +148,7 @@ impl Stores {
                 watcher::Config::default(),
                 &states,
                 &changed,
+                &crds,
             ),
             slices: spawn(
                 Kind::EndpointSlice,
@@ -153,6 +156,7 @@ impl Stores {
                 slices,
                 &states,
                 &changed,
+                &crds,
             ),
             policies: spawn(
                 Kind::ServicePolicy,
@@ -160,6 +164,7 @@ impl Stores {
                 watcher::Config::default(),
                 &states,
                 &changed,
+                &crds,
             ),
             nodes: spawn(
                 Kind::Node,
@@ -167,6 +172,7 @@ impl Stores {
                 nodes,
                 &states,
                 &changed,
+                &crds,
             ),
             gateway_classes: spawn(
                 Kind::GatewayClass,
@@ -174,6 +180,7 @@ impl Stores {
                 watcher::Config::default(),
                 &states,
                 &changed,
+                &crds,
             ),
             gateways: spawn(
                 Kind::Gateway,
@@ -181,6 +188,7 @@ impl Stores {
                 watcher::Config::default(),
                 &states,
                 &changed,
+                &crds,
             ),
             tcp_routes: spawn(
                 Kind::TcpRoute,
@@ -188,6 +196,7 @@ impl Stores {
                 watcher::Config::default(),
                 &states,
                 &changed,
+                &crds,
             ),
             udp_routes: spawn(
                 Kind::UdpRoute,
@@ -195,6 +204,7 @@ impl Stores {
                 watcher::Config::default(),
                 &states,
                 &changed,
+                &crds,
             ),
             grants: spawn(
                 Kind::ReferenceGrant,
@@ -202,6 +212,7 @@ impl Stores {
                 watcher::Config::default(),
                 &states,
                 &changed,
+                &crds,
             ),
             namespaces: spawn(
                 Kind::Namespace,
@@ -209,6 +220,7 @@ impl Stores {
                 watcher::Config::default(),
                 &states,
                 &changed,
+                &crds,
             ),
             bgp_peers: bgp_secrets.map(|_| {
                 spawn(
@@ -217,6 +229,7 @@ impl Stores {
                     watcher::Config::default(),
                     &states,
                     &changed,
+                    &crds,
                 )
             }),
             secrets: bgp_secrets.map(|ns| {
@@ -226,6 +239,7 @@ impl Stores {
                     watcher::Config::default(),
                     &states,
                     &changed,
+                    &crds,
                 )
             }),
             meridio: meridio_namespace.map(|ns| MeridioStores {
@@ -235,6 +249,7 @@ impl Stores {
                     watcher::Config::default(),
                     &states,
                     &changed,
+                    &crds,
                 ),
                 routes: spawn(
                     Kind::L34Route,
@@ -242,6 +257,7 @@ impl Stores {
                     watcher::Config::default(),
                     &states,
                     &changed,
+                    &crds,
                 ),
                 lb_slices: spawn(
                     Kind::LoadBalancerEndpointSlice,
@@ -249,6 +265,7 @@ impl Stores {
                     watcher::Config::default(),
                     &states,
                     &changed,
+                    &crds,
                 ),
                 core_slices: spawn(
                     Kind::GroupEndpointSlice,
@@ -256,6 +273,7 @@ impl Stores {
                     watcher::Config::default().labels(DISTRIBUTION_GROUP_LABEL),
                     &states,
                     &changed,
+                    &crds,
                 ),
             }),
             states,
@@ -332,6 +350,7 @@ fn spawn<K>(
     config: watcher::Config,
     states: &Arc<Mutex<Vec<(Kind, WatchState)>>>,
     changed: &Arc<Notify>,
+    crds: &tokio::sync::watch::Receiver<u64>,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()>
@@ -351,7 +370,8 @@ where
     let held = store.clone();
     let shown = Arc::clone(states);
     let told = Arc::clone(changed);
-    let decoded = with_backoff(watcher(api, config))
+    let wake = Kind::OPTIONAL.contains(&kind).then(|| crds.clone());
+    let decoded = with_backoff_woken(watcher(api, config), wake)
         .modify(|o: &mut Decoded<K>| o.managed_fields_mut().clear())
         .filter_map(move |ev| {
             let out = match ev {

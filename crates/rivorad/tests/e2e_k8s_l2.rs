@@ -436,6 +436,16 @@ async fn one_speaker_fails_over_within_the_budget_and_refreshes_neighbours() {
         "node {first} holds the Lease {:.1} s after the agents started",
         t0.elapsed().as_secs_f64()
     );
+    // No node took the Lease before its datapath was attached and its initial sync done (it
+    // would have had to give it back at once): none released it at start.
+    for (n, a) in l.agents.iter().enumerate() {
+        let log = a.log();
+        assert!(
+            !log.contains("releasing the Lease"),
+            "node {} took the Lease before it could serve, then released it:\n{log}",
+            n + 1
+        );
+    }
     let v4 = SocketAddr::new(IpAddr::V4(VIP4), 80);
     let v6 = SocketAddr::new(IpAddr::V6(VIP6), 80);
     for target in [v4, v6] {

@@ -63,11 +63,17 @@ struct Args {
 
 #[tokio::main]
 async fn main() {
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("kube_client")) {
+        filter = filter.add_directive(
+            rivora_k8s_source::backoff::QUIET_KUBE_CLIENT
+                .parse()
+                .expect("a valid directive"),
+        );
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(filter)
         .with_target(false)
         .with_writer(std::io::stderr)
         .init();

@@ -441,7 +441,11 @@ pub struct Ep<'a> {
 impl K8sTest {
     /// The CRDs and RBAC installed, a namespace `tag-...` and its class.
     pub async fn new(tag: &str) -> K8sTest {
-        let bed = TestBed::shared();
+        Self::new_on(TestBed::shared(), tag).await
+    }
+
+    /// [`K8sTest::new`] on `bed` (one started with options of its own, such as an audit log).
+    pub async fn new_on(bed: &'static TestBed, tag: &str) -> K8sTest {
         let admin = bed.admin_client().await.unwrap();
         install_shipped_crds(bed).await;
         let sa_ns = unique_name("rvd");
