@@ -659,6 +659,31 @@ fn pools(o: &Observed, r: &mut Report) {
                 row.used, row.total
             ));
         }
+        if !row.exhausted {
+            let out = [
+                ("IPv4", row.ipv4_exhausted, &row.ipv4, &row.ipv6, "IPv6"),
+                ("IPv6", row.ipv6_exhausted, &row.ipv6, &row.ipv4, "IPv4"),
+            ];
+            for (fam, is_out, counts, other_counts, other) in out {
+                if !is_out {
+                    continue;
+                }
+                let used = match counts {
+                    Some(c) => format!("{}/{} {fam} addresses used", c.used, c.total),
+                    None => format!("{fam} not counted"),
+                };
+                let left = match other_counts {
+                    Some(c) => format!("{} {other} left", c.available),
+                    None => format!("no {other} block"),
+                };
+                r.problems.push(format!(
+                    "AddressPool {name} is out of {fam} addresses ({used}, {left}): Services \
+                     and Gateways that want {fam} and may only use it get no {fam} address; add \
+                     {fam} addresses to its spec.addresses or create another pool with {fam} \
+                     addresses"
+                ));
+            }
+        }
         if !row.valid {
             let msg = condition(&conds, pool_condition::VALID)
                 .map(|c| format!(" ({}): {}", c.reason, c.message))

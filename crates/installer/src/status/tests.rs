@@ -513,6 +513,52 @@ fn a_pool_out_of_one_family_shows_which_in_the_table() {
     assert_eq!(pool_state(&text, "full"), "exhausted", "{text}");
     assert_eq!(pool_state(&text, "broken"), "invalid", "{text}");
     assert_eq!(pool_state(&text, "default"), "ok", "{text}");
+    assert!(text.contains("Problems (4)"), "{text}");
+}
+
+#[test]
+fn a_pool_out_of_one_family_is_a_problem() {
+    let mut o = healthy();
+    o.pools = Lookup::Found(vec![
+        pool("default", 3, 16, false),
+        dual_pool(
+            "dual",
+            (2, 2),
+            (1, 4),
+            VALID,
+            (
+                "False",
+                "IPv4Exhausted",
+                "every IPv4 address is assigned (3 IPv6 left): Services and Gateways that want \
+                 IPv4 get none from this pool",
+            ),
+        ),
+    ]);
+    let p = only_problem(&o);
+    assert!(
+        p.contains(
+            "AddressPool dual is out of IPv4 addresses (2/2 IPv4 addresses used, 3 IPv6 left)"
+        ),
+        "{p}"
+    );
+    assert!(
+        p.contains("add IPv4 addresses to its spec.addresses"),
+        "{p}"
+    );
+
+    // Out of both: one line, the pool's, as before.
+    o.pools = Lookup::Found(vec![dual_pool(
+        "dual",
+        (2, 2),
+        (4, 4),
+        VALID,
+        ("True", "NoFreeAddress", "every address is assigned"),
+    )]);
+    let p = only_problem(&o);
+    assert!(
+        p.contains("AddressPool dual is exhausted (6/6 addresses used)"),
+        "{p}"
+    );
 }
 
 #[test]
