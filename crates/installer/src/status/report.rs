@@ -764,7 +764,13 @@ fn service_hint(reason: &str) -> &'static str {
         "UnsupportedProtocol" => "Rivora forwards TCP and UDP only: remove the other ports",
         "UnsupportedAddress" => "Rivora assigns IP addresses only",
         "SharingRefused" => "make the Services sharing the key compatible, or drop the key",
-        "InvalidRequest" => "fix the annotation or spec.loadBalancerIP the message names",
+        "InvalidRequest" => {
+            "fix the annotation or spec.loadBalancerIP the message names: a requested address \
+             (spec.loadBalancerIP, the rivora.dev/load-balancer-ips annotation) must be of a \
+             family spec.ipFamilies and spec.ipFamilyPolicy give the Service, and \
+             RequireDualStack needs one of each family or none; or change spec.ipFamilies or \
+             spec.ipFamilyPolicy"
+        }
         _ => "see the message, and rivora-controller's logs",
     }
 }

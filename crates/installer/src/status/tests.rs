@@ -562,6 +562,34 @@ fn a_pool_out_of_one_family_is_a_problem() {
 }
 
 #[test]
+fn an_invalid_request_says_the_address_must_fit_the_families() {
+    let mut o = healthy();
+    let Lookup::Found(services) = &mut o.services else {
+        unreachable!()
+    };
+    services.push(service(
+        "shop",
+        "v4-only",
+        None,
+        Some((
+            "False",
+            "InvalidRequest",
+            "the requested address fd00:7::1 is IPv6, a family its ipFamilies and \
+             ipFamilyPolicy do not give it",
+        )),
+    ));
+    let p = only_problem(&o);
+    assert!(
+        p.contains("Service shop/v4-only has no address: InvalidRequest: the requested address fd00:7::1 is IPv6"),
+        "{p}"
+    );
+    assert!(
+        p.contains("spec.ipFamilies") && p.contains("spec.ipFamilyPolicy"),
+        "the hint names the families the address must fit: {p}"
+    );
+}
+
+#[test]
 fn a_service_without_an_address_names_the_reason() {
     let mut o = healthy();
     let Lookup::Found(services) = &mut o.services else {
