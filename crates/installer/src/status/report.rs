@@ -164,8 +164,13 @@ pub struct PoolRow {
     pub used: i64,
     /// Addresses in the pool, both families (saturating).
     pub total: i64,
-    /// Nothing left to assign.
+    /// Nothing left to assign, of any family.
     pub exhausted: bool,
+    /// No IPv4 address left in a pool that has some (`ipv4.available` is 0 of a non-zero
+    /// total, or `Exhausted` has reason `IPv4Exhausted`).
+    pub ipv4_exhausted: bool,
+    /// No IPv6 address left in a pool that has some, as [`Self::ipv4_exhausted`].
+    pub ipv6_exhausted: bool,
     /// `spec.disabled`.
     pub disabled: bool,
     /// `Valid` is not False.
@@ -654,6 +659,31 @@ fn pools(o: &Observed, r: &mut Report) {
                 row.used, row.total
             ));
         }
+        if !row.exhausted {
+            let out = [
+                ("IPv4", row.ipv4_exhausted, &row.ipv4, &row.ipv6, "IPv6"),
+                ("IPv6", row.ipv6_exhausted, &row.ipv6, &row.ipv4, "IPv4"),
+            ];
+            for (fam, is_out, counts, other_counts, other) in out {
+                if !is_out {
+                    continue;
+                }
+                let used = match counts {
+                    Some(c) => format!("{}/{} {fam} addresses used", c.used, c.total),
+                    None => format!("{fam} not counted"),
+                };
+                let left = match other_counts {
+                    Some(c) => format!("{} {other} left", c.available),
+                    None => format!("no {other} block"),
+                };
+                r.problems.push(format!(
+                    "AddressPool {name} is out of {fam} addresses ({used}, {left}): Services \
+                     and Gateways that want {fam} and may only use it get no {fam} address; add \
+                     {fam} addresses to its spec.addresses or create another pool with {fam} \
+                     addresses"
+                ));
+            }
+        }
         if !row.valid {
             let msg = condition(&conds, pool_condition::VALID)
                 .map(|c| format!(" ({}): {}", c.reason, c.message))
@@ -687,10 +717,20 @@ fn pool_row(p: &AddressPool) -> PoolRow {
     let used = fams.iter().fold(0i64, |a, c| a.saturating_add(c.used));
     let total = fams.iter().fold(0i64, |a, c| a.saturating_add(c.total));
     let by_counts = !fams.is_empty() && fams.iter().all(|c| c.available <= 0);
-    let exhausted = match condition(&st.conditions, pool_condition::EXHAUSTED) {
+    let exhausted_cond = condition(&st.conditions, pool_condition::EXHAUSTED);
+    let exhausted = match exhausted_cond {
         Some(c) => c.status == "True",
         None => by_counts,
     };
+    // A family is out when its counts say so (a pool without addresses of it is not "out"), or
+    // when rivora-controller says so: a dual-stack pool out of one family keeps
+    // `Exhausted=False` with reason `IPv4Exhausted`/`IPv6Exhausted`.
+    let family_out = |counts: &Option<AddressCounts>, reason: &str| {
+        counts.is_some_and(|c| c.total > 0 && c.available <= 0)
+            || exhausted_cond.is_some_and(|c| c.reason == reason)
+    };
+    let ipv4_exhausted = family_out(&st.ipv4, "IPv4Exhausted");
+    let ipv6_exhausted = family_out(&st.ipv6, "IPv6Exhausted");
     PoolRow {
         name: p.metadata.name.clone().unwrap_or_default(),
         ipv4: st.ipv4,
@@ -698,6 +738,8 @@ fn pool_row(p: &AddressPool) -> PoolRow {
         used,
         total,
         exhausted,
+        ipv4_exhausted,
+        ipv6_exhausted,
         disabled: p.spec.disabled,
         valid: condition(&st.conditions, pool_condition::VALID).is_none_or(|c| c.status != "False"),
         overlapping: condition(&st.conditions, pool_condition::OVERLAPPING)
@@ -722,7 +764,13 @@ fn service_hint(reason: &str) -> &'static str {
         "UnsupportedProtocol" => "Rivora forwards TCP and UDP only: remove the other ports",
         "UnsupportedAddress" => "Rivora assigns IP addresses only",
         "SharingRefused" => "make the Services sharing the key compatible, or drop the key",
-        "InvalidRequest" => "fix the annotation or spec.loadBalancerIP the message names",
+        "InvalidRequest" => {
+            "fix the annotation or spec.loadBalancerIP the message names: a requested address \
+             (spec.loadBalancerIP, the rivora.dev/load-balancer-ips annotation) must be of a \
+             family spec.ipFamilies and spec.ipFamilyPolicy give the Service, and \
+             RequireDualStack needs one of each family or none; or change spec.ipFamilies or \
+             spec.ipFamilyPolicy"
+        }
         _ => "see the message, and rivora-controller's logs",
     }
 }

@@ -134,6 +134,14 @@ impl Report {
             let mut state = Vec::new();
             if p.exhausted {
                 state.push("exhausted");
+            } else {
+                // A dual-stack pool out of one family still refuses everyone who wants it.
+                if p.ipv4_exhausted {
+                    state.push("IPv4 exhausted");
+                }
+                if p.ipv6_exhausted {
+                    state.push("IPv6 exhausted");
+                }
             }
             if !p.valid {
                 state.push("invalid");

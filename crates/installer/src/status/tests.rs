@@ -99,12 +99,53 @@ fn pool(name: &str, used: i64, total: i64, exhausted: bool) -> AddressPool {
                 {"type": "Valid", "status": "True", "reason": "Valid", "message": "",
                  "lastTransitionTime": ago(600)},
                 {"type": "Exhausted", "status": if exhausted {"True"} else {"False"},
-                 "reason": if exhausted {"Exhausted"} else {"Available"}, "message": "",
+                 "reason": if exhausted {"NoFreeAddress"} else {"FreeAddresses"}, "message": "",
                  "lastTransitionTime": ago(600)}
             ],
             "ipv4": {"total": total, "used": used, "available": total - used}
         }
     }))
+}
+
+/// A dual-stack pool as rivora-controller writes it: `(used, total)` per family, and the
+/// `Valid` and `Exhausted` conditions as `(status, reason, message)`.
+fn dual_pool(
+    name: &str,
+    ipv4: (i64, i64),
+    ipv6: (i64, i64),
+    valid: (&str, &str, &str),
+    exhausted: (&str, &str, &str),
+) -> AddressPool {
+    let cond = |type_: &str, (status, reason, message): (&str, &str, &str)| {
+        json!({"type": type_, "status": status, "reason": reason, "message": message,
+               "lastTransitionTime": ago(600)})
+    };
+    let counts = |(used, total): (i64, i64)| json!({"total": total, "used": used, "available": total - used});
+    from(json!({
+        "metadata": {"name": name},
+        "spec": {"addresses": ["10.8.0.0/31", "fd00:8::/126"]},
+        "status": {
+            "conditions": [
+                cond("Valid", valid),
+                cond("Overlapping", ("False", "NoOverlap", "no other pool shares its addresses")),
+                cond("Exhausted", exhausted)
+            ],
+            "ipv4": counts(ipv4),
+            "ipv6": counts(ipv6)
+        }
+    }))
+}
+
+const VALID: (&str, &str, &str) = ("True", "Valid", "every address block is usable");
+
+/// The State column of `pool`'s row in the Pools table.
+fn pool_state(text: &str, pool: &str) -> String {
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&format!("| {pool} ")))
+        .unwrap_or_else(|| panic!("no row of {pool} in\n{text}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    cells[cells.len() - 2].to_string()
 }
 
 fn service(
@@ -419,6 +460,133 @@ fn an_exhausted_pool_is_a_problem() {
     );
     let r = evaluate(&o);
     assert!(r.pools.iter().any(|p| p.name == "small" && p.exhausted));
+}
+
+#[test]
+fn a_pool_out_of_one_family_shows_which_in_the_table() {
+    let mut o = healthy();
+    o.pools = Lookup::Found(vec![
+        pool("default", 3, 16, false),
+        // The controller's own words for a dual-stack pool out of IPv4.
+        dual_pool(
+            "by-reason",
+            (2, 2),
+            (0, 4),
+            VALID,
+            (
+                "False",
+                "IPv4Exhausted",
+                "every IPv4 address is assigned (4 IPv6 left): Services and Gateways that want \
+                 IPv4 get none from this pool",
+            ),
+        ),
+        // Counts alone (a status without the reason) say it too.
+        dual_pool(
+            "by-counts",
+            (1, 2),
+            (4, 4),
+            VALID,
+            ("False", "FreeAddresses", "addresses are left"),
+        ),
+        dual_pool(
+            "full",
+            (2, 2),
+            (4, 4),
+            VALID,
+            ("True", "NoFreeAddress", "every address is assigned"),
+        ),
+        dual_pool(
+            "broken",
+            (0, 2),
+            (0, 33),
+            (
+                "False",
+                "InvalidAddresses",
+                "fd00::1-fd00::20 and fd00::15-fd00::21 overlap",
+            ),
+            ("False", "FreeAddresses", "addresses are left"),
+        ),
+    ]);
+    let text = evaluate(&o).render_table();
+    assert_eq!(pool_state(&text, "by-reason"), "IPv4 exhausted", "{text}");
+    assert_eq!(pool_state(&text, "by-counts"), "IPv6 exhausted", "{text}");
+    assert_eq!(pool_state(&text, "full"), "exhausted", "{text}");
+    assert_eq!(pool_state(&text, "broken"), "invalid", "{text}");
+    assert_eq!(pool_state(&text, "default"), "ok", "{text}");
+    assert!(text.contains("Problems (4)"), "{text}");
+}
+
+#[test]
+fn a_pool_out_of_one_family_is_a_problem() {
+    let mut o = healthy();
+    o.pools = Lookup::Found(vec![
+        pool("default", 3, 16, false),
+        dual_pool(
+            "dual",
+            (2, 2),
+            (1, 4),
+            VALID,
+            (
+                "False",
+                "IPv4Exhausted",
+                "every IPv4 address is assigned (3 IPv6 left): Services and Gateways that want \
+                 IPv4 get none from this pool",
+            ),
+        ),
+    ]);
+    let p = only_problem(&o);
+    assert!(
+        p.contains(
+            "AddressPool dual is out of IPv4 addresses (2/2 IPv4 addresses used, 3 IPv6 left)"
+        ),
+        "{p}"
+    );
+    assert!(
+        p.contains("add IPv4 addresses to its spec.addresses"),
+        "{p}"
+    );
+
+    // Out of both: one line, the pool's, as before.
+    o.pools = Lookup::Found(vec![dual_pool(
+        "dual",
+        (2, 2),
+        (4, 4),
+        VALID,
+        ("True", "NoFreeAddress", "every address is assigned"),
+    )]);
+    let p = only_problem(&o);
+    assert!(
+        p.contains("AddressPool dual is exhausted (6/6 addresses used)"),
+        "{p}"
+    );
+}
+
+#[test]
+fn an_invalid_request_says_the_address_must_fit_the_families() {
+    let mut o = healthy();
+    let Lookup::Found(services) = &mut o.services else {
+        unreachable!()
+    };
+    services.push(service(
+        "shop",
+        "v4-only",
+        None,
+        Some((
+            "False",
+            "InvalidRequest",
+            "the requested address fd00:7::1 is IPv6, a family its ipFamilies and \
+             ipFamilyPolicy do not give it",
+        )),
+    ));
+    let p = only_problem(&o);
+    assert!(
+        p.contains("Service shop/v4-only has no address: InvalidRequest: the requested address fd00:7::1 is IPv6"),
+        "{p}"
+    );
+    assert!(
+        p.contains("spec.ipFamilies") && p.contains("spec.ipFamilyPolicy"),
+        "the hint names the families the address must fit: {p}"
+    );
 }
 
 #[test]
