@@ -1214,6 +1214,25 @@ impl Dataplane {
                 report.backends_removed += 1;
             }
         }
+        // Refuse-alone mode: the VIPs whose new backends find no ID are refused alone.
+        if needed > self.backend_ids.available()
+            && let Some(found) = refusals.as_deref_mut()
+        {
+            let available = self
+                .backend_ids
+                .available()
+                .saturating_sub(u32::from(new_reject));
+            let refused = rounds::backend_id_refusals(
+                &desired,
+                |k| self.vips.contains_key(k),
+                self.backends.keys(),
+                available,
+            );
+            if !refused.is_empty() {
+                found.extend(refused);
+                return Ok(None);
+            }
+        }
         let mut backend_ids = self.backend_ids.clone();
         let mut new_backends: Vec<(BackendKey, u32, [u8; 6])> = Vec::new();
         let mut id_of: BTreeMap<BackendKey, u32> =

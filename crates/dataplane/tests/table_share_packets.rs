@@ -182,3 +182,73 @@ fn a_vip_that_cannot_fit_is_refused_alone_and_other_changes_still_apply() {
             .into(),
     );
 }
+
+/// The backend table's capacity, refused alone too: nine VIPs of 1,000 backends each need
+/// 9,000 backend IDs of 8,192. In refuse-alone mode the ninth is refused alone (named, with the
+/// reason), the other eight are programmed, and a later backend change of one of them (a new
+/// backend: one more ID) still reaches the datapath. Strict mode refuses the whole apply.
+#[test]
+fn a_vip_whose_backends_find_no_id_is_refused_alone() {
+    let group = |v: u32, first: u32| {
+        vip(
+            &format!("g{v}"),
+            &format!("10.216.0.{}", v + 1),
+            80,
+            proto::TCP,
+            (first..first + 1000)
+                .map(|b| {
+                    backend(
+                        &format!("10.{}.{}.{}", 100 + v, b / 250, b % 250 + 1),
+                        8080,
+                        1,
+                    )
+                })
+                .collect(),
+        )
+    };
+    let all: Vec<VipSpec> = (0..9).map(|v| group(v, 0)).collect();
+
+    let mut strict = rig("ids-strict");
+    let err = strict.dataplane.apply(&all).unwrap_err().to_string();
+    assert!(err.contains("backend IDs are in use"), "{err}");
+    assert_eq!(
+        strict.dataplane.vips().count(),
+        0,
+        "strict: nothing applied"
+    );
+    drop(strict);
+
+    let mut r = rig("ids-alone");
+    r.dataplane.set_refuse_alone(true);
+    let report = r.dataplane.apply(&all).unwrap();
+    assert_eq!(report.added.len(), 8, "{report}");
+    assert_eq!(report.refused.len(), 1, "{report}");
+    assert_eq!(report.refused[0].name, "g8");
+    assert!(
+        report.refused[0].reason.contains("backend IDs are in use")
+            && report.refused[0].reason.contains("needs 1000 more"),
+        "{}",
+        report.refused[0].reason
+    );
+    assert_eq!(r.dataplane.backends().count(), 8000);
+    // g0 moves one backend along (one new ID): applied while g8 stays refused.
+    let mut changed = all.clone();
+    changed[0] = group(0, 1);
+    let report = r.dataplane.apply(&changed).unwrap();
+    assert_eq!(report.rebuilt, ["g0"], "{report}");
+    assert_eq!(report.refused.len(), 1, "{report}");
+    assert!(
+        r.dataplane
+            .vips()
+            .find(|v| v.spec.name == "g0")
+            .unwrap()
+            .spec
+            .backends
+            .iter()
+            .any(|b| b.key.addr.to_string() == "10.100.4.1"),
+        "g0's new backend (index 1000) is programmed"
+    );
+    // With g8 gone, nothing is refused.
+    let report = r.dataplane.apply(&changed[..8]).unwrap();
+    assert!(report.refused.is_empty(), "{report}");
+}

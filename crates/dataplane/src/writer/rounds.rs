@@ -11,7 +11,7 @@
 //! no packet still reads the released slots through an old service entry: each VIP's own
 //! change stays atomic for its lookups, while the node's change as a whole comes in steps.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{ApplyReport, Dataplane, plan_slice, slice_budget, validate};
 use crate::Error;
@@ -185,6 +185,50 @@ impl Dataplane {
             })
             .collect()
     }
+}
+
+/// Refuse-alone mode, when the backends of `desired` need more new backend IDs than
+/// `available`: the VIPs whose new backends do not fit. VIPs already programmed
+/// (`programmed`) are served first, then the others by key; each VIP admitted holds IDs for the
+/// backends it adds (`held`: the backends that have an ID already), so a backend it shares with
+/// a later VIP costs that one nothing. A VIP refused keeps what it has (the caller plans
+/// without it).
+pub(super) fn backend_id_refusals<'a>(
+    desired: &BTreeMap<VipKey, VipSpec>,
+    programmed: impl Fn(&VipKey) -> bool,
+    held: impl Iterator<Item = &'a BackendKey>,
+    available: u32,
+) -> Vec<RefusedVip> {
+    let mut held: BTreeSet<BackendKey> = held.copied().collect();
+    let mut left = available as usize;
+    let mut refused = Vec::new();
+    let order = desired
+        .iter()
+        .filter(|(k, _)| programmed(k))
+        .chain(desired.iter().filter(|(k, _)| !programmed(k)));
+    for (_, spec) in order {
+        let new: BTreeSet<BackendKey> = spec
+            .backends
+            .iter()
+            .map(|b| b.key)
+            .filter(|k| !held.contains(k))
+            .collect();
+        if new.len() <= left {
+            left -= new.len();
+            held.extend(new);
+        } else {
+            refused.push(RefusedVip::new(
+                spec,
+                format!(
+                    "backends: all {} backend IDs are in use; this VIP needs {} more ({} left)",
+                    rivora_abi::MAX_BACKENDS,
+                    new.len(),
+                    left
+                ),
+            ));
+        }
+    }
+    refused
 }
 
 impl ApplyReport {
