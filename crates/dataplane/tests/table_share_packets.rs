@@ -252,3 +252,36 @@ fn a_vip_whose_backends_find_no_id_is_refused_alone() {
     let report = r.dataplane.apply(&changed[..8]).unwrap();
     assert!(report.refused.is_empty(), "{report}");
 }
+
+/// More VIPs than the service table holds (4,096): in refuse-alone mode the extra ones are
+/// refused alone, those programmed first keep their place, and the others still apply; strict
+/// mode refuses the whole apply.
+#[test]
+fn vips_beyond_the_service_table_are_refused_alone() {
+    let all = vips(4100);
+    let mut strict = rig("vips-strict");
+    let err = strict.dataplane.apply(&all).unwrap_err().to_string();
+    assert!(err.contains("4100 VIPs requested"), "{err}");
+    drop(strict);
+
+    let mut r = rig("vips-alone");
+    r.dataplane.set_refuse_alone(true);
+    // The last 100 first: they are programmed, so they keep their place.
+    r.dataplane.apply(&all[4000..]).unwrap();
+    let report = r.dataplane.apply(&all).unwrap();
+    assert_eq!(r.dataplane.vips().count(), 4096);
+    assert_eq!(report.refused.len(), 4, "{report}");
+    assert!(
+        report
+            .refused
+            .iter()
+            .all(|v| v.reason.contains("holds at most 4096")),
+        "{report}"
+    );
+    let programmed: std::collections::BTreeSet<String> =
+        r.dataplane.vips().map(|v| v.spec.name.clone()).collect();
+    assert!(
+        (4000..4100).all(|i| programmed.contains(&format!("svc-{i}"))),
+        "the VIPs programmed first keep their place"
+    );
+}

@@ -59,12 +59,44 @@ impl Dataplane {
     /// capacity that one VIP exceeds refuses that VIP alone (see the module
     /// documentation); invalid input still fails the whole call.
     pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
-        let shrunk = self.shrink_to_share(desired)?;
-        let mut report = self.apply_rounds(desired)?;
+        let (desired, over) = self.within_vip_capacity(desired);
+        let shrunk = self.shrink_to_share(&desired)?;
+        let mut report = self.apply_rounds(&desired)?;
         // Shrunk first, so listed first.
         report.resized.splice(0..0, shrunk);
+        report.refused.extend(over);
         self.refused = report.refused.clone();
         Ok(report)
+    }
+
+    /// Refuse-alone mode: `desired` cut to the VIPs the service table holds
+    /// (`rivora_abi::MAX_VIPS`; those programmed now first, then by key), and the refusals of
+    /// the rest, which are all new. Strict mode, or within the capacity: `desired` as it is
+    /// (validation refuses too many VIPs as a whole).
+    fn within_vip_capacity<'a>(
+        &self,
+        desired: &'a [VipSpec],
+    ) -> (std::borrow::Cow<'a, [VipSpec]>, Vec<RefusedVip>) {
+        let max = rivora_abi::MAX_VIPS as usize;
+        if !self.refuse_alone || desired.len() <= max {
+            return (std::borrow::Cow::Borrowed(desired), Vec::new());
+        }
+        let mut order: Vec<&VipSpec> = desired.iter().collect();
+        order.sort_by_key(|s| (!self.vips.contains_key(&s.key), s.key));
+        let refused = order[max..]
+            .iter()
+            .map(|s| {
+                RefusedVip::new(
+                    s,
+                    format!(
+                        "VIPs: {} requested, the service table holds at most {max}",
+                        desired.len()
+                    ),
+                )
+            })
+            .collect();
+        let kept = order[..max].iter().map(|s| (*s).clone()).collect();
+        (std::borrow::Cow::Owned(kept), refused)
     }
 
     /// The VIPs the last successful apply refused alone (none in strict mode): not programmed,
