@@ -350,6 +350,7 @@ pub fn start(client: Client, config: Config) -> Handles {
         bgp: NodeBgp::default(),
         logged_bgp_problems: Vec::new(),
         announcing: Announcing::default(),
+        heard_announcing: false,
         sessions_since: BTreeMap::new(),
         last_good: LastGood::default(),
         results: BTreeMap::new(),
@@ -426,6 +427,9 @@ struct Agent {
     logged_bgp_problems: Vec<String>,
     /// What rivorad's announcers last reported.
     announcing: Announcing,
+    /// Whether rivorad reported its announcers at all yet (before that, `announcing` is a
+    /// default that says nothing about the L2 responder).
+    heard_announcing: bool,
     /// When each session (address, port) entered its current state.
     sessions_since: BTreeMap<(IpAddr, u16), (String, Timestamp)>,
     /// L2 mode: why this node may not compete for the Lease (the elector reads it).
@@ -841,6 +845,7 @@ impl Agent {
                 }
                 self.sessions_since = since;
                 self.announcing = a;
+                self.heard_announcing = true;
             }
         }
     }
@@ -1023,6 +1028,10 @@ impl Agent {
             // Ever applied, not "the latest offer applied": every new offer resets that, and
             // a holder must not step down for each Service change.
             Some("no desired state applied yet".to_string())
+        } else if !self.heard_announcing {
+            // A Lease taken now would be given back when rivorad first says its responder is
+            // not running yet.
+            Some("rivorad has not reported its ARP/NDP responder yet".to_string())
         } else {
             self.announcing.l2_problem.clone()
         };

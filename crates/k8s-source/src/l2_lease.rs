@@ -390,6 +390,37 @@ impl Elector {
             s.leading = false;
             s.ineligible = Some(why);
         });
+        self.observe().await;
+    }
+
+    /// Reads the Lease without competing for it: the holder as this node sees it (the
+    /// report's `l2Holder`, also while this node may not hold it: before its initial sync,
+    /// excluded, without carrier) and when the record was first seen, for when it competes
+    /// again. A failed read is left to the next look that competes to report.
+    async fn observe(&mut self) {
+        let started = Instant::now();
+        let timeout = self.config.timing.request_timeout();
+        let Ok(Ok(current)) =
+            tokio::time::timeout(timeout, self.api.get_opt(&self.config.name)).await
+        else {
+            return;
+        };
+        match &current {
+            None => self.publish(|s| s.holder = None),
+            Some(l) => {
+                let record = Record::of(l);
+                let seen_at = match &self.seen {
+                    Some((r, at)) if *r == record => *at,
+                    _ => started,
+                };
+                self.seen = Some((record.clone(), seen_at));
+                self.publish(|s| {
+                    s.holder = record.holder.clone();
+                    s.transitions = record.transitions;
+                });
+            }
+        }
+        self.last = current;
     }
 
     /// Stops answering and releases the Lease (graceful stop).
