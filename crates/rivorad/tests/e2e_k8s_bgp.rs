@@ -271,7 +271,17 @@ impl BgpLab {
             Ok(None) => "no kubernetes status".into(),
             Err(e) => format!("status: {e}"),
         };
-        format!("speaker peers [{peers}]; {writer}")
+        // A report write that gets no answer (seen: both nodes' writes unanswered for 20 s
+        // while reads were answered): the API server's own account of its slow requests.
+        let server = if writer.contains("no answer") {
+            format!(
+                "\n--- kube-apiserver (last 40 lines) ---\n{}",
+                self.t.bed.apiserver_log_tail(40)
+            )
+        } else {
+            String::new()
+        };
+        format!("speaker peers [{peers}]; {writer}{server}")
     }
 
     fn logs(&self) -> String {
@@ -513,7 +523,11 @@ async fn bird_ecmp_local_announcements_failover_and_md5_from_a_secret() {
         if n == 1 {
             Ok(s)
         } else {
-            Err(format!("{n} sessions"))
+            Err(format!(
+                "{n} sessions in the report (heartbeat {:?}); {}",
+                s.heartbeat_time,
+                l.node_view(1).await
+            ))
         }
     })
     .await;
