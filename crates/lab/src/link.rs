@@ -54,6 +54,14 @@ pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> Result<()> {
 /// Why these options: STP off and forward delay 0 so ports forward at once
 /// (no 15-30 s learning pause in tests), multicast snooping off so IPv6
 /// neighbour discovery is always flooded and never depends on MLD state.
+///
+/// Why the address is then set to itself: a bridge whose address was never
+/// set takes the lowest address of its ports, so a port joining or leaving
+/// (a node namespace of another test going away) moves the bridge's own
+/// address. Hosts that reach an address on the bridge keep the old one in
+/// their neighbour cache and are cut off until it expires: 55 s measured,
+/// the cause of RivoraNode writes unanswered for 20 s in the Kubernetes
+/// tests. An address set explicitly never moves.
 pub fn bridge(ns: &Netns, name: &str) -> Result<()> {
     ns.run(&[
         "ip",
@@ -69,6 +77,8 @@ pub fn bridge(ns: &Netns, name: &str) -> Result<()> {
         "mcast_snooping",
         "0",
     ])?;
+    let mac = mac(ns, name)?;
+    ns.run(&["ip", "link", "set", "dev", name, "address", &mac])?;
     up(ns, name)
 }
 

@@ -336,6 +336,48 @@ fn veth_bridge_addr_route_helpers() {
     assert_gone(&names);
 }
 
+/// A bridge keeps its own address while ports come and go: a port with a lower address joining
+/// and then leaving (another test's node namespace deleted) must not move it, or hosts holding
+/// the old address in their neighbour cache lose the bridge's IP for up to a minute (measured
+/// 55 s before link::bridge pinned the address).
+#[test]
+fn a_bridge_keeps_its_address_when_a_lower_port_joins_and_leaves() {
+    root();
+    let sw = Netns::new("brmac").unwrap();
+    let node = Netns::new("brmacn").unwrap();
+    link::bridge(&sw, "br0").unwrap();
+    let before = link::mac(&sw, "br0").unwrap();
+    link::veth(&node, "eth0", &sw, "p1").unwrap();
+    // Lower than any random address a bridge or veth gets (locally administered, 02:...).
+    sw.run(&[
+        "ip",
+        "link",
+        "set",
+        "dev",
+        "p1",
+        "address",
+        "02:00:00:00:00:01",
+    ])
+    .unwrap();
+    link::enslave(&sw, "p1", "br0").unwrap();
+    link::up(&sw, "p1").unwrap();
+    assert_eq!(
+        link::mac(&sw, "br0").unwrap(),
+        before,
+        "a lower port joined"
+    );
+    let gone = vec![node.name().to_string()];
+    drop(node);
+    assert_gone(&gone);
+    assert_eq!(
+        link::mac(&sw, "br0").unwrap(),
+        before,
+        "the lower port left"
+    );
+    let kind = sw.run(&["ip", "-d", "link", "show", "dev", "br0"]).unwrap();
+    assert!(kind.contains("bridge"), "{kind}");
+}
+
 #[test]
 fn bpffs_is_mounted() {
     root();
