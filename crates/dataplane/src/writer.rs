@@ -37,9 +37,12 @@ use crate::maps::{self, Maps};
 use crate::model::{BackendKey, BackendSpec, Mode, RateLimit, SourceRange, VipKey, VipSpec};
 use crate::vip_index;
 
+mod admit;
 mod rounds;
+mod validate;
 pub use rounds::RefusedVip;
 use rounds::wants_resize;
+use validate::{check_range_capacity, check_rate_limit, validate};
 
 /// A programmed VIP.
 #[derive(Clone, Debug)]
@@ -134,9 +137,10 @@ pub struct ApplyReport {
     /// its share of the table: shrunk because more VIPs share it now, or
     /// grown back because fewer do.
     pub resized: Vec<String>,
-    /// VIPs left out because they did not fit (refuse-alone mode only, see
-    /// [`Dataplane::set_refuse_alone`]): a new one is not programmed, a
-    /// programmed one keeps what it had. Everything else was applied.
+    /// VIPs left out because they did not fit or broke a rule of their own
+    /// (refuse-alone mode only, see [`Dataplane::set_refuse_alone`]): a new
+    /// one is not programmed, a programmed one keeps what it had. Everything
+    /// else was applied.
     pub refused: Vec<RefusedVip>,
     /// Backends that got a new ID.
     pub backends_added: usize,
@@ -241,10 +245,7 @@ impl fmt::Display for ApplyReport {
         }
         if !self.refused.is_empty() {
             let names: Vec<String> = self.refused.iter().map(|r| r.name.clone()).collect();
-            parts.push(format!(
-                "refused (did not fit) {}",
-                summarize_names(&names, shown)
-            ));
+            parts.push(format!("refused {}", summarize_names(&names, shown)));
         }
         write!(f, "{}", parts.join("; "))
     }
@@ -1120,43 +1121,15 @@ impl Dataplane {
         g
     }
 
-    /// Refuses L3 DSR VIPs of a family whose outer source address
-    /// (tunnelSource) is not set: their packets could not be encapsulated.
-    fn check_tunnel_source<'a>(
+    /// Refuses the whole set when one VIP needs a node address that is not set (strict mode:
+    /// [`Self::missing_node_address`] says which).
+    fn check_node_addresses<'a>(
         &self,
         specs: impl Iterator<Item = &'a VipSpec>,
     ) -> Result<(), Error> {
         for spec in specs {
-            let v6 = spec.key.addr.is_ipv6();
-            let have = if v6 {
-                self.tunnel_source.1.is_some()
-            } else {
-                self.tunnel_source.0.is_some()
-            };
-            if matches!(spec.mode, Mode::DsrIpip | Mode::DsrGre) && !have {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: mode {} needs an IPv{} tunnelSource (the outer source address)",
-                    spec.name,
-                    spec.mode.as_str(),
-                    if v6 { 6 } else { 4 }
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Refuses VIPs with translated backends of a family whose node
-    /// source address is not set: their flows could not be translated.
-    fn check_snat_source<'a>(&self, specs: impl Iterator<Item = &'a VipSpec>) -> Result<(), Error> {
-        for spec in specs {
-            let v6 = spec.key.addr.is_ipv6();
-            if !spec.snat.is_empty() && !self.snat_source.has_family(v6) {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: snat: backends on other nodes need this node's IPv{} address as \
-                     their flows' source, and none is set",
-                    spec.name,
-                    if v6 { 6 } else { 4 }
-                )));
+            if let Some(why) = self.missing_node_address(spec) {
+                return Err(Error::Invalid(why));
             }
         }
         Ok(())
@@ -1173,12 +1146,23 @@ impl Dataplane {
         mut refusals: Option<&mut Vec<RefusedVip>>,
     ) -> Result<Option<ApplyReport>, Error> {
         let desired = validate(desired)?;
-        self.check_tunnel_source(desired.values())?;
-        self.check_snat_source(desired.values())?;
+        if refusals.is_none() {
+            // Refuse-alone mode admitted each VIP against these (a kept one has what it needs
+            // in the maps already).
+            self.check_node_addresses(desired.values())?;
+        }
         // New prefixes are inserted before removed VIPs lose theirs, so the
         // tries must hold both at once.
-        check_range_capacity(self.vips.keys().chain(desired.keys()), "while applying")?;
-        self.check_src_range_capacity(&desired)?;
+        if let Some(found) = refusals.as_deref_mut() {
+            let refused = self.trie_refusals(&desired);
+            if !refused.is_empty() {
+                found.extend(refused);
+                return Ok(None);
+            }
+        } else {
+            check_range_capacity(self.vips.keys().chain(desired.keys()), "while applying")?;
+            self.check_src_range_capacity(&desired)?;
+        }
         let mut report = ApplyReport::default();
 
         // --- plan: backends
@@ -1655,6 +1639,23 @@ impl Dataplane {
         desired: &[VipSpec],
         keep: &BTreeSet<VipKey>,
     ) -> Result<ApplyReport, Error> {
+        let admission = self.admit(desired, keep);
+        let mut keep = keep.clone();
+        keep.extend(admission.keep.iter().copied());
+        let mut report = self.apply_kept(&admission.admitted, &keep)?;
+        let mut refused = admission.refused;
+        refused.append(&mut report.refused);
+        report.refused = refused;
+        self.refused = report.refused.clone();
+        Ok(report)
+    }
+
+    /// [`Self::apply_keeping`] of VIPs admitted.
+    fn apply_kept(
+        &mut self,
+        desired: &[VipSpec],
+        keep: &BTreeSet<VipKey>,
+    ) -> Result<ApplyReport, Error> {
         let listed: BTreeSet<VipKey> = desired.iter().map(|s| s.key).collect();
         let kept: Vec<VipKey> = keep
             .iter()
@@ -1662,10 +1663,11 @@ impl Dataplane {
             .copied()
             .collect();
         if kept.is_empty() {
-            return self.apply(desired);
+            return self.apply_admitted(desired);
         }
-        self.check_tunnel_source(desired.iter())?;
-        self.check_snat_source(desired.iter())?;
+        if !self.refuse_alone {
+            self.check_node_addresses(desired.iter())?;
+        }
         let mut all = desired.to_vec();
         let mut saved = Vec::with_capacity(kept.len());
         let tunnel = self.tunnel_source;
@@ -1713,7 +1715,7 @@ impl Dataplane {
             v.adopted = false;
             all.push(stand_in);
         }
-        let result = self.apply(&all);
+        let result = self.apply_admitted(&all);
         self.tunnel_source = tunnel;
         self.snat_source = snat;
         for (key, spec, adopted) in saved {
@@ -3110,180 +3112,6 @@ fn map_err(map: &'static str, source: aya::maps::MapError) -> Error {
     Error::Map { map, source }
 }
 
-/// Checks what the map layouts cannot express and canonicalises backends.
-fn validate(desired: &[VipSpec]) -> Result<BTreeMap<VipKey, VipSpec>, Error> {
-    if desired.len() > abi::MAX_VIPS as usize {
-        return Err(Error::Capacity(format!(
-            "{} VIPs requested, at most {}",
-            desired.len(),
-            abi::MAX_VIPS
-        )));
-    }
-    let mut out = BTreeMap::new();
-    let mut names = BTreeSet::new();
-    for spec in desired {
-        if !names.insert(spec.name.as_str()) {
-            return Err(Error::Invalid(format!("VIP name {} used twice", spec.name)));
-        }
-        if spec.key.port > spec.key.port_last {
-            return Err(Error::Invalid(format!(
-                "VIP {}: port range {}-{} is reversed",
-                spec.name, spec.key.port, spec.key.port_last
-            )));
-        }
-        if spec.key.is_exact() && spec.key.port == 0 {
-            return Err(Error::Invalid(format!(
-                "VIP {}: port 0 is not a VIP port",
-                spec.name
-            )));
-        }
-        if let Some(l) = &spec.syn_rate_limit {
-            check_rate_limit(l, &format!("VIP {}: SYN rate limit", spec.name))?;
-        }
-        if spec.nat_fib && spec.mode != Mode::Nat {
-            return Err(Error::Invalid(format!(
-                "VIP {}: NAT forwarding by FIB applies to mode nat, not {}",
-                spec.name,
-                spec.mode.as_str()
-            )));
-        }
-        if spec.mode != Mode::Nat {
-            for b in &spec.backends {
-                // The packet keeps the VIP as its destination: the backend
-                // must listen on the VIP's port.
-                if b.key.port != 0 && (!spec.key.is_exact() || !spec.key.contains_port(b.key.port))
-                {
-                    return Err(Error::Invalid(format!(
-                        "VIP {}: backend {} must use the VIP's port in mode {} (the packet is not rewritten)",
-                        spec.name,
-                        b.key,
-                        spec.mode.as_str()
-                    )));
-                }
-                if spec.mode == Mode::Dsr && b.mac == [0; 6] {
-                    return Err(Error::Invalid(format!(
-                        "VIP {}: backend {} needs a mac in mode dsr (frames are sent to it by MAC)",
-                        spec.name, b.key
-                    )));
-                }
-            }
-        }
-        // The refused share is a member of the slice like a backend
-        // (backend_count counts it); its weight follows the backends'
-        // rules except that 0 means "none" instead of an error.
-        if spec.backends.len() + usize::from(spec.reject_weight > 0) > u16::MAX as usize {
-            return Err(Error::Invalid(format!(
-                "VIP {}: too many backends",
-                spec.name
-            )));
-        }
-        let mut canon = spec.clone();
-        canon.backends = spec.sorted_backends();
-        if let Some(list) = &spec.source_ranges {
-            canon.source_ranges = Some(check_source_ranges(spec, list)?);
-        }
-        if let Some(k) = spec
-            .draining
-            .iter()
-            .find(|k| !spec.backends.iter().any(|b| b.key == **k))
-        {
-            return Err(Error::Invalid(format!(
-                "VIP {}: draining: {k} is not one of its backends",
-                spec.name
-            )));
-        }
-        if let Some(k) = spec
-            .snat
-            .iter()
-            .find(|k| !spec.backends.iter().any(|b| b.key == **k))
-        {
-            return Err(Error::Invalid(format!(
-                "VIP {}: snat: {k} is not one of its backends",
-                spec.name
-            )));
-        }
-        if let Some(t) = spec.affinity_timeout {
-            if !spec.affinity_client_ip {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: affinity_timeout needs sessionAffinity clientIP",
-                    spec.name
-                )));
-            }
-            if t < Duration::from_secs(1) || t > Duration::from_secs(86_400) {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: affinity_timeout {}s: must be 1 to 86400 seconds",
-                    spec.name,
-                    t.as_secs_f64()
-                )));
-            }
-        }
-        if !spec.snat.is_empty() && spec.mode != Mode::Nat {
-            return Err(Error::Invalid(format!(
-                "VIP {}: snat: source translation is for NAT VIPs (mode {})",
-                spec.name,
-                spec.mode.as_str()
-            )));
-        }
-        let mut seen = BTreeSet::new();
-        for b in &canon.backends {
-            if b.key.addr.is_ipv6() != spec.key.addr.is_ipv6() {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: backend {} is not of the VIP's address family",
-                    spec.name, b.key
-                )));
-            }
-            if b.weight == 0 {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: backend {} has weight 0",
-                    spec.name, b.key
-                )));
-            }
-            if b.key.keeps_destination_port() && spec.key.is_exact() {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: backend {} has port 0 (keep the destination port), \
-                     which only a port-range VIP may use",
-                    spec.name, b.key
-                )));
-            }
-            if !seen.insert(b.key) {
-                return Err(Error::Invalid(format!(
-                    "VIP {}: backend {} listed twice",
-                    spec.name, b.key
-                )));
-            }
-        }
-        if out.insert(spec.key, canon).is_some() {
-            return Err(Error::Invalid(format!("VIP {} defined twice", spec.key)));
-        }
-    }
-    // Two ranges of one address and protocol would claim the same ports;
-    // the trie cannot say which VIP a port belongs to. (An exact VIP inside
-    // a range is fine: vip_map is looked up first.) Sorted by first port,
-    // ranges are disjoint exactly when each ends before the next starts.
-    let mut ranges: BTreeMap<(IpAddr, u8), Vec<&VipSpec>> = BTreeMap::new();
-    for spec in out.values().filter(|s| !s.key.is_exact()) {
-        ranges
-            .entry((spec.key.addr, spec.key.proto))
-            .or_default()
-            .push(spec);
-    }
-    for list in ranges.values_mut() {
-        list.sort_by_key(|s| s.key.port);
-        for pair in list.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            if b.key.port <= a.key.port_last {
-                return Err(Error::Invalid(format!(
-                    "VIP {} ({}) overlaps VIP {} ({}): port ranges of one address and \
-                     protocol must not overlap",
-                    b.name, b.key, a.name, a.key
-                )));
-            }
-        }
-    }
-    check_range_capacity(out.keys(), "for this configuration")?;
-    Ok(out)
-}
-
 /// Whether two specs of one VIP differ only in what the service entry's
 /// flags and the rate-limit map carry (no slice rebuild needed).
 fn same_options(a: &VipSpec, b: &VipSpec) -> bool {
@@ -3355,70 +3183,6 @@ fn service_flags(spec: &VipSpec, bank: u32) -> u8 {
         }
     }
     flags
-}
-
-/// A VIP's source ranges checked (family, prefix length, count) and made
-/// canonical: host bits cleared, sorted, duplicates dropped.
-fn check_source_ranges(spec: &VipSpec, list: &[SourceRange]) -> Result<Vec<SourceRange>, Error> {
-    let v6 = spec.key.addr.is_ipv6();
-    for r in list {
-        if r.addr.is_ipv6() != v6 {
-            return Err(Error::Invalid(format!(
-                "VIP {}: source_ranges: {r} is not of the VIP's address family (IPv{})",
-                spec.name,
-                if v6 { 6 } else { 4 }
-            )));
-        }
-        if r.prefix_len > r.max_len() {
-            return Err(Error::Invalid(format!(
-                "VIP {}: source_ranges: {r}: the prefix length is at most {}",
-                spec.name,
-                r.max_len()
-            )));
-        }
-    }
-    let canon: BTreeSet<SourceRange> = list.iter().map(SourceRange::canonical).collect();
-    if canon.len() > abi::MAX_SRC_RANGES_PER_VIP as usize {
-        return Err(Error::Invalid(format!(
-            "VIP {}: source_ranges: {} distinct ranges, at most {} per VIP",
-            spec.name,
-            canon.len(),
-            abi::MAX_SRC_RANGES_PER_VIP
-        )));
-    }
-    Ok(canon.into_iter().collect())
-}
-
-fn check_rate_limit(l: &RateLimit, what: &str) -> Result<(), Error> {
-    if l.rate == 0 || l.burst == 0 {
-        return Err(Error::Invalid(format!(
-            "{what}: rate and burst must be at least 1 (got {l})"
-        )));
-    }
-    Ok(())
-}
-
-/// Fails when the range VIPs among `keys` need more distinct prefixes in
-/// either trie than it holds.
-fn check_range_capacity<'k>(
-    keys: impl Iterator<Item = &'k VipKey>,
-    when: &str,
-) -> Result<(), Error> {
-    let mut v4 = BTreeSet::new();
-    let mut v6 = BTreeSet::new();
-    for key in keys.filter(|k| !k.is_exact()) {
-        let set = if key.addr.is_ipv4() { &mut v4 } else { &mut v6 };
-        set.extend(RangePrefix::of(key));
-    }
-    for (map, n) in [("vip_range_map", v4.len()), ("vip_range_map6", v6.len())] {
-        if n > abi::MAX_RANGE_PREFIXES as usize {
-            return Err(Error::Capacity(format!(
-                "{map}: port-range VIPs need {n} prefixes {when}, at most {} fit",
-                abi::MAX_RANGE_PREFIXES
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The fewest (value, bits) port prefixes that together cover exactly the

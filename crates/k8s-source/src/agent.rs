@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
+use rivora_dataplane::RefusedVip;
 use rivora_desired::{ApplyMode, DesiredState, SnatAddresses};
 use rivora_k8s_api::class::ClassConfig;
 use rivora_k8s_api::rivora_node::FIELD_MANAGER;
@@ -146,8 +147,9 @@ pub enum Feedback {
         vips: usize,
         /// Adopted VIPs nothing claimed yet.
         unclaimed: usize,
-        /// VIPs of the offer the datapath refused alone (name, why): they did not fit.
-        refused: Vec<(String, String)>,
+        /// VIPs of the offer the datapath refused alone: they did not fit, or broke a rule of
+        /// their own.
+        refused: Vec<RefusedVip>,
     },
     /// The offer of this generation was refused; the previous state stays in force.
     Rejected {
@@ -415,8 +417,8 @@ struct Agent {
     datapath: Option<DatapathSummary>,
     /// (VIPs, unclaimed) as last reported.
     counts: (usize, usize),
-    /// The VIPs rivorad last refused alone (name -> why), shown on their Services.
-    refused_vips: BTreeMap<String, String>,
+    /// The VIPs rivorad last refused alone (by name), shown on their Services.
+    refused_vips: BTreeMap<String, RefusedVip>,
     conditions: Vec<Condition>,
     logged_blockers: Vec<String>,
     logged_failing: BTreeMap<ServiceKey, String>,
@@ -820,7 +822,7 @@ impl Agent {
                 refused,
             } => {
                 self.counts = (vips, unclaimed);
-                self.refused_vips = refused.into_iter().collect();
+                self.refused_vips = refused.into_iter().map(|r| (r.name.clone(), r)).collect();
                 self.last_apply_ok = Some(true);
                 if generation == self.generation {
                     self.applied = Some(Ok(()));
@@ -1078,16 +1080,17 @@ impl Agent {
 
 /// The translation results as the status and the report show them: a Service with a VIP
 /// rivorad refused alone (`refused`, by VIP name) shows that refusal instead of its
-/// translation. Only views: the gate and the passes use the translation itself.
+/// translation (refused for a capacity, or failing for a rule the VIP breaks). Only views: the
+/// gate and the passes use the translation itself.
 fn shown_results<'a>(
     results: &'a BTreeMap<ServiceKey, Outcome>,
-    refused: &BTreeMap<String, String>,
+    refused: &BTreeMap<String, RefusedVip>,
 ) -> std::borrow::Cow<'a, BTreeMap<ServiceKey, Outcome>> {
     if refused.is_empty() {
         return std::borrow::Cow::Borrowed(results);
     }
     let mut shown = results.clone();
-    for (name, why) in refused {
+    for (name, r) in refused {
         // `k8s/<namespace>/<service>/...` (translate::vip_name).
         let mut parts = name.splitn(4, '/');
         let (Some("k8s"), Some(namespace), Some(service)) =
@@ -1100,9 +1103,14 @@ fn shown_results<'a>(
             name: service.to_string(),
         };
         if let Some(o @ Outcome::Translated(_)) = shown.get_mut(&key) {
-            *o = Outcome::Failed(TranslateError::Capacity {
-                name: name.clone(),
-                reason: why.clone(),
+            let (name, reason) = (name.clone(), r.reason.clone());
+            *o = Outcome::Failed(if r.capacity {
+                TranslateError::Capacity { name, reason }
+            } else {
+                // The datapath's reason names the VIP already.
+                let prefix = format!("VIP {name}: ");
+                let reason = reason.strip_prefix(&prefix).unwrap_or(&reason).to_string();
+                TranslateError::InvalidVip { name, reason }
             });
         }
     }
@@ -1272,11 +1280,24 @@ mod tests {
             shown_results(&results, &BTreeMap::new()),
             std::borrow::Cow::Borrowed(_)
         ));
-        let refused: BTreeMap<String, String> = [(
-            "k8s/shop/web/http/tcp/203.0.113.5".to_string(),
+        let refusal = |name: &str, reason: &str, capacity: bool| {
+            let r = RefusedVip {
+                key: rivora_dataplane::VipKey::exact(
+                    "203.0.113.5".parse().unwrap(),
+                    80,
+                    rivora_dataplane::proto::TCP,
+                ),
+                name: name.to_string(),
+                reason: reason.to_string(),
+                capacity,
+            };
+            (name.to_string(), r)
+        };
+        let refused: BTreeMap<String, RefusedVip> = [refusal(
+            "k8s/shop/web/http/tcp/203.0.113.5",
             "maglev_table: VIP k8s/shop/web/http/tcp/203.0.113.5 needs at least 5 contiguous \
-             free slots, the largest free run is 4 of 65537"
-                .to_string(),
+             free slots, the largest free run is 4 of 65537",
+            true,
         )]
         .into();
         let shown = shown_results(&results, &refused);
@@ -1294,6 +1315,27 @@ mod tests {
         );
         assert_eq!(shown[&key("shop", "db")].state(), ServiceState::Programmed);
         assert_eq!(shown[&key("other", "x")], Outcome::NotOurs);
+        // A VIP that breaks a rule of its own fails its Service (not a capacity).
+        let invalid: BTreeMap<String, RefusedVip> = [refusal(
+            "k8s/shop/db/sql/tcp/203.0.113.6",
+            "VIP k8s/shop/db/sql/tcp/203.0.113.6: source_ranges: 257 distinct ranges, at most \
+             256 per VIP",
+            false,
+        )]
+        .into();
+        let shown_invalid = shown_results(&results, &invalid);
+        let db = &shown_invalid[&key("shop", "db")];
+        assert_eq!(db.state(), ServiceState::Failing);
+        let Outcome::Failed(e) = db else {
+            panic!("{db:?}")
+        };
+        assert_eq!(reason(e), "invalid_vip");
+        assert_eq!(
+            e.to_string(),
+            "VIP k8s/shop/db/sql/tcp/203.0.113.6: source_ranges: 257 distinct ranges, at most \
+             256 per VIP"
+        );
+        assert_eq!(crate::warnings::event_reason(e), "InvalidVIP");
         // The translation itself is untouched (the gate and the passes read it).
         assert_eq!(
             results[&key("shop", "web")].state(),

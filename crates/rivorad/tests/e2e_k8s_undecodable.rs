@@ -9,7 +9,9 @@
 //! - names each object once in its log, in `rivoractl status` and in its RivoraNode
 //!   (`undecodable`, `undecodableTotal`), and records one Warning Event on each;
 //! - records a Warning Event on a Service it cannot program (an endpoint that is another
-//!   Service's VIP);
+//!   Service's VIP), and on one whose VIP the datapath refuses alone (more
+//!   `loadBalancerSourceRanges` than one VIP may hold), while the other Services' changes
+//!   still reach the datapath;
 //! - forgets an undecodable object once it is deleted.
 //!
 //! Core kinds (Service, EndpointSlice, Node, Namespace, Secret) are left out: the API server
@@ -266,6 +268,20 @@ async fn objects_that_do_not_decode_are_left_out_named_and_warned_about_alone() 
         http_slice_port(),
     )
     .await;
+    // More source ranges than a VIP holds (256): translated, then refused by the datapath
+    // alone (before issue 40's fix it failed the whole apply: nothing was programmed).
+    let ranges: Vec<String> = (0..257)
+        .map(|i| format!("10.98.{}.{}/32", i / 200, i % 200))
+        .collect();
+    t.service(
+        "ranges",
+        "10.99.40.3",
+        http_port(),
+        json!({"loadBalancerSourceRanges": ranges}),
+    )
+    .await;
+    t.slice("ranges", &ready(&[pod], &node), http_slice_port())
+        .await;
     let gateway = format!("{}/gw", t.ns);
     agent.start_in(
         &lab.node(1).unwrap().ns,
@@ -356,11 +372,18 @@ async fn objects_that_do_not_decode_are_left_out_named_and_warned_about_alone() 
         let missing: Vec<String> = CUSTOM
             .iter()
             .map(|c| (c.kind.to_string(), bad_name(c), "Undecodable".to_string()))
-            .chain([(
-                "Service".to_string(),
-                "loop".to_string(),
-                "EndpointIsVIP".to_string(),
-            )])
+            .chain([
+                (
+                    "Service".to_string(),
+                    "loop".to_string(),
+                    "EndpointIsVIP".to_string(),
+                ),
+                (
+                    "Service".to_string(),
+                    "ranges".to_string(),
+                    "InvalidVIP".to_string(),
+                ),
+            ])
             .filter(|k| !w.contains_key(k))
             .map(|k| format!("{k:?}"))
             .collect();
@@ -372,7 +395,7 @@ async fn objects_that_do_not_decode_are_left_out_named_and_warned_about_alone() 
     })
     .await;
     for ((kind, name, reason), n) in &events {
-        if name.ends_with(&tag) || name == "loop" {
+        if name.ends_with(&tag) || name == "loop" || name == "ranges" {
             assert_eq!(*n, 1, "{kind} {name} {reason}: {n} Events");
         }
     }
@@ -384,6 +407,48 @@ async fn objects_that_do_not_decode_are_left_out_named_and_warned_about_alone() 
             .count();
         assert_eq!(lines, 1, "{}: {lines} log lines\n{log}", c.kind);
     }
+
+    // The refused VIP is named with its reason in rivoractl status's view of the Service,
+    // counted as failing, and a change of another Service still reaches the datapath.
+    let k = agent.kubernetes().await.unwrap();
+    assert_eq!(k.services.get("failing"), Some(&2), "{:?}", k.services);
+    let second: IpAddr = "10.202.0.2".parse().unwrap();
+    t.slice("web", &ready(&[pod, second], &node), http_slice_port())
+        .await;
+    wait_for(
+        "web's new endpoint programmed beside the refused VIP",
+        WAIT,
+        || async {
+            let vips = agent.vips().await?;
+            let web = vips.iter().find(|v| v.address == vip).ok_or("no web VIP")?;
+            if web.backends.iter().any(|b| b.address == second.to_string()) {
+                Ok(())
+            } else {
+                Err(format!("{:?}", web.backends))
+            }
+        },
+    )
+    .await;
+    assert!(
+        !agent
+            .vips()
+            .await
+            .unwrap()
+            .iter()
+            .any(|v| v.address == "10.99.40.3"),
+        "the refused VIP is not programmed"
+    );
+    let refused_lines = agent
+        .log()
+        .lines()
+        .filter(|l| l.contains("refused alone") && l.contains("/ranges/"))
+        .count();
+    assert_eq!(
+        refused_lines,
+        1,
+        "one log line for the refusal\n{}",
+        agent.log()
+    );
 
     // A deleted bad object leaves the lists.
     let peer = &CUSTOM[1];

@@ -13,7 +13,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{ApplyReport, Dataplane, plan_slice, slice_budget, validate};
+use rivora_abi as abi;
+
+use super::{ApplyReport, Dataplane, RangePrefix, plan_slice, slice_budget, validate};
 use crate::Error;
 use crate::model::{BackendKey, VipKey, VipSpec};
 
@@ -28,16 +30,29 @@ pub struct RefusedVip {
     pub key: VipKey,
     /// Its name (for the Kubernetes source, `k8s/NAMESPACE/NAME/...`: it names the object).
     pub name: String,
-    /// Why, naming the capacity (`maglev_table: ...`, `VIPs: ...`).
+    /// Why, naming the capacity (`maglev_table: ...`, `VIPs: ...`) or the rule it breaks.
     pub reason: String,
+    /// Whether a capacity refused it (it fits once room is made); otherwise it breaks a rule
+    /// (of its own, the node's set-up, or another VIP's port range) and must be changed.
+    pub capacity: bool,
 }
 
 impl RefusedVip {
+    /// Refused for a capacity.
     pub(super) fn new(spec: &VipSpec, reason: String) -> Self {
         Self {
             key: spec.key,
             name: spec.name.clone(),
             reason,
+            capacity: true,
+        }
+    }
+
+    /// Refused for a rule it breaks.
+    pub(super) fn invalid(spec: &VipSpec, reason: String) -> Self {
+        Self {
+            capacity: false,
+            ..Self::new(spec, reason)
         }
     }
 }
@@ -55,17 +70,22 @@ impl Dataplane {
 
     /// Makes the maps hold `desired`. Strict mode: either every VIP is
     /// programmed or, on a planning error (capacity, invalid spec), nothing
-    /// is touched. Refuse-alone mode ([`Dataplane::set_refuse_alone`]): a
-    /// capacity that one VIP exceeds refuses that VIP alone (see the module
-    /// documentation); invalid input still fails the whole call.
+    /// is touched. Refuse-alone mode ([`Dataplane::set_refuse_alone`]): a VIP
+    /// that breaks a rule of its own or exceeds a capacity is refused alone
+    /// (see the module documentation and [`Dataplane::admit`]).
     pub fn apply(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
+        self.apply_keeping(desired, &BTreeSet::new())
+    }
+
+    /// [`Dataplane::apply`] of VIPs admitted: those within the service table, room made for
+    /// them, then the rounds.
+    pub(super) fn apply_admitted(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
         let (desired, over) = self.within_vip_capacity(desired);
         let shrunk = self.shrink_to_share(&desired)?;
         let mut report = self.apply_rounds(&desired)?;
         // Shrunk first, so listed first.
         report.resized.splice(0..0, shrunk);
         report.refused.extend(over);
-        self.refused = report.refused.clone();
         Ok(report)
     }
 
@@ -216,6 +236,68 @@ impl Dataplane {
                 true => self.vips.get(&spec.key).map(|v| v.spec.clone()),
             })
             .collect()
+    }
+}
+
+impl Dataplane {
+    /// Refuse-alone mode: the VIPs whose port-range prefixes or source ranges do not fit in
+    /// their tries while `desired` is applied (the tries hold the old and the new at once: see
+    /// [`Dataplane::check_src_range_capacity`]). What is programmed counts first; then the
+    /// changes of programmed VIPs, then new VIPs, by key; a VIP refused keeps what it has.
+    pub(super) fn trie_refusals(&self, desired: &BTreeMap<VipKey, VipSpec>) -> Vec<RefusedVip> {
+        let fam = |k: &VipKey| usize::from(k.addr.is_ipv6());
+        let mut prefixes: [BTreeSet<RangePrefix>; 2] = Default::default();
+        let mut sources = [0usize; 2];
+        for (k, v) in &self.vips {
+            prefixes[fam(k)].extend(RangePrefix::of(k));
+            sources[fam(k)] += v.spec.source_ranges.as_ref().map_or(0, Vec::len);
+        }
+        let programmed = |k: &VipKey| self.vips.contains_key(k);
+        let order = desired
+            .iter()
+            .filter(|(k, _)| programmed(k))
+            .chain(desired.iter().filter(|(k, _)| !programmed(k)));
+        let mut refused = Vec::new();
+        for (key, spec) in order {
+            let f = fam(key);
+            let new: Vec<RangePrefix> = RangePrefix::of(key)
+                .into_iter()
+                .filter(|p| !prefixes[f].contains(p))
+                .collect();
+            let cur = self
+                .vips
+                .get(key)
+                .and_then(|v| v.spec.source_ranges.as_ref());
+            let added_sources = match &spec.source_ranges {
+                Some(want) if cur != Some(want) => want.len(),
+                _ => 0,
+            };
+            let (range_map, src_map) = [
+                ("vip_range_map", "src_range_map"),
+                ("vip_range_map6", "src_range_map6"),
+            ][f];
+            let why = if prefixes[f].len() + new.len() > abi::MAX_RANGE_PREFIXES as usize {
+                format!(
+                    "{range_map}: port-range VIPs need {} prefixes with this one while \
+                     applying, at most {} fit",
+                    prefixes[f].len() + new.len(),
+                    abi::MAX_RANGE_PREFIXES
+                )
+            } else if sources[f] + added_sources > abi::MAX_SRC_RANGES as usize {
+                format!(
+                    "{src_map}: source ranges need {} prefixes with this VIP's while \
+                     applying, at most {} fit",
+                    sources[f] + added_sources,
+                    abi::MAX_SRC_RANGES
+                )
+            } else {
+                prefixes[f].extend(new);
+                sources[f] += added_sources;
+                continue;
+            };
+            refused.push(RefusedVip::new(spec, why));
+        }
+        refused
     }
 }
 

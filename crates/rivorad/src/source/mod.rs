@@ -132,8 +132,8 @@ pub struct Programmed {
     pub vips: usize,
     /// Adopted VIPs nothing claimed yet (kept by [`ApplyMode::KeepUnclaimed`]).
     pub unclaimed: usize,
-    /// VIPs the last apply refused alone (name, why): they did not fit.
-    pub refused: Vec<(String, String)>,
+    /// VIPs the last apply refused alone (they did not fit, or broke a rule of their own).
+    pub refused: Vec<rivora_dataplane::RefusedVip>,
 }
 
 impl Programmed {
@@ -142,11 +142,7 @@ impl Programmed {
         Programmed {
             vips: dataplane.vips().count(),
             unclaimed: dataplane.vips().filter(|v| v.adopted).count(),
-            refused: dataplane
-                .refused()
-                .iter()
-                .map(|r| (r.name.clone(), r.reason.clone()))
-                .collect(),
+            refused: dataplane.refused().to_vec(),
         }
     }
 }
