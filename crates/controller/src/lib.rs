@@ -19,6 +19,7 @@
 //!   `--distribution-group-status`): which Gateways are Meridio-2's and what each group's
 //!   conditions are (pure), and the watches and writes of the leader's pass;
 //! * [`run`]: the watches and the leader's write loop;
+//! * [`undecodable`]: the objects the watches leave out, and the leader's Warning Events on them;
 //! * [`metrics`]: what `/metrics` serves.
 
 #![warn(missing_docs)]
@@ -35,3 +36,4 @@ pub mod observe;
 pub mod policy_status;
 pub mod pool_status;
 pub mod run;
+pub mod undecodable;

@@ -36,6 +36,7 @@ use crate::meridio_status::watch::{MeridioWatch, MeridioWrites};
 use crate::metrics::{Metrics, StatusWrites};
 use crate::observe::{self, ClassConfig, FIELD_MANAGER};
 use crate::policy_status::{self, ServiceIndex};
+use crate::undecodable::UndecodableObjects;
 
 /// How the loop behaves.
 #[derive(Debug, Clone)]
@@ -76,6 +77,8 @@ pub struct Stores {
     gateway: Arc<GatewayWatch>,
     /// Meridio-2's kinds, with [`OptIn::distribution_group_status`] only.
     meridio: Option<Arc<MeridioWatch>>,
+    /// What every watch left out, for the leader's Warning Events.
+    undecodable: Arc<UndecodableObjects>,
 }
 
 /// What every watch of a replica shares: whom to wake on an event, and where objects that do
@@ -86,6 +89,8 @@ pub struct WatchContext {
     pub changed: Arc<Notify>,
     /// Where `rivora_controller_undecodable_objects` is kept.
     pub metrics: Arc<Metrics>,
+    /// The objects each watch leaves out, for the leader's Warning Events on them.
+    pub undecodable: Arc<UndecodableObjects>,
 }
 
 /// Starts one watch into a store (lenient: see [`spawn_watch_with`]); `ctx.changed` is
@@ -110,8 +115,9 @@ where
 /// refuses (a value another tool wrote, a field of a newer schema) failed the list, the
 /// watcher retried for ever and the store never filled, which stopped every pass (nothing is
 /// computed before every store has listed). Now such an object is left out (an earlier
-/// version of it that decoded stays), logged once per object version, and counted in
-/// `rivora_controller_undecodable_objects{kind}`; everything else is served.
+/// version of it that decoded stays), logged once per object version, counted in
+/// `rivora_controller_undecodable_objects{kind}`, and the leader records a Warning Event on it
+/// ([`crate::undecodable`]); everything else is served.
 pub(crate) fn spawn_watch_with<K>(
     api: Api<Decoded<K>>,
     config: watcher::Config,
@@ -130,6 +136,7 @@ where
     let held = store.clone();
     let kind = K::kind(&()).to_string();
     let gauge = ctx.metrics.undecodable_objects(&kind);
+    let shared = Arc::clone(&ctx.undecodable);
     let mut bad = Undecodable::new();
     // Waits that grow, also for a kind whose CRD is absent (rivora_k8s_source::backoff).
     let decoded = rivora_k8s_source::backoff::with_backoff(watcher(api, config))
@@ -145,6 +152,9 @@ where
                 Ok(ev) => {
                     let e = decoded_event(&kind, ev, &held, &mut bad);
                     gauge.set(i64::try_from(bad.len()).unwrap_or(i64::MAX));
+                    if !bad.relisting() {
+                        shared.set(&kind, bad.objects());
+                    }
                     e.map(Ok)
                 }
                 Err(e) => Some(Err(e)),
@@ -195,6 +205,7 @@ pub fn watch_all_with(client: &Client, ctx: &WatchContext, opt_in: OptIn) -> Sto
             .distribution_group_status
             .then(|| Arc::new(MeridioWatch::new(client.clone(), ctx.clone()))),
         gateway: Arc::new(GatewayWatch::new(client.clone(), ctx.clone())),
+        undecodable: Arc::clone(&ctx.undecodable),
     }
 }
 
@@ -272,6 +283,7 @@ pub async fn replica_with(
     let ctx = WatchContext {
         changed: Arc::new(Notify::new()),
         metrics: Arc::clone(&settings.metrics),
+        undecodable: Arc::new(UndecodableObjects::new()),
     };
     let stores = watch_all_with(&client, &ctx, opt_in);
     let changed = ctx.changed;
@@ -351,6 +363,7 @@ async fn lead_passes(
             info!("leadership not confirmed; stopping writes");
             return Ok(());
         }
+        stores.undecodable.record(recorder).await;
         if report.wrote_or_failed() {
             info!(?report, "pass");
         }

@@ -2,13 +2,15 @@
 //! an AddressPool whose status holds a value another tool wrote (a condition whose
 //! `lastTransitionTime` the CRD's `date-time` format admits but the Rust type refuses). A typed
 //! watch failed the whole list and retried for ever, so no pass ever ran; now the pool is left
-//! out, counted in `rivora_controller_undecodable_objects`, and a Service beside it gets its
-//! address from the other pool. Needs root and `scripts/build-testdeps.sh`.
+//! out, counted in `rivora_controller_undecodable_objects`, named in one Warning Event on the
+//! pool (not one per pass), and a Service beside it gets its address from the other pool.
+//! Needs root and `scripts/build-testdeps.sh`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use rivora_controller::ipam::blocks::Block;
 use rivora_controller::observe::{self, LOAD_BALANCER_CLASS};
@@ -47,6 +49,32 @@ where
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("timed out after {limit:?} waiting for {what}; last: {last}");
+}
+
+/// The controller's Warning Events on AddressPool `name`: (reason, note, repeats in a series).
+async fn pool_warnings(admin: &kube::Client, name: &str) -> Vec<(String, String, i32)> {
+    let events: Api<Event> = Api::all(admin.clone());
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            let r = e.regarding.clone().unwrap_or_default();
+            e.reporting_controller.as_deref() == Some(observe::FIELD_MANAGER)
+                && e.type_.as_deref() == Some("Warning")
+                && r.kind.as_deref() == Some("AddressPool")
+                && r.name.as_deref() == Some(name)
+        })
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+            )
+        })
+        .collect()
 }
 
 fn gauge(metrics: &rivora_controller::metrics::Metrics, kind: &str) -> Option<String> {
@@ -152,6 +180,27 @@ async fn one_undecodable_pool_is_left_out_and_the_service_beside_it_is_served() 
     })
     .await;
     assert_eq!(used, 1);
+    // One Warning Event on the foreign pool naming the field, recorded once over the passes.
+    let (warned, _) = wait_for(
+        "a Warning Event on the pool",
+        Duration::from_secs(10),
+        || {
+            let admin = admin.clone();
+            async move {
+                let w = pool_warnings(&admin, "foreign").await;
+                (!w.is_empty()).then_some(w.clone()).ok_or(format!("{w:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    let (reason, note, count) = &warned[0];
+    assert_eq!(reason, "Undecodable");
+    assert!(
+        note.contains("status.conditions[0].lastTransitionTime: "),
+        "the note names the field: {note}"
+    );
+    assert_eq!(*count, 1, "recorded once: {warned:?}");
 
     // Fixed by its writer: the pool decodes again and the gauge goes back to 0.
     raw.patch_status(

@@ -47,10 +47,23 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
                         .and_then(|m| ObjectMeta::deserialize(m).ok())
                         .unwrap_or_default(),
                 ),
-                error: e.to_string(),
+                error: with_path::<K>(&value).unwrap_or_else(|| e.to_string()),
             },
         })
     }
+}
+
+/// Why `value` does not decode as `K`, led by the path of the field that failed
+/// (`status.conditions[0].lastTransitionTime: ...`): serde's own message names the value but
+/// not always where it is. Decoded a second time, only for an object that failed.
+fn with_path<K: DeserializeOwned>(value: &serde_json::Value) -> Option<String> {
+    let e = serde_path_to_error::deserialize::<_, K>(value).err()?;
+    let path = e.path().to_string();
+    Some(if path.is_empty() || path == "." {
+        e.inner().to_string()
+    } else {
+        format!("{path}: {}", e.inner())
+    })
 }
 
 impl<K: Resource> Resource for Decoded<K> {
@@ -284,7 +297,8 @@ mod tests {
             panic!("{bad:?}")
         };
         assert_eq!(label(metadata), "red/b");
-        assert!(!error.is_empty());
+        // The message leads with the field's path.
+        assert!(error.starts_with("spec.protocols[0]: "), "{error}");
     }
 
     #[test]
