@@ -370,6 +370,8 @@ pub struct Dataplane {
     refuse_alone: bool,
     /// The VIPs the last apply refused alone.
     refused: Vec<RefusedVip>,
+    /// The classifier groups and rules the last apply refused alone.
+    cls_refused: Vec<crate::classifier::RefusedObject>,
 }
 
 /// An endpoint entry read back from either family's map.
@@ -428,6 +430,7 @@ impl Dataplane {
             cls: crate::classifier::Classifier::new(),
             refuse_alone: false,
             refused: Vec::new(),
+            cls_refused: Vec::new(),
         }
     }
 
@@ -439,6 +442,49 @@ impl Dataplane {
         prune: bool,
     ) -> Result<crate::classifier::ClsReport, Error> {
         self.cls.apply(&mut self.maps.cls, spec, prune)
+    }
+
+    /// Refuse-alone mode's [`Self::apply_classifier`]: the groups and rules of `spec` that are
+    /// invalid or do not fit are refused alone ([`crate::classifier::Classifier::admit`];
+    /// [`Self::classifier_refused`] lists them) and the rest is applied. When that apply gave
+    /// room back (groups or rules removed or changed: their old tables and IDs are held until
+    /// the change is complete), the refused ones are tried once more.
+    pub fn apply_classifier_alone(
+        &mut self,
+        spec: &crate::classifier::ClassifierSpec,
+        prune: bool,
+    ) -> Result<crate::classifier::ClsReport, Error> {
+        let (admitted, mut refused) = self.cls.admit(spec);
+        let mut report = self.cls.apply(&mut self.maps.cls, &admitted, prune)?;
+        let gave_back = report.groups_removed + report.groups_changed + report.rules_removed > 0;
+        if !refused.is_empty() && gave_back {
+            let (again, still) = self.cls.admit(spec);
+            if again != admitted {
+                let more = self.cls.apply(&mut self.maps.cls, &again, prune)?;
+                report.groups_added += more.groups_added;
+                report.groups_changed += more.groups_changed;
+                report.groups_removed += more.groups_removed;
+                report.rules_written += more.rules_written;
+                report.rules_removed += more.rules_removed;
+                report.vips_written += more.vips_written;
+                report.vips_removed += more.vips_removed;
+                report.legacy_freed += more.legacy_freed;
+            }
+            refused = still;
+        }
+        self.cls_refused = refused;
+        Ok(report)
+    }
+
+    /// The classifier groups and rules the last [`Self::apply_classifier_alone`] refused.
+    pub fn classifier_refused(&self) -> &[crate::classifier::RefusedObject] {
+        &self.cls_refused
+    }
+
+    /// Whether this dataplane refuses a VIP, group or rule alone
+    /// ([`Self::set_refuse_alone`]).
+    pub fn refuses_alone(&self) -> bool {
+        self.refuse_alone
     }
 
     /// Whether [`Self::apply_classifier`] would accept `spec` (valid, and

@@ -44,8 +44,12 @@ pub fn program(
         anyhow::bail!("inconsistent desired state:\n{}", lines.join("\n"));
     }
     // Everything the classifier could refuse is refused before anything
-    // is written: the VIPs and the classifier are applied together or not.
-    dataplane.check_classifier(&desired.classifier)?;
+    // is written: the VIPs and the classifier are applied together or not
+    // (refuse-alone mode, the Kubernetes source: a group or rule that is
+    // invalid or does not fit is refused alone when the classifier is applied).
+    if !dataplane.refuses_alone() {
+        dataplane.check_classifier(&desired.classifier)?;
+    }
     match kernel::prepare_forwarding(interface, desired) {
         Ok(set) if !set.is_empty() => info!(
             settings = set.join(", "),
@@ -98,7 +102,12 @@ pub fn program(
             return Err(e.into());
         }
     };
-    let cls = dataplane.apply_classifier(&desired.classifier, mode == ApplyMode::Prune)?;
+    let prune = mode == ApplyMode::Prune;
+    let cls = if dataplane.refuses_alone() {
+        dataplane.apply_classifier_alone(&desired.classifier, prune)?
+    } else {
+        dataplane.apply_classifier(&desired.classifier, prune)?
+    };
     if !cls.is_empty() {
         info!(
             groups_added = cls.groups_added,
@@ -168,8 +177,10 @@ pub fn while_running(
     let existed_before: BTreeSet<BackendKey> = s.dataplane.backends().map(|b| b.key).collect();
     let interface = s.status.interface.clone();
     let refused_before = refused_by_name(&s.dataplane);
+    let cls_refused_before = s.dataplane.classifier_refused().to_vec();
     let report = program(&mut s.dataplane, desired, mode, &interface).map_err(|e| e.to_string())?;
     log_refusals(&refused_before, &refused_by_name(&s.dataplane));
+    log_classifier_refusals(&cls_refused_before, s.dataplane.classifier_refused());
     let Shared {
         dataplane, prober, ..
     } = s;
@@ -204,6 +215,25 @@ fn log_refusals(
     }
     for name in before.keys().filter(|n| !now.contains_key(*n)) {
         info!("VIP {name} is no longer refused");
+    }
+}
+
+/// As [`log_refusals`], for the classifier's groups (DistributionGroups) and rules
+/// (L34Routes).
+fn log_classifier_refusals(
+    before: &[rivora_dataplane::classifier::RefusedObject],
+    now: &[rivora_dataplane::classifier::RefusedObject],
+) {
+    for r in now.iter().filter(|r| !before.contains(r)) {
+        warn!(
+            "classifier {} {} refused alone (everything else is applied): {}",
+            r.kind, r.name, r.reason
+        );
+    }
+    for r in before {
+        if !now.iter().any(|n| n.kind == r.kind && n.name == r.name) {
+            info!("classifier {} {} is no longer refused", r.kind, r.name);
+        }
     }
 }
 

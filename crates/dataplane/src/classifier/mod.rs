@@ -3,6 +3,7 @@
 //! [`model`] is what a source asks for, [`validate`] what the datapath
 //! refuses, [`writer`] how the maps come to hold it ([`maps`], [`table`]).
 
+pub mod admit;
 pub mod maps;
 pub mod model;
 pub mod parse;
@@ -10,6 +11,7 @@ pub mod table;
 pub mod validate;
 pub mod writer;
 
+pub use admit::RefusedObject;
 pub use model::{
     ByteMatch, ClassifierSpec, GroupSpec, PortRange, RuleProto, RuleSpec, SctpHash, TargetSpec,
     table_size_for,
