@@ -41,7 +41,7 @@ mod admit;
 mod rounds;
 mod validate;
 pub use rounds::RefusedVip;
-use rounds::wants_resize;
+use rounds::{Rounds, wants_resize};
 use validate::{check_range_capacity, check_rate_limit, validate};
 
 /// A programmed VIP.
@@ -1688,8 +1688,24 @@ impl Dataplane {
         let admission = self.admit(desired, keep);
         let mut keep = keep.clone();
         keep.extend(admission.keep.iter().copied());
-        let mut report = self.apply_kept(&admission.admitted, &keep)?;
         let mut refused = admission.refused;
+        let mut desired: Vec<VipSpec> = admission.admitted.into_owned();
+        let mut so_far = ApplyReport::default();
+        // An adopted VIP refused in a round is kept by a stand-in (its adopted spec, of
+        // unknown weights, cannot be planned): each pass keeps at least one more, so this ends.
+        let mut report = loop {
+            match self.apply_kept(&desired, &keep)? {
+                Rounds::Done(report) => break report,
+                Rounds::Keep(keys, refusals, partial) => {
+                    so_far.merge(partial);
+                    refused.extend(refusals);
+                    desired.retain(|s| !keys.contains(&s.key));
+                    keep.extend(keys);
+                }
+            }
+        };
+        so_far.merge(std::mem::take(&mut report));
+        let mut report = so_far;
         refused.append(&mut report.refused);
         report.refused = refused;
         self.refused = report.refused.clone();
@@ -1701,7 +1717,7 @@ impl Dataplane {
         &mut self,
         desired: &[VipSpec],
         keep: &BTreeSet<VipKey>,
-    ) -> Result<ApplyReport, Error> {
+    ) -> Result<Rounds, Error> {
         let listed: BTreeSet<VipKey> = desired.iter().map(|s| s.key).collect();
         let kept: Vec<VipKey> = keep
             .iter()

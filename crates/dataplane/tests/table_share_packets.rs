@@ -282,3 +282,56 @@ fn vips_beyond_the_service_table_are_refused_alone() {
         "the VIPs programmed first keep their place"
     );
 }
+
+/// After a restart the VIPs are adopted (their weights unknown). A desired change of one of
+/// them that does not fit (here 1,100 backends in a 1,009-slot table) refuses it alone: it keeps
+/// forwarding as adopted, and the other adopted VIP is taken over as usual. (The retry round
+/// kept the refused VIP by its adopted spec, whose unknown weights are 0, and failed the whole
+/// apply on "weight 0".)
+#[test]
+fn an_adopted_vip_refused_for_capacity_keeps_forwarding() {
+    const TABLE: u32 = 1009;
+    let small = |name: &str, host: u8| {
+        vip(
+            name,
+            &format!("10.217.0.{host}"),
+            80,
+            proto::TCP,
+            (1..=3)
+                .map(|b| backend(&format!("10.218.{host}.{b}"), 8080, 1))
+                .collect(),
+        )
+    };
+    let mut r = rig_with_table("adopt-refuse", TABLE);
+    r.dataplane.apply(&[small("a", 1), small("b", 2)]).unwrap();
+    r.keep_pins = true;
+    let dir = r.pin_dir.clone();
+    drop(r);
+    let (mut r, _, adopted) = rig_at_with_table(&dir, TABLE);
+    assert_eq!(adopted.vips, 2, "{adopted:?}");
+    r.dataplane.set_refuse_alone(true);
+    let mut huge = small("a", 1);
+    huge.backends = (0..1100u32)
+        .map(|b| backend(&format!("10.219.{}.{}", b / 200, b % 200 + 1), 8080, 1))
+        .collect();
+    let report = r.dataplane.apply(&[huge, small("b", 2)]).unwrap();
+    assert_eq!(report.refused.len(), 1, "{report}");
+    assert_eq!(report.refused[0].name, "a");
+    let picks: std::collections::BTreeSet<String> = (0..64u16)
+        .map(|i| {
+            let f = FrameSpec::new("10.215.0.9", 20000 + i, "10.217.0.1", 80, proto::TCP)
+                .syn()
+                .build();
+            let (v, out) = r.datapath.run_xdp(&f).unwrap();
+            assert_eq!(v, XDP_PASS);
+            parse_checked(&out).dst.to_string()
+        })
+        .collect();
+    assert_eq!(
+        picks,
+        ["10.218.1.1", "10.218.1.2", "10.218.1.3"]
+            .map(String::from)
+            .into(),
+        "a forwards as adopted"
+    );
+}

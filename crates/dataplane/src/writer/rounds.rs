@@ -79,14 +79,17 @@ impl Dataplane {
 
     /// [`Dataplane::apply`] of VIPs admitted: those within the service table, room made for
     /// them, then the rounds.
-    pub(super) fn apply_admitted(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
+    pub(super) fn apply_admitted(&mut self, desired: &[VipSpec]) -> Result<Rounds, Error> {
         let (desired, over) = self.within_vip_capacity(desired);
         let shrunk = self.shrink_to_share(&desired)?;
-        let mut report = self.apply_rounds(&desired)?;
+        let mut rounds = self.apply_rounds(&desired)?;
+        let report = match &mut rounds {
+            Rounds::Done(r) | Rounds::Keep(_, _, r) => r,
+        };
         // Shrunk first, so listed first.
         report.resized.splice(0..0, shrunk);
         report.refused.extend(over);
-        Ok(report)
+        Ok(rounds)
     }
 
     /// Refuse-alone mode: `desired` cut to the VIPs the service table holds
@@ -188,11 +191,11 @@ impl Dataplane {
 
     /// [`Dataplane::apply`] after the room is made: one round in strict mode, rounds that
     /// refuse VIPs alone in refuse-alone mode.
-    fn apply_rounds(&mut self, desired: &[VipSpec]) -> Result<ApplyReport, Error> {
+    fn apply_rounds(&mut self, desired: &[VipSpec]) -> Result<Rounds, Error> {
         if !self.refuse_alone {
             return self
                 .apply_round(desired, None)
-                .map(|r| r.expect("a round without refusals commits"));
+                .map(|r| Rounds::Done(r.expect("a round without refusals commits")));
         }
         let mut total = ApplyReport::default();
         let mut refused: BTreeMap<VipKey, RefusedVip> = BTreeMap::new();
@@ -203,7 +206,16 @@ impl Dataplane {
             let effective = self.without(desired, &refused);
             let mut found = Vec::new();
             let Some(report) = self.apply_round(&effective, Some(&mut found))? else {
-                for r in found {
+                // An adopted VIP cannot stand for itself in the next plan (its weights are
+                // unknown): the caller keeps it by a stand-in and applies again.
+                let (adopted, others): (Vec<RefusedVip>, Vec<RefusedVip>) = found
+                    .into_iter()
+                    .partition(|r| self.vips.get(&r.key).is_some_and(|v| v.adopted));
+                if !adopted.is_empty() {
+                    let keys = adopted.iter().map(|r| r.key).collect();
+                    return Ok(Rounds::Keep(keys, adopted, total));
+                }
+                for r in others {
                     refused.insert(r.key, r);
                 }
                 continue;
@@ -215,7 +227,7 @@ impl Dataplane {
             total.merge(report);
             if refused.is_empty() || !gave_back || commits == MAX_COMMITS {
                 total.refused = refused.into_values().collect();
-                return Ok(total);
+                return Ok(Rounds::Done(total));
             }
             // The slots given back may hold a refused VIP now.
             rcu_grace();
@@ -345,9 +357,18 @@ pub(super) fn backend_id_refusals<'a>(
     refused
 }
 
+/// What the rounds of one apply came to.
+pub(super) enum Rounds {
+    /// Committed: the report (refusals included).
+    Done(ApplyReport),
+    /// Adopted VIPs were refused: keep them as they are (stand-ins) and apply again. With their
+    /// refusals and what was committed before.
+    Keep(BTreeSet<VipKey>, Vec<RefusedVip>, ApplyReport),
+}
+
 impl ApplyReport {
     /// Adds a later commit's changes to this report.
-    fn merge(&mut self, later: ApplyReport) {
+    pub(super) fn merge(&mut self, later: ApplyReport) {
         self.added.extend(later.added);
         self.removed.extend(later.removed);
         self.rebuilt.extend(later.rebuilt);

@@ -87,9 +87,14 @@ fn remove_at_exit(dir: &std::path::Path) {
 
 /// Loads the programs over `pin_dir` and adopts what is pinned there.
 pub fn rig_at(pin_dir: &std::path::Path) -> (Rig, LoadOutcome, AdoptReport) {
+    rig_at_with_table(pin_dir, rivora_abi::MAGLEV_TABLE_DEFAULT)
+}
+
+/// [`rig_at`] over pins whose Maglev table has `size` slots.
+pub fn rig_at_with_table(pin_dir: &std::path::Path, size: u32) -> (Rig, LoadOutcome, AdoptReport) {
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: pin_dir.to_path_buf(),
-        maglev_table_size: rivora_abi::MAGLEV_TABLE_DEFAULT,
+        maglev_table_size: size,
         flow_table_size: rivora_abi::MAX_FLOWS,
         reset_incompatible: false,
         object_dir: None,
