@@ -150,6 +150,8 @@ pub enum Feedback {
         /// VIPs of the offer the datapath refused alone: they did not fit, or broke a rule of
         /// their own.
         refused: Vec<RefusedVip>,
+        /// Classifier groups (DistributionGroups) and rules (L34Routes) refused alone.
+        classifier_refused: Vec<rivora_dataplane::classifier::RefusedObject>,
     },
     /// The offer of this generation was refused; the previous state stays in force.
     Rejected {
@@ -366,6 +368,7 @@ pub fn start(client: Client, config: Config) -> Handles {
         datapath: None,
         counts: (0, 0),
         refused_vips: BTreeMap::new(),
+        refused_classifier: Vec::new(),
         conditions: Vec::new(),
         logged_blockers: Vec::new(),
         logged_failing: BTreeMap::new(),
@@ -419,6 +422,8 @@ struct Agent {
     counts: (usize, usize),
     /// The VIPs rivorad last refused alone (by name), shown on their Services.
     refused_vips: BTreeMap<String, RefusedVip>,
+    /// The classifier groups and rules rivorad last refused alone (Warning Events on them).
+    refused_classifier: Vec<rivora_dataplane::classifier::RefusedObject>,
     conditions: Vec<Condition>,
     logged_blockers: Vec<String>,
     logged_failing: BTreeMap<ServiceKey, String>,
@@ -531,6 +536,7 @@ impl Agent {
                 &shown_results(&self.results, &self.refused_vips),
                 &self.stores.services,
                 &self.stores.undecodable(),
+                &self.classifier_refusals(),
             );
             warnings.send_if_modified(|w| {
                 if *w == now {
@@ -820,8 +826,10 @@ impl Agent {
                 vips,
                 unclaimed,
                 refused,
+                classifier_refused,
             } => {
                 self.counts = (vips, unclaimed);
+                self.refused_classifier = classifier_refused;
                 self.refused_vips = refused.into_iter().map(|r| (r.name.clone(), r)).collect();
                 self.last_apply_ok = Some(true);
                 if generation == self.generation {
@@ -1075,6 +1083,43 @@ impl Agent {
             .first()
             .and_then(|n| n.metadata.labels.clone())
             .is_some_and(|l| l.contains_key(crate::bgp_peers::EXCLUDE_LABEL))
+    }
+}
+
+impl Agent {
+    /// The classifier groups and rules rivorad refused alone, as the DistributionGroups and
+    /// L34Routes they came from (`namespace/name`), with the Event reason and why.
+    fn classifier_refusals(&self) -> Vec<crate::warnings::ObjectRefusal> {
+        let Some(m) = &self.stores.meridio else {
+            return Vec::new();
+        };
+        self.refused_classifier
+            .iter()
+            .filter_map(|r| {
+                let (ns, name) = r.name.split_once('/')?;
+                use kube::Resource;
+                use kube::runtime::reflector::ObjectRef;
+                let regarding = match r.kind {
+                    "group" => m
+                        .groups
+                        .get(&ObjectRef::new(name).within(ns))?
+                        .object_ref(&()),
+                    _ => m
+                        .routes
+                        .get(&ObjectRef::new(name).within(ns))?
+                        .object_ref(&()),
+                };
+                Some(crate::warnings::ObjectRefusal {
+                    regarding,
+                    reason: if r.capacity {
+                        "CapacityExceeded"
+                    } else {
+                        "Invalid"
+                    },
+                    why: r.reason.clone(),
+                })
+            })
+            .collect()
     }
 }
 

@@ -93,14 +93,27 @@ fn clip(mut note: String) -> String {
     note
 }
 
+/// An object (a DistributionGroup or L34Route) whose part of the datapath rivorad refused
+/// alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObjectRefusal {
+    /// The object.
+    pub regarding: ObjectReference,
+    /// The Event reason (`CapacityExceeded`, `Invalid`).
+    pub reason: &'static str,
+    /// Why, as the datapath said.
+    pub why: String,
+}
+
 /// The warnings of the observed state: each failing Service (as the report shows it, so a
-/// Service refused for capacity counts) that `services` holds, and each object a watch left
-/// out.
+/// Service refused for capacity counts) that `services` holds, each object a watch left out,
+/// and each Meridio-2 object whose classifier group or rule the datapath refused alone.
 pub fn warnings(
     node: &str,
     results: &BTreeMap<ServiceKey, Outcome>,
     services: &Store<Service>,
     undecodable: &[(Kind, BTreeMap<String, BadObject>)],
+    classifier: &[ObjectRefusal],
 ) -> Vec<Warning> {
     let mut out = Vec::new();
     for (key, outcome) in results {
@@ -130,6 +143,18 @@ pub fn warnings(
                 action: DECODE,
             });
         }
+    }
+    for r in classifier {
+        let kind = r.regarding.kind.as_deref().unwrap_or("object");
+        out.push(Warning {
+            regarding: r.regarding.clone(),
+            reason: r.reason.to_string(),
+            note: clip(format!(
+                "node {node} does not program this {kind} (everything else is applied): {}",
+                r.why
+            )),
+            action: PROGRAM,
+        });
     }
     out
 }
@@ -218,7 +243,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_service_and_an_undecodable_object_each_get_one_warning() {
+    fn a_refused_service_an_undecodable_object_and_a_refused_route_each_get_one_warning() {
         let services = store(&[service("a", "big", "u1"), service("a", "ok", "u2")]);
         let mut results = BTreeMap::new();
         results.insert(
@@ -252,8 +277,26 @@ mod tests {
             Kind::ServicePolicy,
             [("a/odd".to_string(), bad)].into_iter().collect(),
         )];
-        let w = warnings("n1", &results, &services, &undecodable);
-        assert_eq!(w.len(), 2, "{w:#?}");
+        let route = ObjectRefusal {
+            regarding: ObjectReference {
+                kind: Some("L34Route".into()),
+                namespace: Some("red".into()),
+                name: Some("r1".into()),
+                uid: Some("u4".into()),
+                ..Default::default()
+            },
+            reason: "CapacityExceeded",
+            why: "classifier tables need 409597 more entries of cls_table".into(),
+        };
+        let w = warnings("n1", &results, &services, &undecodable, &[route]);
+        assert_eq!(w.len(), 3, "{w:#?}");
+        assert_eq!(w[2].reason, "CapacityExceeded");
+        assert_eq!(w[2].regarding.name.as_deref(), Some("r1"));
+        assert_eq!(
+            w[2].note,
+            "node n1 does not program this L34Route (everything else is applied): classifier \
+             tables need 409597 more entries of cls_table"
+        );
         assert_eq!(w[0].reason, "CapacityExceeded");
         assert_eq!(w[0].regarding.uid.as_deref(), Some("u1"));
         assert!(

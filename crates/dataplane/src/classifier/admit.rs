@@ -24,6 +24,8 @@ pub struct RefusedObject {
     pub name: String,
     /// Why, as the check said.
     pub reason: String,
+    /// Whether a capacity refused it (it fits once room is made); otherwise it is invalid.
+    pub capacity: bool,
 }
 
 impl Classifier {
@@ -70,6 +72,7 @@ impl Classifier {
                 Err(e) => refused.push(RefusedObject {
                     kind: "group",
                     name: g.name.clone(),
+                    capacity: matches!(e, crate::Error::Capacity(_)),
                     reason: e.to_string(),
                 }),
             }
@@ -88,6 +91,7 @@ impl Classifier {
                 Err(e) => refused.push(RefusedObject {
                     kind: "rule",
                     name: r.name.clone(),
+                    capacity: matches!(e, crate::Error::Capacity(_)),
                     reason: e.to_string(),
                 }),
             }

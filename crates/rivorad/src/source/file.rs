@@ -539,6 +539,7 @@ vips:
             vips: 1,
             unclaimed: 0,
             refused: Vec::new(),
+            classifier_refused: Vec::new(),
         };
         src.applied(first.token, held.clone());
 

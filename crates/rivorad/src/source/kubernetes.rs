@@ -243,6 +243,7 @@ impl Source for KubernetesSource {
             vips: programmed.vips,
             unclaimed: programmed.unclaimed,
             refused: programmed.refused,
+            classifier_refused: programmed.classifier_refused,
         });
     }
 

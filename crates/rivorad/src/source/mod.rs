@@ -134,6 +134,8 @@ pub struct Programmed {
     pub unclaimed: usize,
     /// VIPs the last apply refused alone (they did not fit, or broke a rule of their own).
     pub refused: Vec<rivora_dataplane::RefusedVip>,
+    /// Classifier groups and rules the last apply refused alone.
+    pub classifier_refused: Vec<rivora_dataplane::classifier::RefusedObject>,
 }
 
 impl Programmed {
@@ -143,6 +145,7 @@ impl Programmed {
             vips: dataplane.vips().count(),
             unclaimed: dataplane.vips().filter(|v| v.adopted).count(),
             refused: dataplane.refused().to_vec(),
+            classifier_refused: dataplane.classifier_refused().to_vec(),
         }
     }
 }
