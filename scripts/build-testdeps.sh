@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Builds the test-only dependencies of Rivora's Kubernetes tests (kube-apiserver, etcd, helm) from
-# their Go modules and copies the Gateway API CRDs out of the Go module cache. Nothing here is shipped: the
-# product stays Rust and C; these exist so tests talk to a real API server instead of a mock.
+# Builds the test-only dependencies of Rivora's Kubernetes tests from their Go modules (the
+# Kubernetes components, containerd, etcd, helm) and copies the Gateway API CRDs out of the Go
+# module cache. Nothing here is shipped: the product stays Rust and C; these exist so tests talk to
+# a real API server and run real kubelets instead of mocks.
 #
 # The exact versions live in scripts/testdeps/*/go.mod (and go.sum verifies every download). Results
 # go to a cache outside the clone, one directory per tool and version, so a fresh clone reuses them
 # and a version bump builds next to the old one:
 #   ${RIVORA_TESTDEPS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rivora/testdeps}/kube-apiserver-v1.35.4/kube-apiserver
+#   .../kube-controller-manager-v1.35.4/, .../kube-scheduler-v1.35.4/, .../kubelet-v1.35.4/
+#   .../containerd-v2.4.2/{containerd,containerd-shim-runc-v2,ctr}
 #   .../etcd-v3.6.16/etcd
 #   .../helm-v3.21.4/helm   (only to check `rivora`'s own chart renderer against `helm template`)
 #   .../gateway-api-v1.6.3/{standard,experimental}/*.yaml
 # Each directory appears only when complete (built in a temporary sibling, then renamed), and a lock
-# keeps two concurrent runs from building the same thing twice. Present ⇒ nothing is done, silently.
+# keeps two concurrent runs from building the same thing twice. Present => nothing is done, silently.
 # The first build's time and peak memory (GNU time -v) are kept in <dir>/build-stats.txt.
 set -euo pipefail
 
@@ -40,26 +43,37 @@ need_go() {
   fi
 }
 
-# build_tool NAME MODULE PACKAGE [LDFLAGS]: go build PACKAGE in scripts/testdeps/NAME into the cache.
+# build_tool NAME MODDIR MODULE LDFLAGS PACKAGE...: `go build` each PACKAGE of scripts/testdeps/MODDIR
+# into the cache directory NAME-<version of MODULE>: one PACKAGE gives the binary NAME, several give
+# one binary each, named by Go (the package's last element). Built when every binary is there.
 build_tool() {
-  local name="$1" module="$2" package="$3" ldflags="${4:-}"
-  local version dir tmp
-  version="$(required_version "$mods/$name/go.mod" "$module")"
-  [ -n "$version" ] || { echo "build-testdeps: no version of $module in $mods/$name/go.mod" >&2; exit 1; }
+  local name="$1" moddir="$2" module="$3" ldflags="$4"
+  shift 4
+  local packages=("$@") binaries=() version dir tmp b out
+  if [ "${#packages[@]}" = 1 ]; then binaries=("$name"); else
+    for b in "${packages[@]}"; do binaries+=("${b##*/}"); done
+  fi
+  version="$(required_version "$mods/$moddir/go.mod" "$module")"
+  [ -n "$version" ] || { echo "build-testdeps: no version of $module in $mods/$moddir/go.mod" >&2; exit 1; }
   dir="$cache/$name-$version"
-  [ -x "$dir/$name" ] && return 0
+  built() {
+    for b in "${binaries[@]}"; do [ -x "$dir/$b" ] || return 1; done
+  }
+  built && return 0
   need_go "$name"
   mkdir -p "$cache"
   exec 9>"$cache/.$name-$version.lock"
   flock 9
-  if [ ! -x "$dir/$name" ]; then
+  if ! built; then
     echo "build-testdeps: building $name $version into $dir (first time only; takes minutes)" >&2
     tmp="$(mktemp -d "$cache/.$name-$version.XXXXXX")"
     # Build time and peak memory go to build-stats.txt when GNU time is there (setup.sh installs it).
     local timer=()
+    out="$tmp/"
+    [ "${#packages[@]}" = 1 ] && out="$tmp/$name"
     [ -x /usr/bin/time ] && timer=(/usr/bin/time -v -o "$tmp/build-stats.txt")
-    if ! (cd "$mods/$name" && "${timer[@]}" \
-        "$go_bin" build -trimpath -ldflags "-s -w $ldflags" -o "$tmp/$name" "$package") >"$tmp/build.log" 2>&1; then
+    if ! (cd "$mods/$moddir" && "${timer[@]}" \
+        "$go_bin" build -trimpath -ldflags "-s -w $ldflags" -o "$out" "${packages[@]}") >"$tmp/build.log" 2>&1; then
       cat "$tmp/build.log" >&2
       rm -rf "$tmp"
       echo "build-testdeps: building $name $version failed" >&2
@@ -97,7 +111,7 @@ copy_crds() {
   exec 9>&-
 }
 
-k8s_version="$(required_version "$mods/kube-apiserver/go.mod" k8s.io/kubernetes)"
+k8s_version="$(required_version "$mods/kubernetes/go.mod" k8s.io/kubernetes)"
 k8s_minor="${k8s_version#v1.}"
 k8s_minor="${k8s_minor%%.*}"
 # What `kube-apiserver --version` and /version report; the Kubernetes build sets the same variables.
@@ -107,10 +121,23 @@ k8s_ldflags="-X k8s.io/component-base/version.gitVersion=$k8s_version \
 -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version \
 -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$k8s_minor"
 
-build_tool etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
-build_tool kube-apiserver k8s.io/kubernetes k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
+build_tool etcd etcd go.etcd.io/etcd/server/v3 "" go.etcd.io/etcd/server/v3
+# One directory per component (the API server alone serves the bare test bed); built one after the
+# other, each reuses the packages the previous one compiled (Go's build cache).
+for component in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+  build_tool "$component" kubernetes k8s.io/kubernetes "$k8s_ldflags" "k8s.io/kubernetes/cmd/$component"
+done
+containerd_version="$(required_version "$mods/containerd/go.mod" github.com/containerd/containerd/v2)"
+# The daemon, the runc shim it starts per pod, and ctr to import images; static (CGO off), which
+# also leaves out the btrfs snapshotter (cgo only): the test nodes use overlayfs.
+build_tool containerd containerd github.com/containerd/containerd/v2 \
+  "-X github.com/containerd/containerd/v2/version.Version=$containerd_version" \
+  github.com/containerd/containerd/v2/cmd/containerd \
+  github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+  github.com/containerd/containerd/v2/cmd/ctr
 copy_crds
 helm_version="$(required_version "$mods/helm/go.mod" helm.sh/helm/v3)"
 # What `helm version` reports; Helm's Makefile sets the same variable.
-build_tool helm helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm \
-  "-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+build_tool helm helm helm.sh/helm/v3 \
+  "-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+  helm.sh/helm/v3/cmd/helm

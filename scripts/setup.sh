@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, testing and running Rivora needs on a fresh Debian
 # machine, and mounts bpffs; with --with-testdeps (scripts/test) also builds
-# the Kubernetes tests' kube-apiserver, etcd and helm. Idempotent: only what is
+# the Kubernetes tests' components (API server, scheduler, controller-manager, kubelet), containerd,
+# etcd and helm. Idempotent: only what is
 # missing is installed or built.
 #
 # Every external command that scripts/demo, scripts/test and rivora-bench run
@@ -13,7 +14,10 @@
 #   baseline, rivora-doctor's firewall check and its test), trafgen (netsniff-ng: the bench and the SYN-flood e2e test), bird/birdc, gobgpd/gobgp,
 #   vtysh/bgpd (frr): the real BGP peers; python3 + PyYAML (python3, python3-yaml): the
 #   installer's YAML 1.1 test; /usr/bin/time (time): the figures
-#   of build-testdeps.sh, which builds kube-apiserver, etcd and helm with Go.
+#   of build-testdeps.sh, which builds the Kubernetes components, containerd, etcd and helm with Go;
+#   runc (runc) and the CNI plugins (containernetworking-plugins: ptp, host-local, loopback) that
+#   the test cluster's containerd runs pods with; gcc with glibc's static libc (gcc, libc6-dev):
+#   scripts/image's static test images.
 set -euo pipefail
 
 with_testdeps=0
@@ -28,6 +32,8 @@ need=()
 command -v clang-19 >/dev/null 2>&1 || need+=(clang-19 llvm-19)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 [ -f /usr/include/linux/bpf.h ] || need+=(linux-libc-dev)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+compgen -G '/usr/lib/*/libc.a' >/dev/null || need+=(libc6-dev)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v sysctl >/dev/null 2>&1 || need+=(procps)
 command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
@@ -48,6 +54,10 @@ python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 command -v bird >/dev/null 2>&1 || need+=(bird2)
 command -v gobgpd >/dev/null 2>&1 || need+=(gobgpd)
 [ -x /usr/lib/frr/bgpd ] || need+=(frr)
+# The test cluster's container runtime: containerd (built from its Go module by build-testdeps.sh)
+# runs containers with Debian's runc and wires pods with Debian's CNI plugins.
+{ command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ]; } || need+=(runc)
+[ -x /usr/lib/cni/ptp ] || need+=(containernetworking-plugins)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -79,7 +89,7 @@ if [ "$(id -u)" = 0 ] && [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs
   echo "setup: mounted bpffs at /sys/fs/bpf"
 fi
 
-# kube-apiserver, etcd, helm and the Gateway API CRDs for the Kubernetes tests (scripts/test passes
+# The Kubernetes components, containerd, etcd, helm and the Gateway API CRDs for the Kubernetes tests (scripts/test passes
 # --with-testdeps; the demo does not need them), built once into a cache outside the clone
 # (keyed by version; a no-op when present).
 if [ "$with_testdeps" = 1 ]; then

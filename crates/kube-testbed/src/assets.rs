@@ -1,4 +1,5 @@
-//! Where the test bed finds etcd, kube-apiserver, helm and the Gateway API CRDs.
+//! Where the test bed finds etcd, kube-apiserver, helm and the Gateway API CRDs, and a test
+//! cluster its controller-manager, scheduler, kubelet, containerd, runc and CNI plugins.
 //!
 //! Why the versions come from `scripts/testdeps/*/go.mod` at compile time: that file is what
 //! `scripts/build-testdeps.sh` builds from, so the two can never disagree about which cache
@@ -8,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
-const KUBE_APISERVER_GO_MOD: &str = include_str!("../../../scripts/testdeps/kube-apiserver/go.mod");
+const KUBERNETES_GO_MOD: &str = include_str!("../../../scripts/testdeps/kubernetes/go.mod");
+const CONTAINERD_GO_MOD: &str = include_str!("../../../scripts/testdeps/containerd/go.mod");
 const ETCD_GO_MOD: &str = include_str!("../../../scripts/testdeps/etcd/go.mod");
 const GATEWAY_API_GO_MOD: &str = include_str!("../../../scripts/testdeps/gateway-api/go.mod");
 const HELM_GO_MOD: &str = include_str!("../../../scripts/testdeps/helm/go.mod");
@@ -51,7 +53,7 @@ impl Assets {
     /// Finds the binaries in the cache, or fails saying how to build them.
     pub fn locate() -> Result<Assets> {
         let cache = cache_dir();
-        let kubernetes_version = required_version(KUBE_APISERVER_GO_MOD, "k8s.io/kubernetes")?;
+        let kubernetes_version = required_version(KUBERNETES_GO_MOD, "k8s.io/kubernetes")?;
         let etcd_version = required_version(ETCD_GO_MOD, "go.etcd.io/etcd/server/v3")?;
         let gateway_api_version = required_version(GATEWAY_API_GO_MOD, "sigs.k8s.io/gateway-api")?;
         let kube_apiserver = cache
@@ -122,6 +124,96 @@ impl Assets {
     }
 }
 
+/// What a test cluster runs beyond the API server and etcd, all checked to exist.
+#[derive(Debug, Clone)]
+pub struct NodeAssets {
+    /// kube-controller-manager (same `k8s.io/kubernetes` version as the API server).
+    pub kube_controller_manager: PathBuf,
+    /// kube-scheduler.
+    pub kube_scheduler: PathBuf,
+    /// kubelet.
+    pub kubelet: PathBuf,
+    /// The directory with containerd, containerd-shim-runc-v2 and ctr (containerd finds its
+    /// shim on PATH, so this directory goes first on containerd's PATH).
+    pub containerd_dir: PathBuf,
+    /// containerd version (e.g. `v2.4.2`).
+    pub containerd_version: String,
+    /// Debian's runc.
+    pub runc: PathBuf,
+    /// Debian's CNI plugins (ptp, host-local, loopback).
+    pub cni_bin_dir: PathBuf,
+}
+
+impl NodeAssets {
+    /// Finds them, or fails naming what is missing and how to get it.
+    pub fn locate() -> Result<NodeAssets> {
+        let cache = cache_dir();
+        let k8s = required_version(KUBERNETES_GO_MOD, "k8s.io/kubernetes")?;
+        let containerd_version =
+            required_version(CONTAINERD_GO_MOD, "github.com/containerd/containerd/v2")?;
+        let component = |name: &str| cache.join(format!("{name}-{k8s}")).join(name);
+        let containerd_dir = cache.join(format!("containerd-{containerd_version}"));
+        let runc = ["/usr/sbin/runc", "/usr/bin/runc"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .unwrap_or_else(|| PathBuf::from("/usr/sbin/runc"));
+        let assets = NodeAssets {
+            kube_controller_manager: component("kube-controller-manager"),
+            kube_scheduler: component("kube-scheduler"),
+            kubelet: component("kubelet"),
+            containerd_dir,
+            containerd_version,
+            runc,
+            cni_bin_dir: PathBuf::from("/usr/lib/cni"),
+        };
+        let built: Vec<String> = [
+            assets.kube_controller_manager.clone(),
+            assets.kube_scheduler.clone(),
+            assets.kubelet.clone(),
+            assets.containerd(),
+            assets.containerd_dir.join("containerd-shim-runc-v2"),
+            assets.ctr(),
+        ]
+        .iter()
+        .filter(|p| !p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+        if !built.is_empty() {
+            bail!(
+                "the test cluster's components are not built: missing {}. Run \
+                 `scripts/build-testdeps.sh` once (scripts/test does); it builds them from \
+                 scripts/testdeps/{{kubernetes,containerd}}/go.mod into {}",
+                built.join(", "),
+                cache.display()
+            );
+        }
+        let packaged: Vec<String> = [assets.runc.clone(), assets.cni_bin_dir.join("ptp")]
+            .iter()
+            .filter(|p| !p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !packaged.is_empty() {
+            bail!(
+                "the test cluster's runtime packages are missing: {}. Run scripts/setup.sh as \
+                 root (it installs Debian's runc and containernetworking-plugins)",
+                packaged.join(", ")
+            );
+        }
+        Ok(assets)
+    }
+
+    /// The containerd daemon.
+    pub fn containerd(&self) -> PathBuf {
+        self.containerd_dir.join("containerd")
+    }
+
+    /// ctr, containerd's client (image import).
+    pub fn ctr(&self) -> PathBuf {
+        self.containerd_dir.join("ctr")
+    }
+}
+
 /// Gateway API ships a ValidatingAdmissionPolicy next to its CRDs; only CRD files are wanted.
 fn is_crd_file(path: &Path) -> bool {
     path.file_name()
@@ -176,7 +268,7 @@ mod tests {
 
     #[test]
     fn versions_come_from_the_go_mod_files() {
-        let k = required_version(KUBE_APISERVER_GO_MOD, "k8s.io/kubernetes").unwrap();
+        let k = required_version(KUBERNETES_GO_MOD, "k8s.io/kubernetes").unwrap();
         assert!(k.starts_with("v1.35."), "{k}");
         let e = required_version(ETCD_GO_MOD, "go.etcd.io/etcd/server/v3").unwrap();
         assert!(e.starts_with("v3.6."), "{e}");

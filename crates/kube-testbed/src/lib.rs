@@ -35,6 +35,7 @@
 
 pub mod assets;
 pub mod audit;
+pub mod cluster;
 pub mod forward;
 pub mod pki;
 pub mod rbac;
@@ -93,6 +94,11 @@ pub struct Options {
     /// the only place the API server says *who* made a request, which is what a benchmark
     /// counting a component's requests needs. Off by default: tests need no log.
     pub audit_log: bool,
+    /// Run as the control plane of a real cluster ([`cluster::Cluster`]): kube-controller-manager
+    /// and kube-scheduler beside the API server, which then authorizes kubelets (Node
+    /// authorizer, NodeRestriction) and admits Pods with their ServiceAccount tokens. Off by
+    /// default: the bare API server is what tests of the API edge want.
+    pub cluster: bool,
 }
 
 static INSTANCE_COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -192,10 +198,13 @@ impl TestBed {
 
         let (ready_tx, ready_rx) = mpsc::channel::<Result<Vec<u32>>>();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let commands = [
+        let mut commands = vec![
             etcd_command(&assets, &dir),
-            apiserver_command(&assets, &dir, options)?,
+            apiserver_command(&assets, &dir, options, &pki)?,
         ];
+        if options.cluster {
+            commands.extend(cluster::control::commands(&dir, &pki)?);
+        }
         let keeper_ns = Arc::clone(&netns);
         let keeper = std::thread::Builder::new()
             .name("kube-testbed-keeper".into())
@@ -299,6 +308,11 @@ impl TestBed {
     /// The CA certificate (PEM) that signed the serving certificate.
     pub fn ca_pem(&self) -> &str {
         &self.pki.ca_cert_pem
+    }
+
+    /// The test bed's key material (a cluster signs its kubelets' certificates with it).
+    pub fn pki(&self) -> &pki::Pki {
+        &self.pki
     }
 
     /// The last `lines` lines of the kube-apiserver log, for failure messages.
@@ -667,7 +681,7 @@ async fn client_from_kubeconfig(yaml: &str) -> Result<Client> {
     Client::try_from(config).context("building a kube client")
 }
 
-fn kubeconfig_yaml(server: &str, ca_pem: &str, user: serde_json::Value) -> String {
+pub(crate) fn kubeconfig_yaml(server: &str, ca_pem: &str, user: serde_json::Value) -> String {
     let kc = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
@@ -716,6 +730,7 @@ fn apiserver_command(
     assets: &Assets,
     dir: &Path,
     options: &Options,
+    pki: &pki::Pki,
 ) -> Result<(String, Command, PathBuf)> {
     let p = dir.join("pki");
     let f = |n: &str| p.join(n).display().to_string();
@@ -729,7 +744,6 @@ fn apiserver_command(
         .arg(format!("--tls-cert-file={}", f("apiserver.crt")))
         .arg(format!("--tls-private-key-file={}", f("apiserver.key")))
         .arg(format!("--client-ca-file={}", f("ca.crt")))
-        .arg("--authorization-mode=RBAC")
         .arg(format!("--service-account-key-file={}", f("sa.pub")))
         .arg(format!(
             "--service-account-signing-key-file={}",
@@ -738,10 +752,30 @@ fn apiserver_command(
         .arg("--service-account-issuer=https://kubernetes.default.svc")
         .arg(format!("--service-cluster-ip-range={SERVICE_CIDRS}"))
         .arg("--allow-privileged=true")
-        // No controller-manager mints ServiceAccount secrets for pods (envtest disables it too).
-        .arg("--disable-admission-plugins=ServiceAccount")
         .arg("--profiling=false")
         .arg("--v=1");
+    if options.cluster {
+        // Kubelets authenticate as system:node:NAME; the Node authorizer and NodeRestriction
+        // limit each to its own Node and Pods, as on a real cluster. The API server reaches
+        // kubelets (logs, exec) with a client certificate of its own.
+        let (cert, key) =
+            pki.client_cert("kube-apiserver-kubelet-client", Some("system:masters"))?;
+        std::fs::write(p.join("kubelet-client.crt"), cert).context("writing kubelet-client.crt")?;
+        std::fs::write(p.join("kubelet-client.key"), key).context("writing kubelet-client.key")?;
+        cmd.arg("--authorization-mode=Node,RBAC")
+            .arg("--enable-admission-plugins=NodeRestriction")
+            .arg(format!(
+                "--kubelet-client-certificate={}",
+                f("kubelet-client.crt")
+            ))
+            .arg(format!("--kubelet-client-key={}", f("kubelet-client.key")))
+            .arg("--kubelet-preferred-address-types=InternalIP");
+    } else {
+        // No controller-manager creates the `default` ServiceAccounts the admission plugin
+        // wants for every Pod (envtest disables it too).
+        cmd.arg("--authorization-mode=RBAC")
+            .arg("--disable-admission-plugins=ServiceAccount");
+    }
     if options.audit_log {
         let policy = dir.join(audit::POLICY_FILE);
         std::fs::write(&policy, audit::POLICY).context("writing the audit policy")?;
@@ -762,7 +796,7 @@ fn apiserver_command(
 /// kills them by PID and reaps them.
 fn keeper(
     netns: Arc<Netns>,
-    commands: [(String, Command, PathBuf); 2],
+    commands: Vec<(String, Command, PathBuf)>,
     ready: mpsc::Sender<Result<Vec<u32>>>,
     stop: mpsc::Receiver<()>,
 ) {
@@ -838,7 +872,7 @@ fn read_exit_note(dir: &Path) -> Option<String> {
     std::fs::read_to_string(dir.join("exited")).ok()
 }
 
-fn log_tail(path: &Path, lines: usize) -> String {
+pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     let Ok(f) = std::fs::File::open(path) else {
         return format!("({} not readable)", path.display());
     };
@@ -863,7 +897,7 @@ fn reap_stale_dirs() {
     }
 }
 
-fn b64(data: &[u8]) -> String {
+pub(crate) fn b64(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {

@@ -31,6 +31,10 @@ pub struct Pki {
     pub sa_key_pem: String,
     /// Its public half, for verifying them (`--service-account-key-file`).
     pub sa_pub_pem: String,
+    /// The CA's parameters and key, kept so [`Pki::client_cert`] can sign more identities later
+    /// (a test cluster's kubelets, controller-manager and scheduler).
+    ca_params: CertificateParams,
+    ca_key_pem: String,
 }
 
 /// Name the admin client certificate carries; shows up as the user in audit and RBAC errors.
@@ -52,7 +56,8 @@ impl Pki {
         let ca_cert = ca_params
             .self_signed(&ca_key)
             .context("self-signing the CA")?;
-        let ca = Issuer::new(ca_params, ca_key);
+        let ca_key_pem = ca_key.serialize_pem();
+        let ca = Issuer::from_params(&ca_params, ca_key);
 
         let serving_key = KeyPair::generate().context("generating the serving key")?;
         let mut serving = CertificateParams::new(vec![
@@ -75,14 +80,7 @@ impl Pki {
             .signed_by(&serving_key, &ca)
             .context("signing the serving certificate")?;
 
-        let admin_key = KeyPair::generate().context("generating the admin key")?;
-        let mut admin = CertificateParams::default();
-        admin.distinguished_name = dn(ADMIN_USER, Some("system:masters"));
-        admin.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        let admin_cert = admin
-            .signed_by(&admin_key, &ca)
-            .context("signing the admin client certificate")?;
+        let (admin_cert_pem, admin_key_pem) = sign_client(&ca, ADMIN_USER, Some("system:masters"))?;
 
         let sa_key = KeyPair::generate().context("generating the ServiceAccount signing key")?;
 
@@ -90,12 +88,52 @@ impl Pki {
             ca_cert_pem: ca_cert.pem(),
             serving_cert_pem: serving_cert.pem(),
             serving_key_pem: serving_key.serialize_pem(),
-            admin_cert_pem: admin_cert.pem(),
-            admin_key_pem: admin_key.serialize_pem(),
+            admin_cert_pem,
+            admin_key_pem,
             sa_key_pem: sa_key.serialize_pem(),
             sa_pub_pem: sa_key.public_key_pem(),
+            ca_params,
+            ca_key_pem,
         })
     }
+
+    /// A client certificate and key (PEM) for user `common_name` in group `organisation`, signed
+    /// by this CA: how kubelets (`system:node:NAME` in `system:nodes`, which the Node authorizer
+    /// and NodeRestriction recognise), the controller-manager and the scheduler authenticate.
+    pub fn client_cert(
+        &self,
+        common_name: &str,
+        organisation: Option<&str>,
+    ) -> Result<(String, String)> {
+        let key = KeyPair::from_pem(&self.ca_key_pem).context("reading the CA key back")?;
+        sign_client(
+            &Issuer::from_params(&self.ca_params, key),
+            common_name,
+            organisation,
+        )
+    }
+
+    /// The CA's private key (PEM): the controller-manager signs certificate requests with it.
+    pub fn ca_key_pem(&self) -> &str {
+        &self.ca_key_pem
+    }
+}
+
+/// A client-auth certificate for `common_name` (group `organisation`) and its new key, as PEM.
+fn sign_client(
+    ca: &Issuer<'_, KeyPair>,
+    common_name: &str,
+    organisation: Option<&str>,
+) -> Result<(String, String)> {
+    let key = KeyPair::generate().context("generating a client key")?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = dn(common_name, organisation);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params
+        .signed_by(&key, ca)
+        .with_context(|| format!("signing the client certificate of {common_name}"))?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 fn dn(common_name: &str, organisation: Option<&str>) -> DistinguishedName {

@@ -21,7 +21,11 @@ fn config_map(name: &str) -> ConfigMap {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_log_counts_requests_by_user() {
-    let bed = TestBed::start_with(&Options { audit_log: true }).unwrap();
+    let bed = TestBed::start_with(&Options {
+        audit_log: true,
+        ..Options::default()
+    })
+    .unwrap();
     let admin = bed.admin_client().await.unwrap();
     let ns = unique_name("audit");
     ensure_namespace(&admin, &ns).await.unwrap();

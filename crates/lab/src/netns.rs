@@ -242,6 +242,14 @@ impl Netns {
         attach_fd(cmd, self.handle());
     }
 
+    /// Makes `cmd` enter this namespace when it is spawned, without spawning it: for callers
+    /// that must fork from a thread of their own (a test cluster's long-lived spawner, so
+    /// `PR_SET_PDEATHSIG` ties its kubelets to that thread). Unlike [`Netns::spawn`], the
+    /// process is not stopped when the namespace is dropped: the caller owns it.
+    pub fn attach_command(&self, cmd: &mut Command) {
+        self.attach(cmd);
+    }
+
     /// A shared handle on the namespace, for [`attach_fd`].
     ///
     /// Crate-private: for lab helpers that run commands in the namespace

@@ -53,7 +53,11 @@ fn optional_requests<'a>(all: &'a [Request], user: &str) -> Vec<&'a Request> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absent_optional_kinds_cost_no_steady_load_and_are_served_once_installed() {
     let bed: &'static TestBed = Box::leak(Box::new(
-        TestBed::start_with(&Options { audit_log: true }).expect("starting the test bed"),
+        TestBed::start_with(&Options {
+            audit_log: true,
+            ..Options::default()
+        })
+        .expect("starting the test bed"),
     ));
     let _stop = Stop(bed);
     let t = K8sTest::new_on(bed, "absent").await;

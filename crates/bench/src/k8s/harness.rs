@@ -54,9 +54,14 @@ const RIVORAD_RBAC: &str = include_str!("../../../../deploy/rbac/rivorad.yaml");
 impl Ctx {
     /// Starts a test bed of its own (audit log on) and installs the shipped CRDs.
     pub async fn start(bins: Bins, quick: bool) -> Result<Ctx> {
-        let bed = tokio::task::spawn_blocking(|| TestBed::start_with(&Options { audit_log: true }))
-            .await
-            .context("starting the test bed")??;
+        let bed = tokio::task::spawn_blocking(|| {
+            TestBed::start_with(&Options {
+                audit_log: true,
+                ..Options::default()
+            })
+        })
+        .await
+        .context("starting the test bed")??;
         let admin = bed.admin_client().await?;
         for crd in CRDS {
             bed.install_crd_yaml(crd).await?;

@@ -1,0 +1,503 @@
+//! One node of a test cluster: a network namespace on the test bed's bridge, a mount namespace
+//! of its own, containerd and a real kubelet.
+//!
+//! What a node sees, and why:
+//! * its network namespace holds `eth0` on the test bed's bridge (the node's InternalIP, where
+//!   the API server, the other nodes and the client segment are) and one ptp veth per pod (the
+//!   CNI plugins Debian ships: `ptp` + `host-local`, a routed, Calico-like layout);
+//! * its mount namespace (bound at `<dir>/mnt`, entered with `setns`) has a sysfs of its own
+//!   network namespace at /sys (so /sys/class/net lists the node's links), a bpffs of its own at
+//!   /sys/fs/bpf made *shared* (the chart mounts it into rivorad with Bidirectional
+//!   propagation, which the kubelet only allows on a shared mount), and private /run/rivora,
+//!   /run/containerd, /var/lib/kubelet, /var/lib/cni and /var/log, so two nodes on one host never
+//!   share a pin, a socket, a pod directory or a log;
+//! * its processes sit under the cgroup `/<cgroup root>` of every hierarchy: the kubelet puts
+//!   pods under `<root>/kubepods`, containerd (and so every shim and container) starts in
+//!   `<root>/runtime`, so stopping a node kills exactly what it started.
+//!
+//! Host facts this relies on (checked where they matter): cgroup v1 hierarchies (the kubelet
+//! runs with the cgroupfs driver and `failCgroupV1: false`), no CAP_SYS_RESOURCE (containerd's
+//! `restrict_oom_score_adj`, else runc fails to lower a sandbox's oom_score_adj).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rivora_lab::Netns;
+
+use super::cgroup::Cgroup;
+use super::control::cert_kubeconfig;
+use super::spawner::Spawner;
+use crate::assets::NodeAssets;
+use crate::{Attachment, TestBed};
+
+/// The interface a node has on the test bed's bridge (the chart's default `rivorad.interface`).
+pub const NODE_IF: &str = "eth0";
+/// How long containerd may take to open its socket.
+const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(30);
+/// The sandbox image every node's containerd uses (built by `scripts/image pause`).
+pub const PAUSE_IMAGE: &str = "rivora.test/pause:1";
+
+/// Node `n`'s (1-based) pod range, IPv4.
+pub fn pod_cidr_v4(n: usize) -> String {
+    format!("10.244.{n}.0/24")
+}
+
+/// Node `n`'s (1-based) pod range, IPv6.
+pub fn pod_cidr_v6(n: usize) -> String {
+    format!("fd00:244:{n:x}::/64")
+}
+
+/// What a node needs from its cluster to start.
+pub(crate) struct NodeContext<'a> {
+    pub bed: &'a TestBed,
+    pub assets: &'a NodeAssets,
+    pub spawner: &'a Spawner,
+    /// The cluster's directory; the node's is `<dir>/<name>`.
+    pub dir: &'a Path,
+    /// Prefix of the node's cgroup root (unique per cluster, with the test binary's PID).
+    pub cgroup_prefix: &'a str,
+    /// OCI archives imported into the node's containerd before the kubelet starts.
+    pub images: &'a [PathBuf],
+}
+
+/// A running node. Dropping it stops the kubelet, containerd and every container, and removes
+/// its mount namespace, cgroups and network namespace.
+#[derive(Debug)]
+pub struct KubeNode {
+    name: String,
+    index: usize,
+    dir: PathBuf,
+    mount_ns: PathBuf,
+    cgroup: Cgroup,
+    eth0: Attachment,
+    containerd: Mutex<Option<Child>>,
+    kubelet: Mutex<Option<Child>>,
+    /// Last: deleted once the processes inside are gone.
+    ns: Netns,
+}
+
+impl KubeNode {
+    /// Creates node `index` (1-based) named `name` and starts containerd and the kubelet; the
+    /// caller waits for the Node to become Ready.
+    pub(crate) fn start(ctx: &NodeContext<'_>, index: usize, name: &str) -> Result<KubeNode> {
+        let ns = Netns::new(&format!("kn{index}"))?;
+        let dir = ctx.dir.join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let eth0 = ctx.bed.attach(&ns, NODE_IF)?;
+        let cgroup = Cgroup::create(&format!("{}-{name}", ctx.cgroup_prefix))?;
+        let node = KubeNode {
+            name: name.to_string(),
+            index,
+            mount_ns: dir.join("mnt"),
+            dir,
+            cgroup,
+            eth0,
+            containerd: Mutex::new(None),
+            kubelet: Mutex::new(None),
+            ns,
+        };
+        node.prepare_network()?;
+        node.prepare_mounts()?;
+        node.start_containerd(ctx)?;
+        for image in ctx.images {
+            node.import_image(ctx.assets, image)?;
+        }
+        node.start_kubelet(ctx)?;
+        Ok(node)
+    }
+
+    /// The Node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// 1-based position in the cluster (its pod ranges are [`pod_cidr_v4`]`(index)`).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The node's network namespace.
+    pub fn netns(&self) -> &Netns {
+        &self.ns
+    }
+
+    /// `eth0`'s addresses: the Node's InternalIPs.
+    pub fn addresses(&self) -> &Attachment {
+        &self.eth0
+    }
+
+    /// The node's IPv4 InternalIP.
+    pub fn v4(&self) -> Ipv4Addr {
+        self.eth0.node_v4
+    }
+
+    /// The node's IPv6 InternalIP.
+    pub fn v6(&self) -> Ipv6Addr {
+        self.eth0.node_v6
+    }
+
+    /// The node's directory: logs (`containerd.log`, `kubelet.log`, `var-log/pods/...`),
+    /// configuration, containerd's state.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The mount namespace file: `nsenter --mount=THIS --net=/run/netns/NS` gives a shell the
+    /// node's view (its bpffs, /run/rivora, /var/log).
+    pub fn mount_ns(&self) -> &Path {
+        &self.mount_ns
+    }
+
+    /// Runs `argv` in the node's network and mount namespaces (what a process on the node
+    /// sees, e.g. `rivoractl` against the API socket in /run/rivora) and returns its stdout.
+    pub fn exec(&self, argv: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--mount={}", self.mount_ns.display()))
+            .arg(format!("--net={}", self.ns.path().display()))
+            .arg("--")
+            .args(argv)
+            .stdin(Stdio::null());
+        let out = cmd
+            .output()
+            .with_context(|| format!("running {argv:?} on {}", self.name))?;
+        if !out.status.success() {
+            bail!(
+                "{argv:?} on {} exited {}: {}",
+                self.name,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The last `lines` lines of the kubelet's log, for failure messages.
+    pub fn kubelet_log_tail(&self, lines: usize) -> String {
+        crate::log_tail(&self.dir.join("kubelet.log"), lines)
+    }
+
+    /// The last `lines` lines of containerd's log, for failure messages.
+    pub fn containerd_log_tail(&self, lines: usize) -> String {
+        crate::log_tail(&self.dir.join("containerd.log"), lines)
+    }
+
+    /// Stops the kubelet (SIGKILL), as a node that died would: its Pods keep running until
+    /// [`KubeNode::stop`], and the Node goes NotReady once its Lease expires.
+    pub fn kill_kubelet(&self) {
+        if let Some(mut k) = self
+            .kubelet
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    }
+
+    /// Imports the OCI archive `image` into the node's containerd (namespace `k8s.io`, where the
+    /// kubelet looks): how an image built by `scripts/image` reaches a node without a registry.
+    pub fn import_image(&self, assets: &NodeAssets, image: &Path) -> Result<()> {
+        let out = Command::new(assets.ctr())
+            .arg(format!("--address={}", self.containerd_socket().display()))
+            .args(["--namespace=k8s.io", "images", "import"])
+            .arg(image)
+            .stdin(Stdio::null())
+            .output()
+            .context("running ctr images import")?;
+        if !out.status.success() {
+            bail!(
+                "importing {} on {}: ctr exited {}: {}",
+                image.display(),
+                self.name,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops everything on the node and removes what it set up. Idempotent; drop calls it.
+    pub fn stop(&self) {
+        self.kill_kubelet();
+        if let Some(mut c) = self
+            .containerd
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Err(e) = self.cgroup.kill_all(Duration::from_secs(10)) {
+            eprintln!("rivora-kube-testbed: node {}: {e:#}", self.name);
+        }
+        unmount_ns_file(&self.mount_ns);
+        if let Err(e) = self.cgroup.remove(Duration::from_secs(5)) {
+            eprintln!("rivora-kube-testbed: node {}: {e:#}", self.name);
+        }
+    }
+
+    fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    /// Forwarding on, no DAD delays (addresses usable at once), `eth0` up with its addresses.
+    fn prepare_network(&self) -> Result<()> {
+        for (k, v) in [
+            ("net.ipv4.ip_forward", "1"),
+            ("net.ipv6.conf.all.forwarding", "1"),
+            ("net.ipv6.conf.all.accept_dad", "0"),
+            ("net.ipv6.conf.default.accept_dad", "0"),
+        ] {
+            self.ns.sysctl(k, v)?;
+        }
+        Ok(())
+    }
+
+    /// Creates the mount namespace and mounts the node's private views (module documentation).
+    fn prepare_mounts(&self) -> Result<()> {
+        for d in [
+            "var-lib-kubelet",
+            "var-lib-cni",
+            "var-log",
+            "cni",
+            "containerd",
+            "cgroup-move",
+        ] {
+            std::fs::create_dir_all(self.dir.join(d))?;
+        }
+        // Mount points on the host; empty directories, created only if missing.
+        for d in [
+            "/run/rivora",
+            "/run/containerd",
+            "/var/lib/kubelet",
+            "/var/lib/cni",
+        ] {
+            std::fs::create_dir_all(d).with_context(|| format!("creating mount point {d}"))?;
+        }
+        std::fs::write(&self.mount_ns, b"")?;
+        let out = Command::new("unshare")
+            .arg(format!("--mount={}", self.mount_ns.display()))
+            .args(["--propagation", "private", "true"])
+            .output()
+            .context("running unshare (util-linux)")?;
+        if !out.status.success() {
+            bail!(
+                "creating the mount namespace of {}: unshare exited {}: {}",
+                self.name,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let d = self.dir.display();
+        // sysfs is mounted from inside the node's network namespace, so it shows the node's
+        // links; the cgroup tree mounted under the host's /sys is carried over first.
+        let script = format!(
+            "mount --rbind /sys/fs/cgroup {d}/cgroup-move
+mount -t sysfs sysfs /sys
+mount --move {d}/cgroup-move /sys/fs/cgroup
+mount -t bpf bpf /sys/fs/bpf
+mount --make-shared /sys/fs/bpf
+mount -t tmpfs -o mode=0755 tmpfs /run/rivora
+mount -t tmpfs -o mode=0711 tmpfs /run/containerd
+mount --bind {d}/var-lib-kubelet /var/lib/kubelet
+mount --bind {d}/var-lib-cni /var/lib/cni
+mount --bind {d}/var-log /var/log
+"
+        );
+        self.exec(&["sh", "-ec", &script])
+            .with_context(|| format!("mounting the private views of {}", self.name))?;
+        Ok(())
+    }
+
+    fn start_containerd(&self, ctx: &NodeContext<'_>) -> Result<()> {
+        let d = &self.dir;
+        let conflist = serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": "rivora-test",
+            "plugins": [{
+                "type": "ptp",
+                "ipMasq": false,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [
+                        [{"subnet": pod_cidr_v4(self.index)}],
+                        [{"subnet": pod_cidr_v6(self.index)}],
+                    ],
+                    "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+                    "dataDir": d.join("ipam"),
+                },
+            }],
+        });
+        std::fs::write(
+            d.join("cni/10-rivora-test.conflist"),
+            serde_json::to_vec_pretty(&conflist)?,
+        )?;
+        let config = format!(
+            r#"version = 3
+root = "{root}"
+state = "{state}"
+[grpc]
+  address = "{sock}"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+[plugins.'io.containerd.cri.v1.runtime']
+  # Pod network namespaces under the node's own state, not the host's /run/netns.
+  netns_mounts_under_state_dir = true
+  # No CAP_SYS_RESOURCE here: never ask runc for an oom_score_adj below containerd's own.
+  restrict_oom_score_adj = true
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  BinaryName = "{runc}"
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["{cni}"]
+  conf_dir = "{conf}"
+"#,
+            root = d.join("containerd/root").display(),
+            state = d.join("containerd/state").display(),
+            sock = self.containerd_socket().display(),
+            runc = ctx.assets.runc.display(),
+            cni = ctx.assets.cni_bin_dir.display(),
+            conf = d.join("cni").display(),
+        );
+        let config_path = d.join("containerd.toml");
+        std::fs::write(&config_path, config)?;
+        let log = std::fs::File::create(d.join("containerd.log"))?;
+        let mut cmd = Command::new(ctx.assets.containerd());
+        cmd.arg(format!("--config={}", config_path.display()))
+            .env(
+                "PATH",
+                format!(
+                    "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    ctx.assets.containerd_dir.display()
+                ),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let child = ctx.spawner.spawn(
+            &self.ns,
+            Some(&self.mount_ns),
+            &self.cgroup.procs_files("runtime")?,
+            cmd,
+        )?;
+        *self.containerd.lock().unwrap() = Some(child);
+        let deadline = Instant::now() + CONTAINERD_TIMEOUT;
+        let sock = self.containerd_socket();
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            if Instant::now() > deadline {
+                bail!(
+                    "containerd on {} did not open {} within {CONTAINERD_TIMEOUT:?}; its log ends:\n{}",
+                    self.name,
+                    sock.display(),
+                    self.containerd_log_tail(20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    fn start_kubelet(&self, ctx: &NodeContext<'_>) -> Result<()> {
+        let d = &self.dir;
+        let pki = ctx.bed.pki();
+        std::fs::write(d.join("ca.crt"), &pki.ca_cert_pem)?;
+        let (cert, key) =
+            pki.client_cert(&format!("system:node:{}", self.name), Some("system:nodes"))?;
+        let kubeconfig = d.join("kubelet.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            cert_kubeconfig(&ctx.bed.in_cluster_url(), &pki.ca_cert_pem, &cert, &key),
+        )?;
+        let config = format!(
+            r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This host has cgroup v1 only; the kubelet refuses it unless told.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /{cgroup}
+containerRuntimeEndpoint: unix://{sock}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: {ca}
+authorization:
+  mode: Webhook
+address: {addr}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+# The disk is the host's, shared with everything else on it: evict only when it is really full.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+# Images come from `ctr images import`, not a registry: never garbage-collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+"#,
+            cgroup = self.cgroup.name(),
+            sock = self.containerd_socket().display(),
+            ca = d.join("ca.crt").display(),
+            addr = self.eth0.node_v4,
+        );
+        let config_path = d.join("kubelet.yaml");
+        std::fs::write(&config_path, config)?;
+        let log = std::fs::File::create(d.join("kubelet.log"))?;
+        let mut cmd = Command::new(&ctx.assets.kubelet);
+        cmd.arg(format!("--config={}", config_path.display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--hostname-override={}", self.name))
+            .arg(format!(
+                "--node-ip={},{}",
+                self.eth0.node_v4, self.eth0.node_v6
+            ))
+            .arg("--v=1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let child = ctx.spawner.spawn(
+            &self.ns,
+            Some(&self.mount_ns),
+            &self.cgroup.procs_files("kubelet")?,
+            cmd,
+        )?;
+        *self.kubelet.lock().unwrap() = Some(child);
+        Ok(())
+    }
+}
+
+impl Drop for KubeNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Unmounts a persistent mount-namespace file (lazily: nothing else may hold it by then).
+pub(crate) fn unmount_ns_file(path: &Path) {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    // SAFETY: umount2 with a valid NUL-terminated path; failure (not mounted) is harmless.
+    unsafe {
+        libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+    }
+}
+
+/// The address family's InternalIP of a node, for routes.
+pub(crate) fn node_addr(node: &KubeNode, v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(node.v6())
+    } else {
+        IpAddr::V4(node.v4())
+    }
+}
