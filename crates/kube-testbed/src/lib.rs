@@ -541,6 +541,23 @@ impl TestBed {
         })
     }
 
+    /// Routes `dst` (a CIDR) from the test bed's namespace via `via` (an address on its bridge):
+    /// how the API server answers Pods of a test cluster, whose pod ranges sit behind their nodes.
+    pub fn route(&self, dst: &str, via: &str) -> Result<()> {
+        let out = Command::new("ip")
+            .args(["-n", &self.netns_name, "route", "replace", dst, "via", via])
+            .output()
+            .context("running ip route")?;
+        if !out.status.success() {
+            bail!(
+                "ip -n {} route replace {dst} via {via}: {}",
+                self.netns_name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
     /// Stops both processes, deletes the namespace and (unless `RIVORA_TESTBED_KEEP` is set)
     /// the directory. Idempotent; drop calls it.
     pub fn stop(&self) {

@@ -18,3 +18,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "rivora.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
+
+{{/* KUBERNETES_SERVICE_HOST/PORT overridden with apiServer.host/port when set: how the Pods reach
+     the API server on a cluster where nothing serves the kubernetes Service's ClusterIP. */}}
+{{- define "rivora.apiServerEnv" -}}
+{{- with .Values.apiServer.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: "{{ int $.Values.apiServer.port }}"
+{{- end }}
+{{- end }}

@@ -76,6 +76,8 @@ async fn main() {
         .with_env_filter(filter)
         .with_target(false)
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: a Pod's log (containerd writes it to a file) stays text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if let Err(e) = run_main(Args::parse()).await {
         error!("{e:#}");

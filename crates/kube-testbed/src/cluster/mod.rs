@@ -32,12 +32,12 @@
 
 pub mod cgroup;
 pub mod control;
+pub mod images;
 pub mod node;
 pub mod spawner;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -109,7 +109,7 @@ impl Cluster {
         })?;
         let dir = bed.dir().join("nodes");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut images = build_test_images(&dir.join("images"))?;
+        let mut images = images::test_images(&dir.join("images"))?;
         images.extend(options.images.iter().cloned());
         let spawner = spawner::Spawner::start()?;
         let client = Netns::new("kcl")?;
@@ -242,22 +242,24 @@ impl Cluster {
         }
     }
 
-    /// The log tails of every node's kubelet and containerd, for failure messages.
+    /// The log tails of every node's kubelet, containerd and containers, for failure messages.
     pub fn diagnostics(&self, lines: usize) -> String {
         let mut out = String::new();
         for n in &self.nodes {
             out.push_str(&format!(
-                "--- {} kubelet.log:\n{}\n--- {} containerd.log:\n{}\n",
+                "--- {} kubelet.log:\n{}\n--- {} containerd.log:\n{}\n{}",
                 n.name(),
                 n.kubelet_log_tail(lines),
                 n.name(),
-                n.containerd_log_tail(lines)
+                n.containerd_log_tail(lines),
+                n.container_log_tails(lines)
             ));
         }
         out
     }
 
-    /// Every node routes the others' pod ranges via their eth0; the client routes each node's.
+    /// Every node routes the others' pod ranges via their eth0; the client and the API server's
+    /// namespace route each node's (Pods reach the API server at its own address: no kube-proxy).
     fn route_pods(&self) -> Result<()> {
         for n in &self.nodes {
             for other in self.nodes.iter().filter(|o| o.index() != n.index()) {
@@ -275,6 +277,7 @@ impl Cluster {
             ] {
                 let via = node::node_addr(n, v6).to_string();
                 rivora_lab::link::route(&self.client, &cidr, &via)?;
+                self.bed.route(&cidr, &via)?;
             }
         }
         Ok(())
@@ -287,38 +290,6 @@ pub fn node_ready(n: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The repository root (for `scripts/image`).
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Builds the pause and echo images into `dir` with `scripts/image` (a second or two: two
-/// static C programs) and returns their archives.
-fn build_test_images(dir: &Path) -> Result<Vec<PathBuf>> {
-    let out = Command::new(repo_root().join("scripts/image"))
-        .arg("--out")
-        .arg(dir)
-        .args(["pause", "echo"])
-        .output()
-        .context("running scripts/image")?;
-    if !out.status.success() {
-        bail!(
-            "scripts/image pause echo exited {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    // Each line: `REF ARCHIVE SIZE`.
-    let archives: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1).map(PathBuf::from))
-        .collect();
-    if archives.len() != 2 {
-        bail!("scripts/image printed {} archives, want 2", archives.len());
-    }
-    Ok(archives)
 }
 
 /// Reaps what SIGKILLed runs left: their nodes' cgroups (and the processes in them) and their

@@ -180,6 +180,48 @@ impl KubeNode {
         crate::log_tail(&self.dir.join("kubelet.log"), lines)
     }
 
+    /// The last `lines` lines of every container log on the node (`/var/log/pods`), newest
+    /// restart of each container, for failure messages.
+    pub fn container_log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        let pods = self.dir.join("var-log/pods");
+        let Ok(entries) = std::fs::read_dir(&pods) else {
+            return out;
+        };
+        let mut pod_dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        pod_dirs.sort();
+        for pod in pod_dirs {
+            let Ok(containers) = std::fs::read_dir(&pod) else {
+                continue;
+            };
+            for c in containers.flatten() {
+                let Ok(logs) = std::fs::read_dir(c.path()) else {
+                    continue;
+                };
+                // `<restart count>.log`: the highest is the latest run.
+                let latest = logs
+                    .flatten()
+                    .map(|l| l.path())
+                    .filter(|l| l.extension().is_some_and(|e| e == "log"))
+                    .max_by_key(|l| {
+                        l.file_stem()
+                            .and_then(|s| s.to_str())
+                            .and_then(|s| s.parse::<u32>().ok())
+                            .unwrap_or(0)
+                    });
+                if let Some(l) = latest {
+                    out.push_str(&format!(
+                        "--- {} {}:\n{}\n",
+                        self.name,
+                        l.strip_prefix(&pods).unwrap_or(&l).display(),
+                        crate::log_tail(&l, lines)
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// The last `lines` lines of containerd's log, for failure messages.
     pub fn containerd_log_tail(&self, lines: usize) -> String {
         crate::log_tail(&self.dir.join("containerd.log"), lines)
@@ -296,9 +338,12 @@ impl KubeNode {
         }
         let d = self.dir.display();
         // sysfs is mounted from inside the node's network namespace, so it shows the node's
-        // links; the cgroup tree mounted under the host's /sys is carried over first.
+        // links; the cgroup tree mounted under the host's /sys is carried over first. The host's
+        // /sys goes entirely (not just hidden): containerd finds a hostPath's mount by reading
+        // mountinfo, and a hidden host bpffs at /sys/fs/bpf, private, would be the one it finds.
         let script = format!(
             "mount --rbind /sys/fs/cgroup {d}/cgroup-move
+umount --recursive --lazy /sys
 mount -t sysfs sysfs /sys
 mount --move {d}/cgroup-move /sys/fs/cgroup
 mount -t bpf bpf /sys/fs/bpf
