@@ -1504,8 +1504,16 @@ impl Dataplane {
         let keys: Vec<BackendKey> = self.backends.keys().copied().collect();
         for key in keys {
             let t = terminating_next.contains(&key);
-            let snat = snat_next.contains(&key);
             let b = self.backends.get_mut(&key).expect("listed above");
+            // A backend no VIP lists any more (retiring) keeps its SNAT flag: its established
+            // flows left with this node's address and must go on doing so until they end (or
+            // the retire grace does), else their next packet reaches the pod with the client's
+            // address and the pod answers the client directly: a stalled connection.
+            let snat = if wanted.contains_key(&key) {
+                snat_next.contains(&key)
+            } else {
+                b.snat
+            };
             if b.terminating != t || b.snat != snat {
                 b.terminating = t;
                 b.snat = snat;
@@ -2719,7 +2727,7 @@ impl Dataplane {
             // slot), the refusing pseudo-backend included.
             backend_count: maglev_members(spec).0.len() as u16,
             mode: spec.mode.abi(),
-            flags: service_flags(spec, bank),
+            flags: service_flags(spec, bank) | self.kept_snat_flag(service_id, spec)?,
             generation,
         };
         self.maps
@@ -2735,6 +2743,34 @@ impl Dataplane {
             }
         }
         Ok(bank)
+    }
+
+    /// The service SNAT flag a VIP keeps although its spec lists no backend on another node:
+    /// while it had the flag and a backend flagged SNAT that it does not list (retiring, or
+    /// removed from it) still exists, that backend's established flows of this VIP need the
+    /// flag to keep leaving with this node's address. Costs such a VIP one array lookup per
+    /// packet until its next write after those backends are released.
+    fn kept_snat_flag(&self, service_id: u32, spec: &VipSpec) -> Result<u8, Error> {
+        if !spec.snat.is_empty() {
+            return Ok(0);
+        }
+        let had = self
+            .maps
+            .service_config
+            .get(&service_id, 0)
+            .map_err(|e| map_err("service_config_map", e))?
+            .flags
+            & abi::service_flags::SNAT
+            != 0;
+        let removed_remote = self
+            .backends
+            .values()
+            .any(|b| b.snat && !spec.backends.iter().any(|sb| sb.key == b.key));
+        Ok(if had && removed_remote {
+            abi::service_flags::SNAT
+        } else {
+            0
+        })
     }
 
     /// The source ranges and bank in force for a programmed VIP.

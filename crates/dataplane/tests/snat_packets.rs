@@ -389,3 +389,100 @@ fn ports_are_per_backend_endpoint_run_out_with_a_count_and_return_when_idle() {
     let c = counters(&r);
     assert!(c["reused_idle"] > reused_before, "{c:?}");
 }
+
+/// A remote backend leaving its VIP (its Pod terminating: the endpoint drops out of the slice)
+/// retires, and its established flows keep leaving from the node's address and port until
+/// they end: first when the VIP still has another remote backend, then when what remains is
+/// local only (the VIP's own SNAT flag must stay for them). Before the fix the retiring
+/// backend lost its SNAT flag, and the flow's next packet reached the pod with the client's
+/// address: the pod answered the client directly and the connection stalled (found by the
+/// rollout test on the real cluster, crates/installer/tests/cluster_install_e2e.rs).
+#[test]
+fn a_retiring_remote_backend_keeps_translating_its_established_flows() {
+    let (ns, up1) = snat_ns("snatretire");
+    let mut r = snat_rig("snatretire", 61000..=61999, Duration::from_secs(120));
+    r.dataplane.set_retire_grace(Duration::from_secs(30));
+    let send = |r: &mut Rig, sport: u16, dport: u16, flags: u8| {
+        ns.within(|| {
+            pin_to_cpu0();
+            r.datapath
+                .run_xdp_on(
+                    &frame("10.200.0.2", sport, "10.200.100.1", dport, raw::TCP, flags),
+                    up1,
+                )
+                .unwrap()
+        })
+        .unwrap()
+    };
+    // Established flows: one to t4's remote backend, one to m4's remote backend (found by
+    // trying source ports until m4's Maglev picks the remote one).
+    let t4_syn = send(&mut r, 40000, 80, SYN);
+    send(&mut r, 40000, 80, ACK);
+    let t4 = parse_checked(&t4_syn.1);
+    assert_eq!((t4.src, t4.dst), (ip(NODE4), ip("10.200.1.12")));
+    let (m4_port, m4) = (41000..41200)
+        .find_map(|p| {
+            let out = send(&mut r, p, 81, SYN);
+            let f = parse_checked(&out.1);
+            (f.dst == ip("10.200.1.12")).then_some((p, f))
+        })
+        .expect("some source port picks m4's remote backend");
+    send(&mut r, m4_port, 81, ACK);
+    assert_eq!(m4.src, ip(NODE4));
+
+    // t4's remote backend is replaced by a local one; m4 loses its remote one.
+    let t4_local = vip(
+        "t4",
+        "10.200.100.1",
+        80,
+        proto::TCP,
+        vec![backend("10.200.1.11", 8080, 1)],
+    );
+    let mut m4_local = vip(
+        "m4",
+        "10.200.100.1",
+        81,
+        proto::TCP,
+        vec![backend("10.200.1.11", 8080, 1)],
+    );
+    m4_local.stateless_reverse = false;
+    let mut u4 = vip(
+        "u4",
+        "10.200.100.1",
+        53,
+        proto::UDP,
+        vec![backend("10.200.1.13", 5353, 1)],
+    );
+    u4.snat = BTreeSet::from([key("10.200.1.13:5353")]);
+    let mut t6 = vip(
+        "t6",
+        "fd00:200:100::1",
+        80,
+        proto::TCP,
+        vec![backend("fd00:200:1::12", 8080, 1)],
+    );
+    t6.snat = BTreeSet::from([key("[fd00:200:1::12]:8080")]);
+    let report = r.dataplane.apply(&[t4_local, m4_local, u4, t6]).unwrap();
+    assert_eq!(
+        report.backends_retired, 2,
+        "both remote backends retire: {report:?}"
+    );
+
+    for (what, sport, dport, want) in [("t4", 40000, 80, &t4), ("m4", m4_port, 81, &m4)] {
+        let (verdict, out) = send(&mut r, sport, dport, ACK);
+        assert_eq!(
+            verdict, XDP_REDIRECT,
+            "{what}: the established flow is forwarded"
+        );
+        let f = parse_checked(&out);
+        assert_eq!(
+            (f.src, f.sport, f.dst, f.dport),
+            (want.src, want.sport, want.dst, want.dport),
+            "{what}: the established flow still leaves from the node's port to its retiring backend"
+        );
+    }
+    // A new flow of t4 goes to the local backend, with the client's address.
+    let (_, out) = send(&mut r, 40001, 80, SYN);
+    let f = parse_checked(&out);
+    assert_eq!((f.src, f.dst), (ip("10.200.0.2"), ip("10.200.1.11")));
+}

@@ -1,0 +1,322 @@
+//! What the tests on a real cluster share: Rivora's image and the cluster it runs on, `rivora`
+//! run as a user runs it, bounded waits, and the echo workload behind a LoadBalancer Service.
+
+#![allow(dead_code)]
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use rivora_k8s_api::AddressPool;
+use rivora_kube_testbed::cluster::{Cluster, ClusterOptions, ECHO_IMAGE, images};
+use rivora_kube_testbed::{SERVER_PORT, SERVER_V4};
+use serde_json::json;
+
+pub const NS: &str = "rivora-system";
+pub const WAIT: Duration = Duration::from_secs(120);
+pub const FLOWS: usize = 300;
+/// The echo Pods' terminationGracePeriodSeconds: how long a terminating one holds connections.
+pub const ECHO_GRACE: Duration = Duration::from_secs(15);
+
+/// The chart's appVersion: the tag `rivora install` deploys by default.
+pub fn app_version() -> String {
+    let chart = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/chart/Chart.yaml"),
+    )
+    .unwrap();
+    chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .expect("Chart.yaml has an appVersion")
+}
+
+/// Polls `f` every 250 ms until Ok, or panics with what it last said and the nodes' logs.
+pub async fn wait<T, F, Fut>(what: &str, cluster: &Cluster, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() > deadline => panic!(
+                "{what}: not within {WAIT:?}; last seen: {last}\n{}",
+                cluster.diagnostics(20)
+            ),
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// Every Pod matching `selector` in `ns`: (name, node, image) once all are Running and Ready
+/// with no restart, and there are `want` of them.
+pub async fn running_pods(
+    pods: &Api<Pod>,
+    selector: &str,
+    want: usize,
+) -> Result<Vec<(String, String, String)>, String> {
+    let list = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for p in &list.items {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let status = p.status.as_ref().ok_or(format!("{name}: no status"))?;
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        for c in status.container_statuses.iter().flatten() {
+            let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
+            if !running || !c.ready || c.restart_count != 0 {
+                return Err(format!(
+                    "{name}/{}: running={running} ready={} restarts={} state={:?} last={:?}",
+                    c.name, c.ready, c.restart_count, c.state, c.last_state
+                ));
+            }
+        }
+        if !ready {
+            return Err(format!("{name}: not Ready: {:?}", status.conditions));
+        }
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let image = p
+            .spec
+            .as_ref()
+            .map(|s| s.containers[0].image.clone().unwrap_or_default())
+            .unwrap_or_default();
+        out.push((name, node, image));
+    }
+    if out.len() != want {
+        return Err(format!("{} of {want} Pods running: {out:?}", out.len()));
+    }
+    Ok(out)
+}
+
+/// A cluster of `nodes` nodes with Rivora's image imported on each, tagged with the chart's
+/// appVersion and each of `more_versions` (same binaries: what an upgrade test upgrades to),
+/// and an admin kubeconfig file for `rivora`.
+pub async fn cluster_with_rivora(nodes: usize, more_versions: &[&str]) -> (Cluster, PathBuf) {
+    rivora_lab::require_root().unwrap();
+    let dir = std::env::temp_dir().join(format!("rivora-cluster-images-{}", std::process::id()));
+    let mut archives = vec![images::rivora_image(&dir, &app_version()).unwrap()];
+    for v in more_versions {
+        archives.push(images::rivora_image(&dir, v).unwrap());
+    }
+    let cluster = Cluster::start(ClusterOptions {
+        nodes,
+        images: archives,
+    })
+    .await
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let kubeconfig = cluster.bed().dir().join("admin.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        cluster.bed().admin_kubeconfig(&cluster.bed().url()),
+    )
+    .unwrap();
+    (cluster, kubeconfig)
+}
+
+/// Runs `rivora ARGS -n rivora-system --kubeconfig K` and returns its output; panics with it,
+/// and the nodes' logs, when it fails.
+pub fn rivora(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rivora"))
+        .args(args)
+        .args(["-n", NS])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "rivora {args:?} failed:\n{}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout),
+        cluster.diagnostics(30)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `rivora install --wait` as a user runs it: the chart's defaults, plus where the API server
+/// is (no kube-proxy here, so the `kubernetes` Service's ClusterIP does not answer).
+pub fn install(cluster: &Cluster, kubeconfig: &Path) -> String {
+    rivora(
+        cluster,
+        kubeconfig,
+        &[
+            "install",
+            "--wait",
+            "--timeout",
+            "180s",
+            "--set",
+            &format!("apiServer.host={SERVER_V4}"),
+            "--set",
+            &format!("apiServer.port={SERVER_PORT}"),
+        ],
+    )
+}
+
+/// Creates AddressPool `pool` over `cidr`, namespace `ns` with a Deployment of `replicas` echo
+/// Pods and a LoadBalancer Service `echo` of Rivora's class (TCP and UDP 80 -> 8080); waits for
+/// the Pods and the address, and returns it.
+pub async fn echo_service(
+    cluster: &Cluster,
+    client: &Client,
+    pool: &str,
+    cidr: &str,
+    ns: &str,
+    replicas: i32,
+) -> IpAddr {
+    let p: AddressPool = serde_json::from_value(json!({
+        "apiVersion": "rivora.dev/v1alpha1", "kind": "AddressPool",
+        "metadata": {"name": pool},
+        "spec": {"addresses": [cidr]},
+    }))
+    .unwrap();
+    Api::<AddressPool>::all(client.clone())
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    rivora_kube_testbed::ensure_namespace(client, ns)
+        .await
+        .unwrap();
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    wait(
+        "the namespace's default ServiceAccount",
+        cluster,
+        || async {
+            sa.get_opt("default")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "missing".to_string())
+        },
+    )
+    .await;
+    let deployment: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "echo"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "echo"}},
+            "template": {
+                "metadata": {"labels": {"app": "echo"}},
+                "spec": {
+                    "containers": [{
+                        "name": "echo",
+                        "image": ECHO_IMAGE,
+                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                    }],
+                    // Bounds how long a terminating echo Pod holds open connections.
+                    "terminationGracePeriodSeconds": ECHO_GRACE.as_secs(),
+                },
+            },
+        },
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let service: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "echo"},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "rivora.dev/lb",
+            "selector": {"app": "echo"},
+            "ports": [
+                {"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+                {"name": "udp", "port": 80, "targetPort": 8080, "protocol": "UDP"},
+            ],
+        },
+    }))
+    .unwrap();
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let echoes = wait("the echo Pods", cluster, || {
+        running_pods(&pods, "app=echo", replicas as usize)
+    })
+    .await;
+    let vip = service_address(cluster, &services, "echo").await;
+    println!("VIP {vip}, echo Pods {echoes:?}");
+    vip
+}
+
+/// The first ingress address of Service `name`, once the controller wrote one.
+pub async fn service_address(cluster: &Cluster, services: &Api<Service>, name: &str) -> IpAddr {
+    wait(&format!("Service {name}'s address"), cluster, || async {
+        let s = services.get(name).await.map_err(|e| e.to_string())?;
+        s.status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+            .and_then(|i| i.first())
+            .and_then(|i| i.ip.as_ref())
+            .and_then(|ip| ip.parse().ok())
+            .ok_or_else(|| format!("no address yet: {:?}", s.status))
+    })
+    .await
+}
+
+/// Waits until `FLOWS` TCP connections and UDP exchanges to `target` from the client all
+/// succeed, reach `pods` Pods and see the VIP answer; returns the shares as text.
+pub async fn round_reaches(
+    cluster: &Cluster,
+    target: std::net::SocketAddr,
+    pods: usize,
+    what: &str,
+) -> String {
+    let tcp = wait(
+        &format!("{what}: TCP reaches {pods} Pods"),
+        cluster,
+        || async {
+            let r =
+                rivora_lab::tcp_round(cluster.client(), target, FLOWS, 8, Duration::from_secs(2));
+            if r.all_ok() && r.shares().len() == pods && r.wrong_peer == 0 {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        },
+    )
+    .await;
+    let udp = wait(
+        &format!("{what}: UDP reaches {pods} Pods"),
+        cluster,
+        || async {
+            let r =
+                rivora_lab::udp_round(cluster.client(), target, FLOWS, 8, Duration::from_secs(2));
+            if r.all_ok() && r.shares().len() == pods && r.wrong_peer == 0 {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        },
+    )
+    .await;
+    let pct = |s: std::collections::BTreeMap<String, f64>| -> Vec<String> {
+        s.iter()
+            .map(|(k, v)| format!("{k} {:.0}%", v * 100.0))
+            .collect()
+    };
+    format!("TCP {:?}, UDP {:?}", pct(tcp.shares()), pct(udp.shares()))
+}
