@@ -43,10 +43,10 @@ async fn the_chart_runs_from_rivoras_image_on_real_kubelets_and_serves_a_load_ba
         running_pods(&pods, "app.kubernetes.io/component=controller", 2)
     })
     .await;
-    let nodes: std::collections::BTreeSet<&str> = rivorad.iter().map(|p| p.1.as_str()).collect();
+    let nodes: std::collections::BTreeSet<&str> = rivorad.iter().map(|p| p.node.as_str()).collect();
     assert_eq!(nodes.len(), 2, "one rivorad per node: {rivorad:?}");
-    for (name, _, image) in rivorad.iter().chain(&controllers) {
-        assert_eq!(image, &want_image, "{name} runs Rivora's image");
+    for p in rivorad.iter().chain(&controllers) {
+        assert_eq!(p.image, want_image, "{} runs Rivora's image", p.name);
     }
     println!("rivorad: {rivorad:?}\ncontrollers: {controllers:?}");
 
@@ -65,7 +65,7 @@ async fn the_chart_runs_from_rivoras_image_on_real_kubelets_and_serves_a_load_ba
         .await
         .unwrap()
         .into_iter()
-        .map(|p| p.0)
+        .map(|p| p.name)
         .collect();
     let long = rivora_lab::LongLivedTcp::start(
         cluster.client(),

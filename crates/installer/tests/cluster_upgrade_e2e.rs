@@ -1,5 +1,5 @@
 //! Issue 41, acceptance 2: upgrades as users do them, on a real cluster of two nodes (containerd
-//! + kubelet each) running the chart from Rivora's image, with an echo Deployment behind a
+//! and a kubelet each) running the chart from Rivora's image, with an echo Deployment behind a
 //! LoadBalancer Service and load through node 1 (12 long-lived TCP connections exchanging a
 //! line every 100 ms, 20 new connections a second):
 //! - `rivora upgrade --wait --set image.tag=<another version>`: the rivorad DaemonSet rolls node
@@ -78,7 +78,11 @@ fn check_failures(what: &str, failures: &[String], deleted_at: &BTreeMap<String,
 fn start_load(
     cluster: &Cluster,
     target: SocketAddr,
-) -> (rivora_lab::LongLivedTcp, rivora_lab::ConnectionChurn, Instant) {
+) -> (
+    rivora_lab::LongLivedTcp,
+    rivora_lab::ConnectionChurn,
+    Instant,
+) {
     let long = rivora_lab::LongLivedTcp::start(
         cluster.client(),
         target,
@@ -172,7 +176,10 @@ async fn an_upgrade_under_load_breaks_nothing_and_a_drained_node_leaves_the_othe
     let churn = churn.stop();
     let long = long.stop();
     println!("upgrade to {NEXT}:\n  new connections: {churn}\n  established: {long}");
-    assert_eq!(churn.failed, 0, "no new connection failed during the upgrade: {churn}");
+    assert_eq!(
+        churn.failed, 0,
+        "no new connection failed during the upgrade: {churn}"
+    );
     assert!(churn.ok > 100, "the churn ran: {churn}");
     assert_eq!(
         long.failed_connections, 0,
@@ -187,15 +194,15 @@ async fn an_upgrade_under_load_breaks_nothing_and_a_drained_node_leaves_the_othe
     .await;
     let controllers = wait("both controllers upgraded", &cluster, || async {
         let p = running_pods(&system_pods, "app.kubernetes.io/component=controller", 2).await?;
-        if p.iter().all(|p| p.2 == want) {
+        if p.iter().all(|p| p.image == want) {
             Ok(p)
         } else {
             Err(format!("{p:?}"))
         }
     })
     .await;
-    for (name, _, image) in rivorad.iter().chain(&controllers) {
-        assert_eq!(image, &want, "{name} runs the upgraded image");
+    for p in rivorad.iter().chain(&controllers) {
+        assert_eq!(p.image, want, "{} runs the upgraded image", p.name);
     }
     for (node, before) in cluster.nodes().iter().zip(&vips_before) {
         let (adopted, start) = adopted_vips(node);
@@ -209,7 +216,10 @@ async fn an_upgrade_under_load_breaks_nothing_and_a_drained_node_leaves_the_othe
 
     // The upgraded controller: the Service kept its address; a new one gets one.
     let services: Api<Service> = Api::namespaced(client.clone(), "echo");
-    assert_eq!(service_address(&cluster, &services, "echo").await, vip);
+    assert_eq!(
+        service_address(&cluster, &client, "echo", "echo").await,
+        vip
+    );
     let second: Service = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "echo2"},
@@ -222,7 +232,7 @@ async fn an_upgrade_under_load_breaks_nothing_and_a_drained_node_leaves_the_othe
         .create(&PostParams::default(), &second)
         .await
         .unwrap();
-    let vip2 = service_address(&cluster, &services, "echo2").await;
+    let vip2 = service_address(&cluster, &client, "echo", "echo2").await;
     assert_ne!(vip2, vip);
     println!("the upgraded controller gave echo2 {vip2}");
 
@@ -268,14 +278,18 @@ async fn an_upgrade_under_load_breaks_nothing_and_a_drained_node_leaves_the_othe
         }
     }
     println!("evicted from {}: {:?}", gone_node.name(), deleted_at.keys());
-    let left = wait("the echo Pods back to 3, all on node 1", &cluster, || async {
-        let p = running_pods(&echo_pods, "app=echo", 3).await?;
-        if p.iter().all(|p| p.1 != gone_node.name()) {
-            Ok(p)
-        } else {
-            Err(format!("{p:?}"))
-        }
-    })
+    let left = wait(
+        "the echo Pods back to 3, all on node 1",
+        &cluster,
+        || async {
+            let p = running_pods(&echo_pods, "app=echo", 3).await?;
+            if p.iter().all(|p| p.node != gone_node.name()) {
+                Ok(p)
+            } else {
+                Err(format!("{p:?}"))
+            }
+        },
+    )
     .await;
     gone_node.kill_kubelet();
     nodes
@@ -290,12 +304,18 @@ async fn an_upgrade_under_load_breaks_nothing_and_a_drained_node_leaves_the_othe
         "drain of {}: echo Pods now {left:?}\n  new connections: {churn}\n  established: {long}",
         gone_node.name()
     );
-    assert_eq!(churn.failed, 0, "no new connection failed during the drain: {churn}");
+    assert_eq!(
+        churn.failed, 0,
+        "no new connection failed during the drain: {churn}"
+    );
     assert!(
         long.failures.len() == long.failed_connections,
         "every failure is described: {long}"
     );
     check_failures("drain", &long.failures, &deleted_at);
     let spread = round_reaches(&cluster, target, 3, "through node 1 after the drain").await;
-    println!("after the drain, through {}: {spread}", cluster.nodes()[0].name());
+    println!(
+        "after the drain, through {}: {spread}",
+        cluster.nodes()[0].name()
+    );
 }

@@ -8,20 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
-use rivora_k8s_api::AddressPool;
-use rivora_kube_testbed::cluster::{Cluster, ClusterOptions, ECHO_IMAGE, images};
+use kube::api::Api;
+use rivora_kube_testbed::cluster::{Cluster, ClusterOptions, images, workload};
 use rivora_kube_testbed::{SERVER_PORT, SERVER_V4};
-use serde_json::json;
 
 pub const NS: &str = "rivora-system";
 pub const WAIT: Duration = Duration::from_secs(120);
 pub const FLOWS: usize = 300;
-/// The echo Pods' terminationGracePeriodSeconds: how long a terminating one holds connections.
-pub const ECHO_GRACE: Duration = Duration::from_secs(15);
 
 /// The chart's appVersion: the tag `rivora install` deploys by default.
 pub fn app_version() -> String {
@@ -55,55 +50,9 @@ where
     }
 }
 
-/// Every Pod matching `selector` in `ns`: (name, node, image) once all are Running and Ready
-/// with no restart, and there are `want` of them.
-pub async fn running_pods(
-    pods: &Api<Pod>,
-    selector: &str,
-    want: usize,
-) -> Result<Vec<(String, String, String)>, String> {
-    let list = pods
-        .list(&ListParams::default().labels(selector))
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    for p in &list.items {
-        let name = p.metadata.name.clone().unwrap_or_default();
-        let status = p.status.as_ref().ok_or(format!("{name}: no status"))?;
-        let ready = status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        for c in status.container_statuses.iter().flatten() {
-            let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
-            if !running || !c.ready || c.restart_count != 0 {
-                return Err(format!(
-                    "{name}/{}: running={running} ready={} restarts={} state={:?} last={:?}",
-                    c.name, c.ready, c.restart_count, c.state, c.last_state
-                ));
-            }
-        }
-        if !ready {
-            return Err(format!("{name}: not Ready: {:?}", status.conditions));
-        }
-        let node = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
-        let image = p
-            .spec
-            .as_ref()
-            .map(|s| s.containers[0].image.clone().unwrap_or_default())
-            .unwrap_or_default();
-        out.push((name, node, image));
-    }
-    if out.len() != want {
-        return Err(format!("{} of {want} Pods running: {out:?}", out.len()));
-    }
-    Ok(out)
-}
+/// Every Pod matching `selector` once there are `want` of them, all running and ready with no
+/// restart (crates/kube-testbed's `workload::running_pods`).
+pub use rivora_kube_testbed::cluster::workload::{ECHO_GRACE, running_pods};
 
 /// A cluster of `nodes` nodes with Rivora's image imported on each, tagged with the chart's
 /// appVersion and each of `more_versions` (same binaries: what an upgrade test upgrades to),
@@ -181,100 +130,23 @@ pub async fn echo_service(
     ns: &str,
     replicas: i32,
 ) -> IpAddr {
-    let p: AddressPool = serde_json::from_value(json!({
-        "apiVersion": "rivora.dev/v1alpha1", "kind": "AddressPool",
-        "metadata": {"name": pool},
-        "spec": {"addresses": [cidr]},
-    }))
-    .unwrap();
-    Api::<AddressPool>::all(client.clone())
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap();
-    rivora_kube_testbed::ensure_namespace(client, ns)
-        .await
-        .unwrap();
-    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    wait(
-        "the namespace's default ServiceAccount",
-        cluster,
-        || async {
-            sa.get_opt("default")
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "missing".to_string())
-        },
-    )
-    .await;
-    let deployment: Deployment = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "echo"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": "echo"}},
-            "template": {
-                "metadata": {"labels": {"app": "echo"}},
-                "spec": {
-                    "containers": [{
-                        "name": "echo",
-                        "image": ECHO_IMAGE,
-                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-                        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
-                    }],
-                    // Bounds how long a terminating echo Pod holds open connections.
-                    "terminationGracePeriodSeconds": ECHO_GRACE.as_secs(),
-                },
-            },
-        },
-    }))
-    .unwrap();
-    Api::<Deployment>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &deployment)
-        .await
-        .unwrap();
-    let service: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "echo"},
-        "spec": {
-            "type": "LoadBalancer",
-            "loadBalancerClass": "rivora.dev/lb",
-            "selector": {"app": "echo"},
-            "ports": [
-                {"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
-                {"name": "udp", "port": 80, "targetPort": 8080, "protocol": "UDP"},
-            ],
-        },
-    }))
-    .unwrap();
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    services
-        .create(&PostParams::default(), &service)
-        .await
-        .unwrap();
+    workload::address_pool(client, pool, cidr).await.unwrap();
+    workload::echo_app(client, ns, replicas).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let echoes = wait("the echo Pods", cluster, || {
         running_pods(&pods, "app=echo", replicas as usize)
     })
     .await;
-    let vip = service_address(cluster, &services, "echo").await;
+    let vip = service_address(cluster, client, ns, "echo").await;
     println!("VIP {vip}, echo Pods {echoes:?}");
     vip
 }
 
-/// The first ingress address of Service `name`, once the controller wrote one.
-pub async fn service_address(cluster: &Cluster, services: &Api<Service>, name: &str) -> IpAddr {
-    wait(&format!("Service {name}'s address"), cluster, || async {
-        let s = services.get(name).await.map_err(|e| e.to_string())?;
-        s.status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|l| l.ingress.as_ref())
-            .and_then(|i| i.first())
-            .and_then(|i| i.ip.as_ref())
-            .and_then(|ip| ip.parse().ok())
-            .ok_or_else(|| format!("no address yet: {:?}", s.status))
-    })
-    .await
+/// The first ingress address of Service `ns/name`, once the controller wrote one.
+pub async fn service_address(cluster: &Cluster, client: &Client, ns: &str, name: &str) -> IpAddr {
+    workload::service_address(client, ns, name, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", cluster.diagnostics(20)))
 }
 
 /// Waits until `FLOWS` TCP connections and UDP exchanges to `target` from the client all

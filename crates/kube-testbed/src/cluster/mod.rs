@@ -35,6 +35,7 @@ pub mod control;
 pub mod images;
 pub mod node;
 pub mod spawner;
+pub mod workload;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
