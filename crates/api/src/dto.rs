@@ -174,6 +174,10 @@ pub struct WatchInfo {
     /// The last error, until the next event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Not served by the API server (an optional kind whose CRD is not installed, e.g. Gateway
+    /// API's): counted as empty, not as an error. Absent from an older rivorad.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub absent: bool,
     /// Objects left out because they do not decode (`namespace/name: why`; the rest of the
     /// kind is served). Absent from an older rivorad.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -145,6 +145,7 @@ fn sample_snapshot() -> MetricsSnapshot {
                     events: 9,
                     errors: 1,
                     last_error: None,
+                    absent: false,
                     undecodable: vec!["a/odd: bad".into()],
                 },
                 rivora_api::WatchInfo {
@@ -154,6 +155,7 @@ fn sample_snapshot() -> MetricsSnapshot {
                     events: 0,
                     errors: 3,
                     last_error: Some("connection refused".into()),
+                    absent: false,
                     undecodable: Vec::new(),
                 },
             ],

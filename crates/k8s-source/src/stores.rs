@@ -435,12 +435,16 @@ where
                             }
                             state.absent = true;
                             state.first_list.get_or_insert_with(Vec::new);
+                            // Not an error of the watch: the kind is not served. The status
+                            // says so (`absent`), and the line above said it once.
+                            state.last_error = None;
+                        } else {
+                            state.errors += 1;
+                            if state.last_error.is_none() {
+                                warn!(kind = %kind, error = %e, "watch error (retrying with backoff)");
+                            }
+                            state.last_error = Some(e.to_string());
                         }
-                        state.errors += 1;
-                        if state.last_error.is_none() {
-                            warn!(kind = %kind, error = %e, "watch error (retrying with backoff)");
-                        }
-                        state.last_error = Some(e.to_string());
                     }
                 }
             }

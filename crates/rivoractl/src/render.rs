@@ -167,6 +167,16 @@ fn kubernetes_rows(k: &rivora_api::KubernetesStatus, kv: &mut impl FnMut(&str, S
         }
     }
     for (i, w) in k.watches.iter().enumerate() {
+        if w.absent {
+            kv(
+                if i == 0 { "Watches" } else { "" },
+                format!(
+                    "{}: not served (its CRD is not installed), counted as empty",
+                    w.kind
+                ),
+            );
+            continue;
+        }
         let mut v = format!(
             "{}: {}, {} object(s), {} event(s), {} error(s)",
             w.kind,
@@ -1784,6 +1794,7 @@ mod tests {
                 events: 5,
                 errors: 1,
                 last_error: Some("timed out".into()),
+                absent: false,
                 undecodable: vec!["a/odd: spec.ports[0].port: invalid type".into()],
             }],
             initial_sync_complete: false,

@@ -123,6 +123,19 @@ async fn absent_optional_kinds_cost_no_steady_load_and_are_served_once_installed
         "every absent kind was logged once, before this minute:\n{}",
         agent.log()
     );
+    // The status says the kinds are not served, not that their watches fail.
+    let status = agent.kubernetes().await.unwrap();
+    for kind in ["Gateway", "TCPRoute", "L34Route"] {
+        let w = status
+            .watches
+            .iter()
+            .find(|w| w.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} watch in {status:?}"));
+        assert!(
+            w.absent && w.errors == 0 && w.last_error.is_none(),
+            "{kind}: absent, no error: {w:?}"
+        );
+    }
     let log = agent.log();
     for kind in ["Gateway", "TCPRoute", "L34Route"] {
         let lines = log

@@ -349,6 +349,7 @@ fn dto(a: &AgentStatus, api_server: &str, unclaimed: usize) -> rivora_api::Kuber
                 events: w.state.events,
                 errors: w.state.errors,
                 last_error: w.state.last_error.clone(),
+                absent: w.state.absent,
                 undecodable: w
                     .state
                     .undecodable
