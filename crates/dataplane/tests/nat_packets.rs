@@ -773,6 +773,9 @@ fn a_syn_creates_no_state_and_the_next_packet_one_affinity_entry() {
 /// datagram of a flow makes its entry.
 #[test]
 fn a_udp_flow_earns_its_entry_with_its_second_datagram() {
+    // The "seen before" tag is per CPU (balance.h rv_udp_seen_before): rig() pins this thread,
+    // else one the scheduler moved between the first and the second datagram would see the
+    // second as a first (seen once in a fresh-machine run on a busy machine).
     let mut r = rig("natudp2");
     r.dataplane
         .apply(&[vip("dns4", VIP4, 53, proto::UDP, backends4())])

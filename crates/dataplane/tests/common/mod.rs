@@ -92,6 +92,7 @@ pub fn rig_at(pin_dir: &std::path::Path) -> (Rig, LoadOutcome, AdoptReport) {
 
 /// [`rig_at`] over pins whose Maglev table has `size` slots.
 pub fn rig_at_with_table(pin_dir: &std::path::Path, size: u32) -> (Rig, LoadOutcome, AdoptReport) {
+    pin_to_cpu0();
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: pin_dir.to_path_buf(),
         maglev_table_size: size,
@@ -115,7 +116,13 @@ pub fn rig_at_with_table(pin_dir: &std::path::Path, size: u32) -> (Rig, LoadOutc
 
 /// Loads the real programs into a fresh pin directory. Panics (fails the
 /// test) without root: packet tests must never be skipped silently.
+///
+/// Every rig pins the calling thread to CPU 0: BPF_PROG_TEST_RUN runs the program on the
+/// caller's CPU, and per-CPU state (a UDP flow's "seen before" tag, the new-flow guard's
+/// window) must see all of a test's packets on one CPU, wherever the scheduler would move the
+/// thread. Threads a test starts itself (`Netns::within`) pin themselves.
 pub fn rig(test: &str) -> Rig {
+    pin_to_cpu0();
     let dir = pin_dir(test);
     let (datapath, maps, outcome) = Datapath::load(&LoadOptions {
         pin_dir: dir.clone(),
@@ -136,6 +143,7 @@ pub fn rig(test: &str) -> Rig {
 
 /// [`rig`] with a Maglev table of `size` slots instead of the default.
 pub fn rig_with_table(test: &str, size: u32) -> Rig {
+    pin_to_cpu0();
     let dir = pin_dir(test);
     let (datapath, maps, _) = Datapath::load(&LoadOptions {
         pin_dir: dir.clone(),

@@ -72,6 +72,9 @@ pub struct KubeNode {
     index: usize,
     dir: PathBuf,
     mount_ns: PathBuf,
+    /// In a chroot: the node's processes' root, `/` bound onto `<dir>/root` inside the node's
+    /// mount namespace (see [`KubeNode::prepare_mounts`]); None on a plain host.
+    root: Option<PathBuf>,
     cgroup: Cgroup,
     eth0: Attachment,
     containerd: Mutex<Option<Child>>,
@@ -93,6 +96,7 @@ impl KubeNode {
             name: name.to_string(),
             index,
             mount_ns: dir.join("mnt"),
+            root: in_chroot().then(|| dir.join("root")),
             dir,
             cgroup,
             eth0,
@@ -157,10 +161,11 @@ impl KubeNode {
     pub fn exec(&self, argv: &[&str]) -> Result<String> {
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--mount={}", self.mount_ns.display()))
-            .arg(format!("--net={}", self.ns.path().display()))
-            .arg("--")
-            .args(argv)
-            .stdin(Stdio::null());
+            .arg(format!("--net={}", self.ns.path().display()));
+        if let Some(root) = &self.root {
+            cmd.arg(format!("--root={}", root.display())).arg("--wd=/");
+        }
+        cmd.arg("--").args(argv).stdin(Stdio::null());
         let out = cmd
             .output()
             .with_context(|| format!("running {argv:?} on {}", self.name))?;
@@ -323,11 +328,23 @@ impl KubeNode {
             std::fs::create_dir_all(d).with_context(|| format!("creating mount point {d}"))?;
         }
         std::fs::write(&self.mount_ns, b"")?;
-        let out = Command::new("unshare")
-            .arg(format!("--mount={}", self.mount_ns.display()))
-            .args(["--propagation", "private", "true"])
-            .output()
-            .context("running unshare (util-linux)")?;
+        let unshare = |propagation: &str| {
+            Command::new("unshare")
+                .arg(format!("--mount={}", self.mount_ns.display()))
+                .args(["--propagation", propagation, "true"])
+                .output()
+                .context("running unshare (util-linux)")
+        };
+        let mut out = unshare("private")?;
+        // Inside a chroot (fresh-machine-check runs the suite in one) "/" is not a mount point,
+        // so it cannot be made private: keep the propagation the mounts have (there the root is
+        // a directory of a private mount and /sys a slave, so nothing mounted here leaks out).
+        if !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("propagation")
+            && in_chroot()
+        {
+            out = unshare("unchanged")?;
+        }
         if !out.status.success() {
             bail!(
                 "creating the mount namespace of {}: unshare exited {}: {}",
@@ -355,8 +372,30 @@ mount --bind {d}/var-lib-cni /var/lib/cni
 mount --bind {d}/var-log /var/log
 "
         );
-        self.exec(&["sh", "-ec", &script])
-            .with_context(|| format!("mounting the private views of {}", self.name))?;
+        // In a chroot "/" is not a mount point, and runc refuses to set up a container there
+        // (it makes "/" a slave mount first: EINVAL). So the node's processes get a root that
+        // is one: the chroot's "/" bound recursively onto <dir>/root, which they chroot into.
+        let script = match &self.root {
+            Some(root) => format!(
+                "{script}mkdir -p {r}\nmount --rbind / {r}\n",
+                r = root.display()
+            ),
+            None => script,
+        };
+        let out = Command::new("nsenter")
+            .arg(format!("--mount={}", self.mount_ns.display()))
+            .arg(format!("--net={}", self.ns.path().display()))
+            .args(["--", "sh", "-ec", &script])
+            .stdin(Stdio::null())
+            .output()
+            .context("running nsenter (util-linux)")?;
+        if !out.status.success() {
+            bail!(
+                "mounting the private views of {}: {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
         Ok(())
     }
 
@@ -427,6 +466,7 @@ state = "{state}"
         let child = ctx.spawner.spawn(
             &self.ns,
             Some(&self.mount_ns),
+            self.root.as_deref(),
             &self.cgroup.procs_files("runtime")?,
             cmd,
         )?;
@@ -513,6 +553,7 @@ imageGCLowThresholdPercent: 99
         let child = ctx.spawner.spawn(
             &self.ns,
             Some(&self.mount_ns),
+            self.root.as_deref(),
             &self.cgroup.procs_files("kubelet")?,
             cmd,
         )?;
@@ -525,6 +566,14 @@ impl Drop for KubeNode {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Whether this process runs in a chroot (fresh-machine-check runs the suite in one): its root
+/// is not a mount point, so /proc/self/mountinfo, which lists mounts relative to the process's
+/// root and skips those outside it, has no mount at `/`.
+pub fn in_chroot() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .is_ok_and(|m| !m.lines().any(|l| l.split(' ').nth(4) == Some("/")))
 }
 
 /// Unmounts a persistent mount-namespace file (lazily: nothing else may hold it by then).

@@ -41,16 +41,22 @@ impl Spawner {
     }
 
     /// Spawns `cmd` from the spawner thread, inside `netns` and, when given, the mount
-    /// namespace bound at `mount_ns`, with every cgroup.procs file in `cgroups` (opened here,
-    /// written by the child) joined first, so the process and all it starts (containerd's
-    /// shims, the containers) are found there at teardown.
+    /// namespace bound at `mount_ns` and the root directory `root` (a path in that namespace),
+    /// with every cgroup.procs file in `cgroups` (opened here, written by the child) joined
+    /// first, so the process and all it starts (containerd's shims, the containers) are found
+    /// there at teardown.
     pub fn spawn(
         &self,
         netns: &rivora_lab::Netns,
         mount_ns: Option<&std::path::Path>,
+        root: Option<&std::path::Path>,
         cgroups: &[std::path::PathBuf],
         mut cmd: Command,
     ) -> Result<Child> {
+        let root: Option<std::ffi::CString> = root
+            .map(|r| std::ffi::CString::new(r.as_os_str().as_encoded_bytes()))
+            .transpose()
+            .context("a root path with a NUL byte")?;
         let mnt: Option<OwnedFd> = match mount_ns {
             Some(p) => Some(OwnedFd::from(
                 std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
@@ -68,8 +74,9 @@ impl Spawner {
         let mnt_fd = mnt.as_ref().map(|f| f.as_raw_fd());
         let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
         netns.attach_command(&mut cmd);
-        // SAFETY: only async-signal-safe calls (write, setns, prctl) on fds that stay open in
-        // the parent until spawn returns; no allocation happens in the child.
+        // SAFETY: only async-signal-safe calls (write, setns, chroot, chdir, prctl) on fds and
+        // strings that stay alive in the parent until spawn returns; no allocation happens in
+        // the child.
         unsafe {
             cmd.pre_exec(move || {
                 for fd in &proc_fds {
@@ -80,6 +87,11 @@ impl Spawner {
                 }
                 if let Some(fd) = mnt_fd
                     && libc::setns(fd, libc::CLONE_NEWNS) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(r) = &root
+                    && (libc::chroot(r.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0)
                 {
                     return Err(std::io::Error::last_os_error());
                 }
