@@ -71,10 +71,12 @@ pub struct KubeNode {
     name: String,
     index: usize,
     dir: PathBuf,
+    /// The mount namespace's file (`<dir>/mnt`) on a plain host.
     mount_ns: PathBuf,
-    /// In a chroot: the node's processes' root, `/` bound onto `<dir>/root` inside the node's
-    /// mount namespace (see [`KubeNode::prepare_mounts`]); None on a plain host.
-    root: Option<PathBuf>,
+    /// In a chroot: the process that holds the node's mount namespace with the node's root
+    /// (see [`KubeNode::prepare_mounts`]); every node process enters both through its /proc.
+    holder: Mutex<Option<Child>>,
+    holder_pid: std::sync::OnceLock<u32>,
     cgroup: Cgroup,
     eth0: Attachment,
     containerd: Mutex<Option<Child>>,
@@ -96,7 +98,8 @@ impl KubeNode {
             name: name.to_string(),
             index,
             mount_ns: dir.join("mnt"),
-            root: in_chroot().then(|| dir.join("root")),
+            holder: Mutex::new(None),
+            holder_pid: std::sync::OnceLock::new(),
             dir,
             cgroup,
             eth0,
@@ -105,7 +108,7 @@ impl KubeNode {
             ns,
         };
         node.prepare_network()?;
-        node.prepare_mounts()?;
+        node.prepare_mounts(ctx)?;
         node.start_containerd(ctx)?;
         for image in ctx.images {
             node.import_image(ctx.assets, image)?;
@@ -152,20 +155,34 @@ impl KubeNode {
 
     /// The mount namespace file: `nsenter --mount=THIS --net=/run/netns/NS` gives a shell the
     /// node's view (its bpffs, /run/rivora, /var/log).
-    pub fn mount_ns(&self) -> &Path {
-        &self.mount_ns
+    pub fn mount_ns(&self) -> PathBuf {
+        match self.holder_pid.get() {
+            Some(pid) => PathBuf::from(format!("/proc/{pid}/ns/mnt")),
+            None => self.mount_ns.clone(),
+        }
+    }
+
+    /// The directory node processes take as their root: the holder's root in a chroot (see
+    /// [`KubeNode::prepare_mounts`]), else none (the mount namespace's own root).
+    fn root_dir(&self) -> Option<PathBuf> {
+        self.holder_pid
+            .get()
+            .map(|pid| PathBuf::from(format!("/proc/{pid}/root")))
     }
 
     /// Runs `argv` in the node's network and mount namespaces (what a process on the node
     /// sees, e.g. `rivoractl` against the API socket in /run/rivora) and returns its stdout.
     pub fn exec(&self, argv: &[&str]) -> Result<String> {
         let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--mount={}", self.mount_ns.display()))
-            .arg(format!("--net={}", self.ns.path().display()));
-        if let Some(root) = &self.root {
-            cmd.arg(format!("--root={}", root.display())).arg("--wd=/");
-        }
-        cmd.arg("--").args(argv).stdin(Stdio::null());
+        match self.holder_pid.get() {
+            // The holder's mount namespace, root and working directory.
+            Some(pid) => cmd.args(["--target", &pid.to_string(), "--mount", "--root", "--wd"]),
+            None => cmd.arg(format!("--mount={}", self.mount_ns.display())),
+        };
+        cmd.arg(format!("--net={}", self.ns.path().display()))
+            .arg("--")
+            .args(argv)
+            .stdin(Stdio::null());
         let out = cmd
             .output()
             .with_context(|| format!("running {argv:?} on {}", self.name))?;
@@ -280,6 +297,10 @@ impl KubeNode {
             let _ = c.kill();
             let _ = c.wait();
         }
+        if let Some(mut h) = self.holder.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
         if let Err(e) = self.cgroup.kill_all(Duration::from_secs(10)) {
             eprintln!("rivora-kube-testbed: node {}: {e:#}", self.name);
         }
@@ -307,7 +328,7 @@ impl KubeNode {
     }
 
     /// Creates the mount namespace and mounts the node's private views (module documentation).
-    fn prepare_mounts(&self) -> Result<()> {
+    fn prepare_mounts(&self, ctx: &NodeContext<'_>) -> Result<()> {
         for d in [
             "var-lib-kubelet",
             "var-lib-cni",
@@ -326,32 +347,6 @@ impl KubeNode {
             "/var/lib/cni",
         ] {
             std::fs::create_dir_all(d).with_context(|| format!("creating mount point {d}"))?;
-        }
-        std::fs::write(&self.mount_ns, b"")?;
-        let unshare = |propagation: &str| {
-            Command::new("unshare")
-                .arg(format!("--mount={}", self.mount_ns.display()))
-                .args(["--propagation", propagation, "true"])
-                .output()
-                .context("running unshare (util-linux)")
-        };
-        let mut out = unshare("private")?;
-        // Inside a chroot (fresh-machine-check runs the suite in one) "/" is not a mount point,
-        // so it cannot be made private: keep the propagation the mounts have (there the root is
-        // a directory of a private mount and /sys a slave, so nothing mounted here leaks out).
-        if !out.status.success()
-            && String::from_utf8_lossy(&out.stderr).contains("propagation")
-            && in_chroot()
-        {
-            out = unshare("unchanged")?;
-        }
-        if !out.status.success() {
-            bail!(
-                "creating the mount namespace of {}: unshare exited {}: {}",
-                self.name,
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
         }
         let d = self.dir.display();
         // sysfs is mounted from inside the node's network namespace, so it shows the node's
@@ -372,16 +367,23 @@ mount --bind {d}/var-lib-cni /var/lib/cni
 mount --bind {d}/var-log /var/log
 "
         );
-        // In a chroot "/" is not a mount point, and runc refuses to set up a container there
-        // (it makes "/" a slave mount first: EINVAL). So the node's processes get a root that
-        // is one: the chroot's "/" bound recursively onto <dir>/root, which they chroot into.
-        let script = match &self.root {
-            Some(root) => format!(
-                "{script}mkdir -p {r}\nmount --rbind / {r}\n",
-                r = root.display()
-            ),
-            None => script,
-        };
+        if in_chroot() {
+            return self.hold_mounts_in_chroot(ctx, &script);
+        }
+        std::fs::write(&self.mount_ns, b"")?;
+        let out = Command::new("unshare")
+            .arg(format!("--mount={}", self.mount_ns.display()))
+            .args(["--propagation", "private", "true"])
+            .output()
+            .context("running unshare (util-linux)")?;
+        if !out.status.success() {
+            bail!(
+                "creating the mount namespace of {}: unshare exited {}: {}",
+                self.name,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
         let out = Command::new("nsenter")
             .arg(format!("--mount={}", self.mount_ns.display()))
             .arg(format!("--net={}", self.ns.path().display()))
@@ -396,6 +398,77 @@ mount --bind {d}/var-log /var/log
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
+        Ok(())
+    }
+
+    /// The mount namespace in a chroot (fresh-machine-check runs the suite in one), where three
+    /// things differ: "/" is not a mount point, so it cannot be made private (its propagation is
+    /// kept: the chroot's root is a directory of a private mount, /sys a slave); runc refuses to
+    /// set up a container where "/" is not a mount point (it makes it a slave first: EINVAL);
+    /// and entering a mount namespace with setns(2) resets the root to the namespace's, outside
+    /// the chroot. So a holder process unshares the namespace (keeping the chroot), mounts the
+    /// node's views, binds "/" recursively onto `<dir>/root` and chroots into it; node
+    /// processes enter its namespace and take its root through /proc/PID.
+    fn hold_mounts_in_chroot(&self, ctx: &NodeContext<'_>, mounts: &str) -> Result<()> {
+        let root = self.dir.join("root");
+        let ready = self.dir.join("mounts-ready");
+        let script = format!(
+            "{mounts}mkdir -p {r}\nmount --rbind / {r}\ntouch {ready}\nexec chroot {r} sleep 2147483647\n",
+            r = root.display(),
+            ready = ready.display()
+        );
+        let log = std::fs::File::create(self.dir.join("mounts.log"))?;
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "unchanged",
+            "--",
+            "sh",
+            "-ec",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+        let child = ctx.spawner.spawn(
+            &self.ns,
+            None,
+            None,
+            &self.cgroup.procs_files("holder")?,
+            cmd,
+        )?;
+        let pid = child.id();
+        *self.holder.lock().unwrap() = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ready.exists() {
+            let exited = self
+                .holder
+                .lock()
+                .unwrap()
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited || Instant::now() > deadline {
+                bail!(
+                    "mounting the private views of {}: {}",
+                    self.name,
+                    crate::log_tail(&self.dir.join("mounts.log"), 10)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // `exec chroot` comes right after the marker: wait until the holder's root is the new one.
+        let want = std::fs::metadata(&root)?;
+        while !std::fs::metadata(format!("/proc/{pid}/root/.")).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino()) == (want.dev(), want.ino())
+        }) {
+            if Instant::now() > deadline {
+                bail!("the mount holder of {} did not chroot", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.holder_pid.set(pid);
         Ok(())
     }
 
@@ -465,8 +538,8 @@ state = "{state}"
             .stderr(log);
         let child = ctx.spawner.spawn(
             &self.ns,
-            Some(&self.mount_ns),
-            self.root.as_deref(),
+            Some(&self.mount_ns()),
+            self.root_dir().as_deref(),
             &self.cgroup.procs_files("runtime")?,
             cmd,
         )?;
@@ -552,8 +625,8 @@ imageGCLowThresholdPercent: 99
             .stderr(log);
         let child = ctx.spawner.spawn(
             &self.ns,
-            Some(&self.mount_ns),
-            self.root.as_deref(),
+            Some(&self.mount_ns()),
+            self.root_dir().as_deref(),
             &self.cgroup.procs_files("kubelet")?,
             cmd,
         )?;

@@ -41,10 +41,10 @@ impl Spawner {
     }
 
     /// Spawns `cmd` from the spawner thread, inside `netns` and, when given, the mount
-    /// namespace bound at `mount_ns` and the root directory `root` (a path in that namespace),
-    /// with every cgroup.procs file in `cgroups` (opened here, written by the child) joined
-    /// first, so the process and all it starts (containerd's shims, the containers) are found
-    /// there at teardown.
+    /// namespace at `mount_ns` and the root directory `root` (opened here, before the child
+    /// enters the namespace, e.g. /proc/PID/root of a process in it), with every cgroup.procs
+    /// file in `cgroups` (opened here, written by the child) joined first, so the process and
+    /// all it starts (containerd's shims, the containers) are found there at teardown.
     pub fn spawn(
         &self,
         netns: &rivora_lab::Netns,
@@ -53,10 +53,13 @@ impl Spawner {
         cgroups: &[std::path::PathBuf],
         mut cmd: Command,
     ) -> Result<Child> {
-        let root: Option<std::ffi::CString> = root
-            .map(|r| std::ffi::CString::new(r.as_os_str().as_encoded_bytes()))
-            .transpose()
-            .context("a root path with a NUL byte")?;
+        let root: Option<OwnedFd> = match root {
+            Some(p) => Some(OwnedFd::from(
+                std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
+            )),
+            None => None,
+        };
+        let root_fd = root.as_ref().map(|f| f.as_raw_fd());
         let mnt: Option<OwnedFd> = match mount_ns {
             Some(p) => Some(OwnedFd::from(
                 std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
@@ -74,9 +77,9 @@ impl Spawner {
         let mnt_fd = mnt.as_ref().map(|f| f.as_raw_fd());
         let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
         netns.attach_command(&mut cmd);
-        // SAFETY: only async-signal-safe calls (write, setns, chroot, chdir, prctl) on fds and
-        // strings that stay alive in the parent until spawn returns; no allocation happens in
-        // the child.
+        // SAFETY: only async-signal-safe calls (write, setns, fchdir, chroot, chdir, prctl) on
+        // fds that stay open in the parent until spawn returns; no allocation happens in the
+        // child.
         unsafe {
             cmd.pre_exec(move || {
                 for fd in &proc_fds {
@@ -90,8 +93,10 @@ impl Spawner {
                 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if let Some(r) = &root
-                    && (libc::chroot(r.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0)
+                if let Some(fd) = root_fd
+                    && (libc::fchdir(fd) != 0
+                        || libc::chroot(c".".as_ptr()) != 0
+                        || libc::chdir(c"/".as_ptr()) != 0)
                 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -112,7 +117,7 @@ impl Spawner {
             .recv()
             .map_err(|_| anyhow!("the spawner thread is gone"))?
             .with_context(|| format!("starting {program} in {}", netns.name()))?;
-        drop((mnt, procs));
+        drop((mnt, procs, root));
         Ok(child)
     }
 }
