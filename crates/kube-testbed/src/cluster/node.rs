@@ -457,14 +457,17 @@ mount --bind {d}/var-log /var/log
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // `exec chroot` comes right after the marker: wait until the holder's root is the new one.
-        let want = std::fs::metadata(&root)?;
-        while !std::fs::metadata(format!("/proc/{pid}/root/.")).is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            (m.dev(), m.ino()) == (want.dev(), want.ino())
-        }) {
+        // `exec chroot` comes right after the marker, and chroot execs sleep: once the holder
+        // is sleep, its root is the bound one (a root's inode cannot tell: it is the same "/").
+        while !std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() == "sleep")
+        {
             if Instant::now() > deadline {
-                bail!("the mount holder of {} did not chroot", self.name);
+                bail!(
+                    "the mount holder of {} did not chroot: {}",
+                    self.name,
+                    crate::log_tail(&self.dir.join("mounts.log"), 10)
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
