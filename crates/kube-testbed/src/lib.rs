@@ -544,18 +544,11 @@ impl TestBed {
     /// Routes `dst` (a CIDR) from the test bed's namespace via `via` (an address on its bridge):
     /// how the API server answers Pods of a test cluster, whose pod ranges sit behind their nodes.
     pub fn route(&self, dst: &str, via: &str) -> Result<()> {
-        let out = Command::new("ip")
-            .args(["-n", &self.netns_name, "route", "replace", dst, "via", via])
-            .output()
-            .context("running ip route")?;
-        if !out.status.success() {
-            bail!(
-                "ip -n {} route replace {dst} via {via}: {}",
-                self.netns_name,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+        // Through the namespace handle (setns), not `ip -n`, which remounts like `ip netns
+        // exec` and fails in a chroot ("mount --make-rslave /": Invalid argument).
+        let guard = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let running = guard.as_ref().context("the test bed is stopped")?;
+        rivora_lab::link::route(&running.netns, dst, via)
     }
 
     /// Stops both processes, deletes the namespace and (unless `RIVORA_TESTBED_KEEP` is set)

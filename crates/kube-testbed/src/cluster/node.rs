@@ -5,7 +5,8 @@
 //! * its network namespace holds `eth0` on the test bed's bridge (the node's InternalIP, where
 //!   the API server, the other nodes and the client segment are) and one ptp veth per pod (the
 //!   CNI plugins Debian ships: `ptp` + `host-local`, a routed, Calico-like layout);
-//! * its mount namespace (bound at `<dir>/mnt`, entered with `setns`) has a sysfs of its own
+//! * its mount namespace (bound at `<dir>/mnt` and entered with `setns`; in a chroot, held by a
+//!   process whose root the node's processes take, see `hold_mounts_in_chroot`) has a sysfs of its own
 //!   network namespace at /sys (so /sys/class/net lists the node's links), a bpffs of its own at
 //!   /sys/fs/bpf made *shared* (the chart mounts it into rivorad with Bidirectional
 //!   propagation, which the kubelet only allows on a shared mount), and private /run/rivora,
