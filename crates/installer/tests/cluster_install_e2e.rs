@@ -146,23 +146,5 @@ async fn the_chart_runs_from_rivoras_image_on_real_kubelets_and_serves_a_load_ba
         long.failures.len() == long.failed_connections,
         "every failure is described (12 connections, fewer than the cap): {long}"
     );
-    for f in &long.failures {
-        let pod = before
-            .iter()
-            .find(|b| f.contains(b.as_str()))
-            .unwrap_or_else(|| {
-                panic!("an established connection to a Pod that stayed failed: {f}")
-            });
-        let at: f64 = f
-            .split(" at ")
-            .nth(1)
-            .and_then(|r| r.split('s').next())
-            .and_then(|t| t.parse().ok())
-            .unwrap_or_else(|| panic!("no time in {f}"));
-        let gone = deleted_at[pod] + ECHO_GRACE.as_secs_f64() - 1.5;
-        assert!(
-            at >= gone,
-            "a connection to {pod} broke at {at:.1}s, before its Pod went ({gone:.1}s): {f}"
-        );
-    }
+    check_failures("rollout", &long.failures, &deleted_at);
 }

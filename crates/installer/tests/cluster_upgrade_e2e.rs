@@ -52,28 +52,6 @@ fn adopted_vips(node: &KubeNode) -> (usize, String) {
     (n, start)
 }
 
-/// Failures of long-lived connections: each must name a Pod of `gone` and come no earlier
-/// than that Pod's deletion (seconds since the streams started) plus the echo grace.
-fn check_failures(what: &str, failures: &[String], deleted_at: &BTreeMap<String, f64>) {
-    for f in failures {
-        let (pod, at_deletion) = deleted_at
-            .iter()
-            .find(|(p, _)| f.contains(p.as_str()))
-            .unwrap_or_else(|| panic!("{what}: a connection to a Pod that stayed failed: {f}"));
-        let at: f64 = f
-            .split(" at ")
-            .nth(1)
-            .and_then(|r| r.split('s').next())
-            .and_then(|t| t.parse().ok())
-            .unwrap_or_else(|| panic!("no time in {f}"));
-        let gone = at_deletion + ECHO_GRACE.as_secs_f64() - 1.5;
-        assert!(
-            at >= gone,
-            "{what}: a connection to {pod} broke at {at:.1}s, before its Pod went ({gone:.1}s): {f}"
-        );
-    }
-}
-
 /// Load through node 1: (long-lived connections, churn, when they started).
 fn start_load(
     cluster: &Cluster,

@@ -527,26 +527,15 @@ state = "{state}"
         );
         let config_path = d.join("containerd.toml");
         std::fs::write(&config_path, config)?;
-        let log = std::fs::File::create(d.join("containerd.log"))?;
         let mut cmd = Command::new(ctx.assets.containerd());
-        cmd.arg(format!("--config={}", config_path.display()))
-            .env(
-                "PATH",
-                format!(
-                    "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    ctx.assets.containerd_dir.display()
-                ),
-            )
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        let child = ctx.spawner.spawn(
-            &self.ns,
-            Some(&self.mount_ns()),
-            self.root_dir().as_deref(),
-            &self.cgroup.procs_files("runtime")?,
-            cmd,
-        )?;
+        cmd.arg(format!("--config={}", config_path.display())).env(
+            "PATH",
+            format!(
+                "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                ctx.assets.containerd_dir.display()
+            ),
+        );
+        let child = self.spawn_logged(ctx, cmd, "containerd.log", "runtime")?;
         *self.containerd.lock().unwrap() = Some(child);
         let deadline = Instant::now() + CONTAINERD_TIMEOUT;
         let sock = self.containerd_socket();
@@ -614,7 +603,6 @@ imageGCLowThresholdPercent: 99
         );
         let config_path = d.join("kubelet.yaml");
         std::fs::write(&config_path, config)?;
-        let log = std::fs::File::create(d.join("kubelet.log"))?;
         let mut cmd = Command::new(&ctx.assets.kubelet);
         cmd.arg(format!("--config={}", config_path.display()))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
@@ -623,19 +611,32 @@ imageGCLowThresholdPercent: 99
                 "--node-ip={},{}",
                 self.eth0.node_v4, self.eth0.node_v6
             ))
-            .arg("--v=1")
-            .stdin(Stdio::null())
+            .arg("--v=1");
+        let child = self.spawn_logged(ctx, cmd, "kubelet.log", "kubelet")?;
+        *self.kubelet.lock().unwrap() = Some(child);
+        Ok(())
+    }
+
+    /// Starts `cmd` as a process of the node (its network and mount namespaces, its root, the
+    /// node cgroup `<root>/<cgroup>`), with stdout and stderr going to `<dir>/<log>`.
+    fn spawn_logged(
+        &self,
+        ctx: &NodeContext<'_>,
+        mut cmd: Command,
+        log: &str,
+        cgroup: &str,
+    ) -> Result<Child> {
+        let log = std::fs::File::create(self.dir.join(log))?;
+        cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        let child = ctx.spawner.spawn(
+        ctx.spawner.spawn(
             &self.ns,
             Some(&self.mount_ns()),
             self.root_dir().as_deref(),
-            &self.cgroup.procs_files("kubelet")?,
+            &self.cgroup.procs_files(cgroup)?,
             cmd,
-        )?;
-        *self.kubelet.lock().unwrap() = Some(child);
-        Ok(())
+        )
     }
 }
 
