@@ -39,6 +39,7 @@ pub mod dsr;
 pub mod ecmp;
 pub mod fib;
 pub mod front;
+pub mod http;
 pub mod link;
 pub mod memory;
 pub mod netns;

@@ -8,6 +8,10 @@
 //! - the gate stays closed while F fails, and nothing is removed: C's VIP still forwards;
 //! - once F's slice is fixed the gate opens and only then C's VIP goes.
 //!
+//! The slices are written by hand because only that reaches an untranslatable endpoint: this
+//! tests the initial-sync gate at the API edge. A crash of the chart's rivorad under load on a
+//! real cluster, restarted by its kubelet, is crates/installer/tests/cluster_endpoints_e2e.rs.
+//!
 //! Needs root and the test dependencies (scripts/build-testdeps.sh).
 
 mod k8s_common;

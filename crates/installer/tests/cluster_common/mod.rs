@@ -130,7 +130,7 @@ pub async fn echo_service(
     ns: &str,
     replicas: i32,
 ) -> IpAddr {
-    workload::address_pool(client, pool, cidr).await.unwrap();
+    workload::address_pool(client, pool, &[cidr]).await.unwrap();
     workload::echo_app(client, ns, replicas).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let echoes = wait("the echo Pods", cluster, || {

@@ -174,7 +174,7 @@ async fn demo(
         "an AddressPool (10.99.0.0/28), a Deployment of 3 echo Pods and a LoadBalancer Service",
     );
     let client = cluster.admin_client().await?;
-    workload::address_pool(&client, "demo", "10.99.0.0/28").await?;
+    workload::address_pool(&client, "demo", &["10.99.0.0/28"]).await?;
     workload::echo_app(&client, "demo", 3).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "demo");
     let echoes = workload::poll("3 echo Pods running", Duration::from_secs(120), || {

@@ -191,6 +191,15 @@ impl Cluster {
         rivora_lab::link::route(&self.client, &prefix, &via)
     }
 
+    /// Sends `signal` to container `container_id` on node `node` (see
+    /// [`KubeNode::signal_container`]): a crash of one Pod's process, for restart tests.
+    pub fn signal_container(&self, node: &str, container_id: &str, signal: &str) -> Result<()> {
+        let n = self
+            .node(node)
+            .with_context(|| format!("no node {node} in this cluster"))?;
+        n.signal_container(&self.assets, container_id, signal)
+    }
+
     /// Imports the OCI archive `image` on every node (e.g. an upgrade's new image).
     pub fn import_image(&self, image: &Path) -> Result<()> {
         for n in &self.nodes {

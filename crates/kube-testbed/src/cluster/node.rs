@@ -267,17 +267,42 @@ impl KubeNode {
     /// Imports the OCI archive `image` into the node's containerd (namespace `k8s.io`, where the
     /// kubelet looks): how an image built by `scripts/image` reaches a node without a registry.
     pub fn import_image(&self, assets: &NodeAssets, image: &Path) -> Result<()> {
+        let image = image
+            .to_str()
+            .with_context(|| format!("{} is not UTF-8", image.display()))?;
+        self.ctr(assets, &["images", "import", image])
+            .with_context(|| format!("importing {image}"))
+    }
+
+    /// Sends `signal` (e.g. `SIGKILL`) to the main process of the container `container_id`
+    /// (a Pod status's `containerID`, with or without its `containerd://`), as a crash or the
+    /// OOM killer would: the kubelet sees the container exit and restarts it by its Pod's
+    /// restartPolicy.
+    pub fn signal_container(
+        &self,
+        assets: &NodeAssets,
+        container_id: &str,
+        signal: &str,
+    ) -> Result<()> {
+        let id = container_id
+            .strip_prefix("containerd://")
+            .unwrap_or(container_id);
+        self.ctr(assets, &["tasks", "kill", "--signal", signal, id])
+            .with_context(|| format!("sending {signal} to container {id}"))
+    }
+
+    /// Runs `ctr ARGS` against the node's containerd, namespace `k8s.io` (the kubelet's).
+    fn ctr(&self, assets: &NodeAssets, args: &[&str]) -> Result<()> {
         let out = Command::new(assets.ctr())
             .arg(format!("--address={}", self.containerd_socket().display()))
-            .args(["--namespace=k8s.io", "images", "import"])
-            .arg(image)
+            .arg("--namespace=k8s.io")
+            .args(args)
             .stdin(Stdio::null())
             .output()
-            .context("running ctr images import")?;
+            .with_context(|| format!("running ctr {args:?}"))?;
         if !out.status.success() {
             bail!(
-                "importing {} on {}: ctr exited {}: {}",
-                image.display(),
+                "ctr {args:?} on {} exited {}: {}",
                 self.name,
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()

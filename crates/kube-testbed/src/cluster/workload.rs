@@ -23,14 +23,15 @@ pub const ECHO_GRACE: Duration = Duration::from_secs(15);
 /// Rivora's default `loadBalancerClass` (the chart's `loadBalancerClass`).
 pub const LB_CLASS: &str = "rivora.dev/lb";
 
-/// Creates the cluster-wide AddressPool `name` over `cidr` (any Service may take from it).
-pub async fn address_pool(client: &Client, name: &str, cidr: &str) -> Result<()> {
+/// Creates the cluster-wide AddressPool `name` over `cidrs` (any Service may take from it; a
+/// pool with an IPv4 and an IPv6 range serves dual-stack Services).
+pub async fn address_pool(client: &Client, name: &str, cidrs: &[&str]) -> Result<()> {
     let gvk = GroupVersionKind::gvk("rivora.dev", "v1alpha1", "AddressPool");
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
     let pool: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "rivora.dev/v1alpha1", "kind": "AddressPool",
         "metadata": {"name": name},
-        "spec": {"addresses": [cidr]},
+        "spec": {"addresses": cidrs},
     }))?;
     api.create(&PostParams::default(), &pool)
         .await
@@ -38,10 +39,41 @@ pub async fn address_pool(client: &Client, name: &str, cidr: &str) -> Result<()>
     Ok(())
 }
 
+/// How the echo Deployment's Pods are laid out and how they end: what a test of endpoints
+/// per node or of terminating endpoints needs to hold still while it looks.
+#[derive(Debug, Clone)]
+pub struct EchoPods {
+    /// The Deployment's replicas.
+    pub replicas: i32,
+    /// Spread the Pods evenly over the nodes (a topologySpreadConstraint on the host name
+    /// with `DoNotSchedule`, so no node holds two more than another), for tests that expect
+    /// a known number of Pods per node. Off by default: a drained node's Pods must be free to
+    /// go anywhere.
+    pub spread: bool,
+    /// How long a terminating Pod keeps accepting new connections (echo's DRAIN_SECONDS):
+    /// while it does, its readiness probe passes and its endpoint is terminating but serving.
+    pub drain: Duration,
+    /// terminationGracePeriodSeconds: the bound on how long a terminating Pod holds its
+    /// established connections.
+    pub grace: Duration,
+}
+
+impl EchoPods {
+    /// `replicas` Pods placed by the scheduler's defaults, draining 5 s, with [`ECHO_GRACE`].
+    pub fn new(replicas: i32) -> EchoPods {
+        EchoPods {
+            replicas,
+            spread: false,
+            drain: Duration::from_secs(5),
+            grace: ECHO_GRACE,
+        }
+    }
+}
+
 /// Creates namespace `ns` (waiting for its `default` ServiceAccount, which the
-/// controller-manager creates and every Pod needs), a Deployment `echo` of `replicas` echo Pods
-/// and a LoadBalancer Service `echo` of Rivora's class: TCP and UDP 80 to the Pods' 8080.
-pub async fn echo_app(client: &Client, ns: &str, replicas: i32) -> Result<()> {
+/// controller-manager creates and every Pod needs) and a Deployment `echo` of echo Pods laid
+/// out as `pods` says, labelled `app=echo`, serving TCP and UDP on 8080.
+pub async fn echo_deployment(client: &Client, ns: &str, pods: &EchoPods) -> Result<()> {
     crate::ensure_namespace(client, ns).await?;
     let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     poll(
@@ -56,11 +88,21 @@ pub async fn echo_app(client: &Client, ns: &str, replicas: i32) -> Result<()> {
         },
     )
     .await?;
+    let spread = if pods.spread {
+        json!([{
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "echo"}},
+        }])
+    } else {
+        json!([])
+    };
     let deployment: Deployment = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "echo"},
         "spec": {
-            "replicas": replicas,
+            "replicas": pods.replicas,
             "selector": {"matchLabels": {"app": "echo"}},
             "template": {
                 "metadata": {"labels": {"app": "echo"}},
@@ -68,10 +110,14 @@ pub async fn echo_app(client: &Client, ns: &str, replicas: i32) -> Result<()> {
                     "containers": [{
                         "name": "echo",
                         "image": ECHO_IMAGE,
-                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "env": [
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "DRAIN_SECONDS", "value": pods.drain.as_secs_f64().to_string()},
+                        ],
                         "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
                     }],
-                    "terminationGracePeriodSeconds": ECHO_GRACE.as_secs(),
+                    "terminationGracePeriodSeconds": pods.grace.as_secs(),
+                    "topologySpreadConstraints": spread,
                 },
             },
         },
@@ -80,9 +126,22 @@ pub async fn echo_app(client: &Client, ns: &str, replicas: i32) -> Result<()> {
         .create(&PostParams::default(), &deployment)
         .await
         .context("creating Deployment echo")?;
-    let service: Service = serde_json::from_value(json!({
+    Ok(())
+}
+
+/// Creates the LoadBalancer Service `ns/name` of Rivora's class in front of the echo Pods: TCP
+/// and UDP 80 to their 8080, with `spec` merged over that (e.g. `externalTrafficPolicy`,
+/// `ipFamilyPolicy`). Returns the Service as the API server stored it (its allocated
+/// healthCheckNodePort, its families).
+pub async fn echo_service(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<Service> {
+    let mut service = json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "echo"},
+        "metadata": {"name": name},
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerClass": LB_CLASS,
@@ -92,11 +151,22 @@ pub async fn echo_app(client: &Client, ns: &str, replicas: i32) -> Result<()> {
                 {"name": "udp", "port": 80, "targetPort": 8080, "protocol": "UDP"},
             ],
         },
-    }))?;
+    });
+    if let (Some(base), Some(more)) = (service["spec"].as_object_mut(), spec.as_object()) {
+        base.extend(more.clone());
+    }
+    let service: Service = serde_json::from_value(service)?;
     Api::<Service>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &service)
         .await
-        .context("creating Service echo")?;
+        .with_context(|| format!("creating Service {ns}/{name}"))
+}
+
+/// The echo workload as a user's first try has it: `replicas` Pods placed by the scheduler
+/// (Deployment `echo`, [`EchoPods::new`]) behind the LoadBalancer Service `echo`.
+pub async fn echo_app(client: &Client, ns: &str, replicas: i32) -> Result<()> {
+    echo_deployment(client, ns, &EchoPods::new(replicas)).await?;
+    echo_service(client, ns, "echo", json!({})).await?;
     Ok(())
 }
 
@@ -169,20 +239,38 @@ pub async fn service_address(
     name: &str,
     timeout: Duration,
 ) -> Result<IpAddr> {
+    Ok(service_addresses(client, ns, name, 1, timeout).await?[0])
+}
+
+/// The ingress addresses of Service `ns/name` once the controller wrote at least `want` (a
+/// dual-stack Service gets one per family, in `ipFamilies` order).
+pub async fn service_addresses(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    want: usize,
+    timeout: Duration,
+) -> Result<Vec<IpAddr>> {
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     poll(
-        &format!("Service {ns}/{name}'s address"),
+        &format!("Service {ns}/{name}'s {want} address(es)"),
         timeout,
         || async {
             let s = services.get(name).await.map_err(|e| e.to_string())?;
-            s.status
+            let got: Vec<IpAddr> = s
+                .status
                 .as_ref()
                 .and_then(|s| s.load_balancer.as_ref())
                 .and_then(|l| l.ingress.as_ref())
-                .and_then(|i| i.first())
-                .and_then(|i| i.ip.as_ref())
-                .and_then(|ip| ip.parse().ok())
-                .ok_or_else(|| format!("no address yet: {:?}", s.status))
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.ip.as_ref()?.parse().ok())
+                .collect();
+            if got.len() >= want {
+                Ok(got)
+            } else {
+                Err(format!("{} of {want} addresses: {:?}", got.len(), s.status))
+            }
         },
     )
     .await

@@ -119,36 +119,12 @@ impl Lab {
         self.servers[i - 1] = Some(start_server(&self.topo, i));
     }
 
-    /// GET `path` from `addr` inside the lb namespace; (status, body).
+    /// GET `path` from `addr` inside the lb namespace; (status, content type, body).
     pub fn http_get_in_lb(&self, addr: SocketAddr, path: &str) -> (u16, String, String) {
-        use std::io::{Read, Write};
-        let path = path.to_string();
-        self.topo
-            .lb
-            .within(move || {
-                let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-                    .expect("connect");
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                write!(
-                    s,
-                    "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-                )
-                .unwrap();
-                let mut raw = String::new();
-                s.read_to_string(&mut raw).unwrap();
-                let (head, body) = raw.split_once("\r\n\r\n").expect("HTTP response");
-                let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-                let ctype = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-type: ")
-                            .map(str::to_string)
-                    })
-                    .unwrap_or_default();
-                (status, ctype, body.to_string())
-            })
-            .expect("enter lb namespace")
+        let r = rivora_lab::http::http_get(&self.topo.lb, addr, path)
+            .unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"));
+        let ctype = r.header("content-type").to_ascii_lowercase();
+        (r.status, ctype, r.body)
     }
 
     /// Writes the config file (atomically, as an editor or tool would).

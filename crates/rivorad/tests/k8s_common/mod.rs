@@ -377,33 +377,9 @@ pub fn http_get_in(
     addr: SocketAddr,
     path: &str,
 ) -> Result<(u16, String, String), String> {
-    let path = path.to_string();
-    use std::io::{Read, Write};
-    ns.within(move || -> Result<(u16, String, String), String> {
-        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).map_err(|e| e.to_string())?;
-        let (head, body) = raw.split_once("\r\n\r\n").ok_or(raw.clone())?;
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or(head.to_string())?;
-        let weight = head
-            .lines()
-            .find_map(|l| l.strip_prefix("X-Load-Balancing-Endpoint-Weight: "))
-            .unwrap_or("")
-            .to_string();
-        Ok((status, weight, body.to_string()))
-    })
-    .map_err(|e| e.to_string())?
+    let r = rivora_lab::http::http_get(ns, addr, path)?;
+    let weight = r.header("X-Load-Balancing-Endpoint-Weight").to_string();
+    Ok((r.status, weight, r.body))
 }
 
 /// One Kubernetes end-to-end test's own corner of the shared API server: the admin client,
