@@ -13,6 +13,9 @@
 #   .../etcd-v3.6.16/etcd
 #   .../helm-v3.21.4/helm   (only to check `rivora`'s own chart renderer against `helm template`)
 #   .../gateway-api-v1.6.3/{standard,experimental}/*.yaml
+#   .../gateway-conformance-v1.6.3/{gateway-conformance,echo-basic,coredns,images.txt}
+#       (Gateway API's conformance suite as a test binary, the backends its manifests run, and
+#       the image references those manifests name: scripts/image conformance builds them)
 # Each directory appears only when complete (built in a temporary sibling, then renamed), and a lock
 # keeps two concurrent runs from building the same thing twice. Present => nothing is done, silently.
 # The first build's time and peak memory (GNU time -v) are kept in <dir>/build-stats.txt.
@@ -111,6 +114,55 @@ copy_crds() {
   exec 9>&-
 }
 
+# build_conformance: Gateway API's conformance suite as a test binary (`go test -c` of
+# scripts/testdeps/gateway-conformance), the echo-basic server of the same module version, and
+# CoreDNS (scripts/testdeps/coredns: the UDP backend the suite's manifests run) into
+# gateway-conformance-<version>/, with images.txt: every image the suite's manifests name. The
+# CoreDNS version pinned must be the one the manifests name (its image is built from it).
+build_conformance() {
+  local module=sigs.k8s.io/gateway-api/conformance version dir tmp src coredns_version timer=()
+  version="$(required_version "$mods/gateway-conformance/go.mod" "$module")"
+  dir="$cache/gateway-conformance-$version"
+  conformance_built() {
+    [ -x "$dir/gateway-conformance" ] && [ -x "$dir/echo-basic" ] && [ -x "$dir/coredns" ] && [ -s "$dir/images.txt" ]
+  }
+  conformance_built && return 0
+  need_go "the Gateway API conformance suite"
+  mkdir -p "$cache"
+  exec 9>"$cache/.gateway-conformance-$version.lock"
+  flock 9
+  if ! conformance_built; then
+    echo "build-testdeps: building the Gateway API conformance suite $version, echo-basic and CoreDNS into $dir (first time only; takes minutes)" >&2
+    tmp="$(mktemp -d "$cache/.gateway-conformance-$version.XXXXXX")"
+    src="$(cd "$mods/gateway-conformance" && "$go_bin" mod download -json "$module" | awk -F'"' '$2 == "Dir" { print $4 }')"
+    grep -rhoE '^ *image: *[^ ]+' "$src/base" "$src/tests" | awk '{ print $2 }' | sort -u >"$tmp/images.txt"
+    coredns_version="$(required_version "$mods/coredns/go.mod" github.com/coredns/coredns)"
+    if ! grep -qx "registry.k8s.io/coredns/coredns:$coredns_version" "$tmp/images.txt"; then
+      echo "build-testdeps: the conformance manifests name $(grep coredns "$tmp/images.txt" | tr '\n' ' ')but scripts/testdeps/coredns pins $coredns_version" >&2
+      rm -rf "$tmp"
+      exit 1
+    fi
+    [ -x /usr/bin/time ] && timer=(/usr/bin/time -v -o "$tmp/build-stats.txt")
+    # One timed shell for the three builds (build-stats.txt covers them all).
+    if ! "${timer[@]}" bash -c 'set -e
+        cd "$1/gateway-conformance"
+        "$2" test -c -trimpath -ldflags "-s -w" -o "$3/gateway-conformance" .
+        "$2" build -trimpath -ldflags "-s -w" -o "$3/echo-basic" "$4/echo-basic"
+        cd "$1/coredns"
+        "$2" build -trimpath -ldflags "-s -w" -o "$3/coredns" github.com/coredns/coredns' \
+        build "$mods" "$go_bin" "$tmp" "$module" >"$tmp/build.log" 2>&1; then
+      cat "$tmp/build.log" >&2
+      rm -rf "$tmp"
+      echo "build-testdeps: building the Gateway API conformance suite $version failed" >&2
+      exit 1
+    fi
+    rm -f "$tmp/build.log"
+    rm -rf "$dir"
+    mv "$tmp" "$dir"
+  fi
+  exec 9>&-
+}
+
 k8s_version="$(required_version "$mods/kubernetes/go.mod" k8s.io/kubernetes)"
 k8s_minor="${k8s_version#v1.}"
 k8s_minor="${k8s_minor%%.*}"
@@ -141,3 +193,4 @@ helm_version="$(required_version "$mods/helm/go.mod" helm.sh/helm/v3)"
 build_tool helm helm helm.sh/helm/v3 \
   "-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
   helm.sh/helm/v3/cmd/helm
+build_conformance

@@ -2,7 +2,7 @@
 # Installs what building, testing and running Rivora needs on a fresh Debian
 # machine, and mounts bpffs; with --with-testdeps (scripts/test) also builds
 # the Kubernetes tests' components (API server, scheduler, controller-manager, kubelet), containerd,
-# etcd and helm. Idempotent: only what is
+# etcd, helm and Gateway API's conformance suite. Idempotent: only what is
 # missing is installed or built.
 #
 # Every external command that scripts/demo, scripts/test and rivora-bench run

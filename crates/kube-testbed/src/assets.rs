@@ -14,6 +14,8 @@ const CONTAINERD_GO_MOD: &str = include_str!("../../../scripts/testdeps/containe
 const ETCD_GO_MOD: &str = include_str!("../../../scripts/testdeps/etcd/go.mod");
 const GATEWAY_API_GO_MOD: &str = include_str!("../../../scripts/testdeps/gateway-api/go.mod");
 const HELM_GO_MOD: &str = include_str!("../../../scripts/testdeps/helm/go.mod");
+const CONFORMANCE_GO_MOD: &str =
+    include_str!("../../../scripts/testdeps/gateway-conformance/go.mod");
 
 /// Environment variable that moves the cache (the build script honours the same one).
 pub const TESTDEPS_DIR_ENV: &str = "RIVORA_TESTDEPS_DIR";
@@ -211,6 +213,46 @@ impl NodeAssets {
     /// ctr, containerd's client (image import).
     pub fn ctr(&self) -> PathBuf {
         self.containerd_dir.join("ctr")
+    }
+}
+
+/// Gateway API's conformance suite as scripts/build-testdeps.sh builds it: the suite's test
+/// binary, the backends its manifests run (echo-basic, CoreDNS) and the image references those
+/// manifests name (`images.txt`, what `scripts/image conformance` builds from the backends).
+#[derive(Debug, Clone)]
+pub struct ConformanceAssets {
+    /// The directory holding all of it (`gateway-conformance-<version>`).
+    pub dir: PathBuf,
+    /// `sigs.k8s.io/gateway-api/conformance` version (e.g. `v1.6.3`).
+    pub version: String,
+}
+
+impl ConformanceAssets {
+    /// Finds them, or fails naming what is missing and how to build it.
+    pub fn locate() -> Result<ConformanceAssets> {
+        let version = required_version(CONFORMANCE_GO_MOD, "sigs.k8s.io/gateway-api/conformance")?;
+        let dir = cache_dir().join(format!("gateway-conformance-{version}"));
+        let assets = ConformanceAssets { dir, version };
+        let missing: Vec<String> = ["gateway-conformance", "echo-basic", "coredns", "images.txt"]
+            .iter()
+            .map(|f| assets.dir.join(f))
+            .filter(|p| !p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "the Gateway API conformance suite is not built: missing {}. Run \
+                 `scripts/build-testdeps.sh` once (scripts/test does); it builds it from \
+                 scripts/testdeps/{{gateway-conformance,coredns}}/go.mod",
+                missing.join(", ")
+            );
+        }
+        Ok(assets)
+    }
+
+    /// The suite's test binary (`go test -c`; flags as upstream's `go test ./conformance`).
+    pub fn suite(&self) -> PathBuf {
+        self.dir.join("gateway-conformance")
     }
 }
 

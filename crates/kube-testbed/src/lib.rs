@@ -59,7 +59,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use rivora_lab::Netns;
 
-pub use assets::{Assets, GatewayChannel};
+pub use assets::{Assets, ConformanceAssets, GatewayChannel};
 pub use rbac::bind_rbac;
 
 /// The API server's IPv4 address on the test bed's bridge.

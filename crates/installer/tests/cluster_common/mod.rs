@@ -103,20 +103,25 @@ pub fn rivora(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> String {
 /// `rivora install --wait` as a user runs it: the chart's defaults, plus where the API server
 /// is (no kube-proxy here, so the `kubernetes` Service's ClusterIP does not answer).
 pub fn install(cluster: &Cluster, kubeconfig: &Path) -> String {
-    rivora(
-        cluster,
-        kubeconfig,
-        &[
-            "install",
-            "--wait",
-            "--timeout",
-            "180s",
-            "--set",
-            &format!("apiServer.host={SERVER_V4}"),
-            "--set",
-            &format!("apiServer.port={SERVER_PORT}"),
-        ],
-    )
+    install_with(cluster, kubeconfig, &[])
+}
+
+/// [`install`] with more arguments of the user's (`--set`, `--gateway-api-crds`, ...).
+pub fn install_with(cluster: &Cluster, kubeconfig: &Path, more: &[&str]) -> String {
+    let host = format!("apiServer.host={SERVER_V4}");
+    let port = format!("apiServer.port={SERVER_PORT}");
+    let mut args = vec![
+        "install",
+        "--wait",
+        "--timeout",
+        "180s",
+        "--set",
+        &host,
+        "--set",
+        &port,
+    ];
+    args.extend_from_slice(more);
+    rivora(cluster, kubeconfig, &args)
 }
 
 /// Creates AddressPool `pool` over `cidr`, namespace `ns` with a Deployment of `replicas` echo

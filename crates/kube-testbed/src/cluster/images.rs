@@ -85,3 +85,16 @@ pub fn rivora_image(dir: &Path, version: &str) -> Result<PathBuf> {
         .next()
         .context("scripts/image rivora printed no archive")
 }
+
+/// The images Gateway API's conformance suite runs (echo-basic under each tag its manifests
+/// name, CoreDNS), in `dir`, from the binaries scripts/build-testdeps.sh built next to the suite.
+pub fn conformance_images(dir: &Path, assets: &crate::ConformanceAssets) -> Result<Vec<PathBuf>> {
+    let archives = run_image_script(
+        dir,
+        &["conformance", "--bin-dir", &assets.dir.to_string_lossy()],
+    )?;
+    if archives.is_empty() {
+        bail!("scripts/image conformance printed no archive");
+    }
+    Ok(archives)
+}
