@@ -395,6 +395,15 @@ pub fn gateway_status(
             (false, "Pending", "the Gateway has no address yet".into())
         } else {
             match on_nodes(&key, generation, Some(l), &addresses, nodes) {
+                // An HTTP, HTTPS or TLS listener: accepted, nothing of it to forward.
+                OnNodes::Programmed(n) if l.kind.is_none() => (
+                    true,
+                    "Programmed",
+                    format!(
+                        "nothing to program: Rivora forwards TCPRoute and UDPRoute only (the \
+                         Gateway is programmed by every Ready RivoraNode, {n})"
+                    ),
+                ),
                 OnNodes::Programmed(n) => (
                     true,
                     "Programmed",
@@ -419,7 +428,7 @@ pub fn gateway_status(
                     .iter()
                     .map(|k| GatewayStatusListenersSupportedKinds {
                         group: Some(GATEWAY_GROUP.into()),
-                        kind: k.as_str().into(),
+                        kind: (*k).into(),
                     })
                     .collect(),
             ),

@@ -389,8 +389,8 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
     .await;
 
     // Phase 2 (TCPRouteInvalidNonTCPListener): a TCPRoute naming an HTTP listener by
-    // sectionName is NotAllowedByListeners, that listener has no route and is
-    // UnsupportedProtocol, while the TCP listener of the same Gateway works. Its other route
+    // sectionName is NotAllowedByListeners; that listener is Accepted with HTTPRoute as its
+    // kind and carries nothing, while the TCP listener of the same Gateway works. Its other route
     // names a Service that does not exist (TCPRouteInvalidBackendRefNonexistent).
     let mixed = b
         .gateway(
@@ -438,21 +438,16 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
     let mixed_gw = b
         .gateway_until(&mixed, "addressed, Pending without nodes", |gw| {
             let g = gw.metadata.generation;
-            expect_cond(
-                gw_conditions(gw),
-                "Accepted",
-                g,
-                ("True", "ListenersNotValid"),
-            )?;
+            expect_cond(gw_conditions(gw), "Accepted", g, ("True", "Accepted"))?;
             expect_cond(gw_conditions(gw), "Programmed", g, ("False", "Pending"))?;
             expect_listener(
                 gw,
                 "web",
                 0,
-                &[],
+                &["HTTPRoute"],
                 &[
-                    ("Accepted", ("False", "UnsupportedProtocol")),
-                    ("Programmed", ("False", "Invalid")),
+                    ("Accepted", ("True", "Accepted")),
+                    ("Programmed", ("False", "Pending")),
                 ],
             )?;
             expect_listener(
@@ -980,10 +975,10 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
                 gw,
                 "web",
                 0,
-                &[],
+                &["HTTPRoute"],
                 &[
-                    ("Accepted", ("False", "UnsupportedProtocol")),
-                    ("Programmed", ("False", "Invalid")),
+                    ("Accepted", ("True", "Accepted")),
+                    ("Programmed", ("True", "Programmed")),
                 ],
             )
         },

@@ -2,30 +2,46 @@
 
 use crate::view::{
     AllowedNamespaces, GATEWAY_GROUP, GatewayView, ListenerView, NamespaceView, ParentRefView,
-    RouteKind, RouteView,
+    RouteView,
 };
+
+/// The route kinds Gateway API defines for a listener protocol (what `supportedKinds` lists for
+/// it), or None for a protocol it does not define (then the listener is `UnsupportedProtocol`).
+///
+/// Why HTTP, HTTPS and TLS are here although Rivora forwards only TCPRoute and UDPRoute: they
+/// are listener protocols of Gateway API's core, its conformance suite builds its Gateway tests
+/// on them and expects them Accepted with their kinds listed, and a Gateway that mixes them
+/// with TCP listeners is a valid Gateway. Rivora accepts such a listener, lists its kinds, and
+/// programs nothing for it (no route of those kinds is Rivora's to attach).
+pub fn protocol_kinds(protocol: &str) -> Option<&'static [&'static str]> {
+    match protocol {
+        "TCP" => Some(&["TCPRoute"]),
+        "UDP" => Some(&["UDPRoute"]),
+        "HTTP" | "HTTPS" => Some(&["HTTPRoute"]),
+        "TLS" => Some(&["TLSRoute"]),
+        _ => None,
+    }
+}
 
 /// The route kinds a listener supports (`status.listeners[].supportedKinds`),
 /// and whether its `allowedRoutes.kinds` named any it cannot carry (then
 /// `ResolvedRefs=False, InvalidRouteKinds`, the valid ones still listed). A
-/// protocol Rivora does not serve supports nothing.
-pub fn supported_kinds(l: &ListenerView) -> (Vec<RouteKind>, bool) {
-    let Some(pk) = RouteKind::of_protocol(&l.protocol) else {
+/// protocol Gateway API does not define supports nothing.
+pub fn supported_kinds(l: &ListenerView) -> (Vec<&'static str>, bool) {
+    let Some(kinds) = protocol_kinds(&l.protocol) else {
         return (Vec::new(), false);
     };
     if l.kinds.is_empty() {
-        return (vec![pk], false);
+        return (kinds.to_vec(), false);
     }
     let mut valid = Vec::new();
     let mut invalid = false;
     for (group, kind) in &l.kinds {
         let group_ok = group.is_empty() || group == GATEWAY_GROUP;
-        if group_ok && kind == pk.as_str() {
-            if !valid.contains(&pk) {
-                valid.push(pk);
-            }
-        } else {
-            invalid = true;
+        match kinds.iter().find(|k| group_ok && **k == kind.as_str()) {
+            Some(k) if !valid.contains(k) => valid.push(*k),
+            Some(_) => {}
+            None => invalid = true,
         }
     }
     (valid, invalid)
@@ -71,8 +87,8 @@ pub enum Attachment {
     Accepted(Vec<usize>),
     /// No listener has the sectionName and/or port (`NoMatchingParent`).
     NoMatchingParent,
-    /// Listeners were selected but none admits the route: its kind, its
-    /// namespace, or a protocol Rivora does not serve
+    /// Listeners were selected but none admits the route: its kind (a TCPRoute on an HTTP
+    /// listener), its namespace, or a protocol Gateway API does not define
     /// (`NotAllowedByListeners`).
     NotAllowedByListeners,
 }
@@ -98,7 +114,7 @@ pub fn attach(
         .into_iter()
         .filter(|i| {
             let l = &gw.listeners[*i];
-            supported_kinds(l).0.contains(&route.kind)
+            supported_kinds(l).0.contains(&route.kind.as_str())
                 && namespace_allowed(l, &gw.key.namespace, &route.key.namespace, namespaces)
         })
         .collect();

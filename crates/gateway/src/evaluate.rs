@@ -39,10 +39,11 @@ pub struct ListenerEval {
     pub name: String,
     /// `port`.
     pub port: u16,
-    /// The route kind it carries (None: a protocol Rivora does not serve).
+    /// The route kind it carries traffic for (None: a protocol Rivora does not forward:
+    /// HTTP, HTTPS and TLS listeners are accepted in status only, others refused).
     pub kind: Option<RouteKind>,
-    /// `supportedKinds`.
-    pub supported_kinds: Vec<RouteKind>,
+    /// `supportedKinds`: the kind names its protocol and `allowedRoutes.kinds` admit.
+    pub supported_kinds: Vec<&'static str>,
     /// `attachedRoutes`: routes Accepted through it.
     pub attached_routes: i32,
     /// `Accepted`.
@@ -195,13 +196,24 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
         for (li, l) in gw.listeners.iter().enumerate() {
             let kind = RouteKind::of_protocol(&l.protocol);
             let (supported, invalid_kinds) = attach::supported_kinds(l);
-            let accepted = match kind {
-                Some(_) => Condition::yes("Accepted", "Accepted", "listening"),
-                None => Condition::no(
+            let protocol_kinds = attach::protocol_kinds(&l.protocol);
+            let accepted = match (kind, protocol_kinds) {
+                (Some(_), _) => Condition::yes("Accepted", "Accepted", "listening"),
+                (None, Some(kinds)) => Condition::yes(
+                    "Accepted",
+                    "Accepted",
+                    format!(
+                        "accepted, but Rivora forwards TCPRoute and UDPRoute only: a {} on \
+                         this listener carries no traffic through Rivora",
+                        kinds.join(" or ")
+                    ),
+                ),
+                (None, None) => Condition::no(
                     "Accepted",
                     "UnsupportedProtocol",
                     format!(
-                        "protocol {}: Rivora serves TCP and UDP listeners",
+                        "protocol {}: not a listener protocol of Gateway API; Rivora forwards \
+                         TCP and UDP listeners",
                         l.protocol
                     ),
                 ),
@@ -213,7 +225,9 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
                     format!(
                         "allowedRoutes.kinds: a {} listener carries {} only",
                         l.protocol,
-                        kind.map(|k| k.as_str()).unwrap_or("nothing")
+                        protocol_kinds
+                            .map(|k| k.join(", "))
+                            .unwrap_or("nothing".into())
                     ),
                 )
             } else {
@@ -248,30 +262,27 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
                 active,
             });
         }
-        // A Gateway whose listeners are all of protocols Rivora does not serve is still
-        // Accepted (True, ListenersNotValid): Gateway API lets ListenersNotValid go with True
-        // or False, and its conformance suite waits for every Gateway of the infrastructure
-        // namespace to be Accepted and Programmed, including the HTTP-only and TLS-only ones
-        // of TCPRouteInvalidNonTCPListener and UDPRouteNotAllowedByListeners. It gets its
-        // address; its listeners say why they carry nothing.
+        // Some listeners invalid: Accepted True with ListenersNotValid (the valid ones work);
+        // all invalid: Accepted False, as Gateway API's GatewayListenerUnsupportedProtocol
+        // asserts. HTTP-only and TLS-only Gateways are accepted (their listeners are valid,
+        // they carry nothing), as its TCPRouteInvalidNonTCPListener needs.
         let invalid: Vec<&str> = listeners
             .iter()
             .filter(|l| !l.accepted.status)
             .map(|l| l.name.as_str())
             .collect();
+        let not_valid = format!(
+            "{} of {} listeners are not valid: {}",
+            invalid.len(),
+            listeners.len(),
+            invalid.join(", ")
+        );
         let accepted = if invalid.is_empty() {
             Condition::yes("Accepted", "Accepted", "every listener is valid")
+        } else if invalid.len() == listeners.len() {
+            Condition::no("Accepted", "ListenersNotValid", not_valid)
         } else {
-            Condition::yes(
-                "Accepted",
-                "ListenersNotValid",
-                format!(
-                    "{} of {} listeners are not valid: {}",
-                    invalid.len(),
-                    listeners.len(),
-                    invalid.join(", ")
-                ),
-            )
+            Condition::yes("Accepted", "ListenersNotValid", not_valid)
         };
         out.gateways.insert(
             gw.key.clone(),

@@ -170,7 +170,7 @@ fn a_simple_route_is_accepted_resolved_and_carried() {
     let l = listener_of(&e, "udp");
     assert_eq!(
         (l.attached_routes, l.supported_kinds.clone()),
-        (1, vec![RouteKind::Udp])
+        (1, vec!["UDPRoute"])
     );
     let active = l.active.as_ref().unwrap();
     assert_eq!(active.route, ObjKey::new("gw", "dns"));
@@ -320,7 +320,7 @@ fn multiple_routes_on_one_listener_are_all_accepted_and_the_oldest_carries_traff
     }
     let l = listener_of(&e, "tcp");
     assert_eq!(l.attached_routes, 2);
-    assert_eq!(l.supported_kinds, [RouteKind::Tcp]);
+    assert_eq!(l.supported_kinds, ["TCPRoute"]);
     assert_eq!(
         l.active.as_ref().unwrap().route,
         ObjKey::new("gw", "zz-older")
@@ -470,7 +470,9 @@ fn allowed_routes_namespaces_same_all_and_selector() {
 #[test]
 fn an_unsupported_listener_protocol_is_refused_while_the_rest_of_the_gateway_works() {
     let mut w = World::new();
-    w.gateways[0].listeners.push(listener("web", 80, "HTTP"));
+    w.gateways[0]
+        .listeners
+        .push(listener("odd", 1111, "INVALID"));
     w.routes.push(route(
         RouteKind::Tcp,
         "gw",
@@ -480,9 +482,9 @@ fn an_unsupported_listener_protocol_is_refused_while_the_rest_of_the_gateway_wor
         vec![backend("gw", "web", 1)],
     ));
     let e = w.eval();
-    let http = listener_of(&e, "web");
-    assert_eq!(reasons(&http.accepted), (false, "UnsupportedProtocol"));
-    assert!(http.supported_kinds.is_empty());
+    let odd = listener_of(&e, "odd");
+    assert_eq!(reasons(&odd.accepted), (false, "UnsupportedProtocol"));
+    assert!(odd.supported_kinds.is_empty());
     assert_eq!(
         reasons(&e.gateways[&ObjKey::new("gw", "gw")].accepted),
         (true, "ListenersNotValid")
@@ -491,6 +493,98 @@ fn an_unsupported_listener_protocol_is_refused_while_the_rest_of_the_gateway_wor
         listener_of(&e, "tcp").active.is_some(),
         "the TCP listener still forwards"
     );
+}
+
+#[test]
+fn http_https_and_tls_listeners_are_accepted_with_their_kinds_and_carry_nothing() {
+    let mut w = World::new();
+    w.gateways[0].listeners.push(listener("web", 80, "HTTP"));
+    w.gateways[0]
+        .listeners
+        .push(listener("secure", 443, "HTTPS"));
+    w.gateways[0]
+        .listeners
+        .push(listener("passthrough", 8443, "TLS"));
+    // A TCPRoute naming the HTTP listener is not admitted there.
+    w.routes.push(route(
+        RouteKind::Tcp,
+        "gw",
+        "r",
+        1,
+        vec![parent(Some("web"), None)],
+        vec![backend("gw", "web", 1)],
+    ));
+    let e = w.eval();
+    for (name, kind) in [
+        ("web", "HTTPRoute"),
+        ("secure", "HTTPRoute"),
+        ("passthrough", "TLSRoute"),
+    ] {
+        let l = listener_of(&e, name);
+        assert_eq!(reasons(&l.accepted), (true, "Accepted"), "{name}");
+        assert!(
+            l.accepted.message.contains("TCPRoute and UDPRoute only"),
+            "{}",
+            l.accepted.message
+        );
+        assert_eq!(l.supported_kinds, [kind], "{name}");
+        assert_eq!(reasons(&l.resolved_refs), (true, "ResolvedRefs"), "{name}");
+        assert_eq!(
+            (l.kind, l.active.is_some(), l.attached_routes),
+            (None, false, 0),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        reasons(&e.gateways[&ObjKey::new("gw", "gw")].accepted),
+        (true, "Accepted")
+    );
+    assert_eq!(
+        reasons(&parent_of(&e, RouteKind::Tcp, "gw", "r").accepted),
+        (false, "NotAllowedByListeners")
+    );
+}
+
+#[test]
+fn a_gateway_with_no_valid_listener_is_not_accepted() {
+    let mut w = World::new();
+    w.gateways[0].listeners = vec![listener("invalid", 1111, "INVALID")];
+    let e = w.eval();
+    let gw = &e.gateways[&ObjKey::new("gw", "gw")];
+    assert_eq!(reasons(&gw.accepted), (false, "ListenersNotValid"));
+    assert!(
+        gw.accepted.message.contains("invalid"),
+        "{}",
+        gw.accepted.message
+    );
+    let l = listener_of(&e, "invalid");
+    assert_eq!(reasons(&l.accepted), (false, "UnsupportedProtocol"));
+    assert!(l.supported_kinds.is_empty());
+}
+
+#[test]
+fn unknown_allowed_route_kinds_on_an_http_listener_are_invalid_route_kinds() {
+    let mut w = World::new();
+    w.gateways[0].listeners = vec![
+        ListenerView {
+            kinds: vec![(GATEWAY_GROUP.into(), "FooRoute".into())],
+            ..listener("only-foo", 80, "HTTP")
+        },
+        ListenerView {
+            kinds: vec![
+                (GATEWAY_GROUP.into(), "HTTPRoute".into()),
+                (GATEWAY_GROUP.into(), "FooRoute".into()),
+            ],
+            ..listener("http-and-foo", 8080, "HTTP")
+        },
+    ];
+    let e = w.eval();
+    let only = listener_of(&e, "only-foo");
+    assert_eq!(reasons(&only.resolved_refs), (false, "InvalidRouteKinds"));
+    assert!(only.supported_kinds.is_empty());
+    let both = listener_of(&e, "http-and-foo");
+    assert_eq!(reasons(&both.resolved_refs), (false, "InvalidRouteKinds"));
+    assert_eq!(both.supported_kinds, ["HTTPRoute"]);
 }
 
 #[test]
@@ -504,7 +598,7 @@ fn allowed_route_kinds_it_cannot_carry_are_invalid_route_kinds() {
     let e = w.eval();
     let tcp = listener_of(&e, "tcp");
     assert_eq!(reasons(&tcp.resolved_refs), (false, "InvalidRouteKinds"));
-    assert_eq!(tcp.supported_kinds, [RouteKind::Tcp], "the valid one stays");
+    assert_eq!(tcp.supported_kinds, ["TCPRoute"], "the valid one stays");
     assert!(listener_of(&e, "tcp2").supported_kinds.is_empty());
 }
 
@@ -577,7 +671,7 @@ fn a_backend_that_is_not_a_service_is_invalid_kind() {
 /// TCPRouteInvalidNonTCPListener: the Gateway has one HTTP listener only, and the suite waits
 /// for it to be Accepted (any reason) before checking the route.
 #[test]
-fn a_gateway_with_only_unsupported_listeners_is_accepted_with_listeners_not_valid() {
+fn an_http_only_gateway_is_accepted_and_admits_no_tcp_route() {
     let mut w = World::new();
     w.gateways[0].listeners = vec![ListenerView {
         kinds: vec![(GATEWAY_GROUP.into(), "HTTPRoute".into())],
@@ -593,15 +687,13 @@ fn a_gateway_with_only_unsupported_listeners_is_accepted_with_listeners_not_vali
     ));
     let e = w.eval();
     let gw = &e.gateways[&ObjKey::new("gw", "gw")];
-    assert_eq!(reasons(&gw.accepted), (true, "ListenersNotValid"));
-    assert!(
-        gw.accepted.message.contains("only-allow-http-routes"),
-        "{}",
-        gw.accepted.message
-    );
+    assert_eq!(reasons(&gw.accepted), (true, "Accepted"));
     let l = listener_of(&e, "only-allow-http-routes");
-    assert_eq!(reasons(&l.accepted), (false, "UnsupportedProtocol"));
-    assert_eq!((l.attached_routes, l.supported_kinds.len()), (0, 0));
+    assert_eq!(reasons(&l.accepted), (true, "Accepted"));
+    assert_eq!(
+        (l.attached_routes, l.supported_kinds.clone()),
+        (0, vec!["HTTPRoute"])
+    );
     assert_eq!(
         reasons(&parent_of(&e, RouteKind::Tcp, "gw", "r").accepted),
         (false, "NotAllowedByListeners")

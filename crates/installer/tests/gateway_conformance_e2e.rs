@@ -10,8 +10,8 @@
 //!
 //! Profiles GATEWAY-TCP and GATEWAY-UDP; the test fails when the suite does (any test of a
 //! claimed feature failed) and when a profile's report is not a success. [`NOT_YET`] lists the
-//! tests skipped until the deviations of issue 42 they fail on are fixed, each with its reason
-//! (`RIVORA_CONFORMANCE_ALL=1` runs them too). The report and the suite's log go to
+//! tests skipped, each with its reason: what they need that Rivora does not do (yet, or by
+//! choice: issue 42 decides); `RIVORA_CONFORMANCE_ALL=1` runs them too. The report and the suite's log go to
 //! `$RIVORA_CONFORMANCE_DIR` (default `target/gateway-conformance/`): report.yaml, suite.log;
 //! docs/conformance/ holds the report committed, with the command that made it.
 //!
@@ -40,44 +40,36 @@ const UNUSABLE: &str = "10.99.45.1";
 const PROFILES: &str = "GATEWAY-TCP,GATEWAY-UDP";
 /// The features Rivora claims (what its GatewayClass status will publish).
 const FEATURES: &str = "Gateway,ReferenceGrant,TCPRoute,UDPRoute,GatewayPort8080,GatewayStaticAddresses,GatewayAddressEmpty";
-/// Tests skipped until the deviation each fails on is fixed (issue 42), with the reason: what
-/// Rivora does instead of what the test asserts. The report lists them as skipped.
+/// Tests skipped, with the reason: what each asserts that Rivora does not do. The report lists
+/// them as skipped; docs/conformance/README.md explains them.
 const NOT_YET: &[(&str, &str)] = &[
     (
-        "GatewayInvalidRouteKind",
-        "an HTTP listener is refused as UnsupportedProtocol (Rivora serves TCP and UDP listeners); the test wants it Accepted with HTTPRoute in supportedKinds and the Gateway Programmed; and an unknown allowedRoutes.kinds entry leaves ResolvedRefs True (wants False/InvalidRouteKinds)",
-    ),
-    (
         "GatewayInvalidTLSConfiguration",
-        "HTTPS listeners are refused as UnsupportedProtocol, so their certificateRefs are never resolved; the test wants them Accepted with HTTPRoute in supportedKinds and ResolvedRefs False/InvalidCertificateRef for a missing, malformed or unsupported certificateRef",
-    ),
-    (
-        "GatewayListenerUnsupportedProtocol",
-        "an HTTP listener is refused as UnsupportedProtocol (Rivora serves TCP and UDP listeners); the test wants it Accepted with HTTPRoute in supportedKinds and the Gateway Programmed; and a Gateway with no valid listener is Accepted True/ListenersNotValid (wants Accepted False)",
+        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs False/InvalidCertificateRef for a missing, malformed or unsupported certificateRef",
     ),
     (
         "GatewayModifyListeners",
-        "an HTTP listener is refused as UnsupportedProtocol (Rivora serves TCP and UDP listeners); the test wants it Accepted with HTTPRoute in supportedKinds and the Gateway Programmed, after listeners are added and removed",
+        "the test counts HTTPRoutes attached to the HTTP listeners it adds and removes (attachedRoutes 1); Rivora attaches no HTTPRoute",
     ),
     (
         "GatewaySecretInvalidReferenceGrant",
-        "HTTPS listeners are refused as UnsupportedProtocol, so their certificateRefs are never resolved; the test wants them Accepted with HTTPRoute in supportedKinds and ResolvedRefs False/RefNotPermitted for a Secret in another namespace that no ReferenceGrant permits",
+        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs False/RefNotPermitted for a Secret in another namespace that no ReferenceGrant permits",
     ),
     (
         "GatewaySecretMissingReferenceGrant",
-        "HTTPS listeners are refused as UnsupportedProtocol, so their certificateRefs are never resolved; the test wants them Accepted with HTTPRoute in supportedKinds and ResolvedRefs False/RefNotPermitted for a Secret in another namespace without a ReferenceGrant",
+        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs False/RefNotPermitted for a Secret in another namespace without a ReferenceGrant",
     ),
     (
         "GatewaySecretReferenceGrantAllInNamespace",
-        "HTTPS listeners are refused as UnsupportedProtocol, so their certificateRefs are never resolved; the test wants them Accepted with HTTPRoute in supportedKinds and ResolvedRefs True and Programmed True for a Secret a ReferenceGrant permits",
+        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs True for a Secret a ReferenceGrant permits",
     ),
     (
         "GatewaySecretReferenceGrantSpecific",
-        "HTTPS listeners are refused as UnsupportedProtocol, so their certificateRefs are never resolved; the test wants them Accepted with HTTPRoute in supportedKinds and ResolvedRefs True and Programmed True for a Secret a ReferenceGrant permits",
+        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs True for a Secret a ReferenceGrant permits",
     ),
     (
         "GatewayStaticAddresses",
-        "an address of an unsupported type is not Accepted False/UnsupportedAddress, and a usable and an unusable IPv4 address together are refused as two of one family (Programmed False/AddressNotUsable); the Gateway's listener is HTTP, refused as above",
+        "an address of an unsupported type beside two IPv4 addresses does not give Accepted False/UnsupportedAddress: the two addresses of one family are refused first (Programmed False/AddressNotUsable)",
     ),
 ];
 /// The whole run's bound (the suite's own per-step timeouts are far shorter).

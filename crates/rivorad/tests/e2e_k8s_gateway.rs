@@ -349,8 +349,8 @@ async fn a_cross_namespace_backend_needs_a_reference_grant_and_loses_it_with_the
 /// TCPRouteInvalidNonTCPListener / UDPRouteNotAllowedByListeners: a route whose sectionName
 /// names a listener that cannot carry it (an HTTP listener for a TCPRoute, a TLS passthrough
 /// listener for a UDPRoute) is Accepted=False, NotAllowedByListeners, and those listeners count
-/// no route; they are Accepted=False, UnsupportedProtocol while the Gateway's TCP listener
-/// forwards.
+/// no route; they are Accepted (Rivora lists their kinds and forwards nothing for them) while
+/// the Gateway's TCP listener forwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_forwards() {
     let g = GatewayTest::new("gwna", &["10.99.18.16/30"]).await;
@@ -428,12 +428,12 @@ async fn a_route_to_a_listener_of_another_protocol_is_not_allowed_and_the_rest_f
         "gw",
         "only-allow-http-routes",
         "Accepted",
-        "False",
-        "UnsupportedProtocol",
+        "True",
+        "Accepted",
         0,
     )
     .await;
-    g.listener_condition("gw", "tls", "Accepted", "False", "UnsupportedProtocol", 0)
+    g.listener_condition("gw", "tls", "Accepted", "True", "Accepted", 0)
         .await;
     g.listener_condition("gw", "tcp", "Accepted", "True", "Accepted", 1)
         .await;

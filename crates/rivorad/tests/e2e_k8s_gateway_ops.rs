@@ -214,7 +214,7 @@ async fn failures_are_reported_precisely_the_rest_forwards_and_a_new_leader_rewr
     g.gateway(
         "good",
         json!([listener("tcp", 9300, "TCP"),
-               {"name": "web", "port": 8080, "protocol": "HTTP"},
+               {"name": "web", "port": 8080, "protocol": "INVALID"},
                {"name": "same-ns-only", "port": 9301, "protocol": "TCP"}]),
         json!({}),
     )
@@ -243,14 +243,14 @@ async fn failures_are_reported_precisely_the_rest_forwards_and_a_new_leader_rewr
     };
     still_forwards("at first");
 
-    // An unsupported protocol: that listener only.
+    // A protocol Gateway API does not define: that listener only.
     g.listener_condition("good", "web", "Accepted", "False", "UnsupportedProtocol", 0)
         .await;
     g.listener_condition("good", "tcp", "Programmed", "True", "Programmed", 1)
         .await;
     g.gateway_condition("good", "Accepted", "True", "ListenersNotValid")
         .await;
-    still_forwards("beside an HTTP listener");
+    still_forwards("beside a listener of an unknown protocol");
 
     // A route from a namespace the listener does not allow (allowedRoutes: Same).
     let other = rivora_kube_testbed::unique_name("gwfl-other");

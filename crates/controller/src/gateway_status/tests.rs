@@ -372,23 +372,29 @@ fn an_ipv6_vip_is_matched_in_socket_address_form() {
     );
 }
 
-#[test]
-fn an_unaccepted_listener_is_invalid_while_the_rest_of_the_gateway_is_programmed() {
+/// The status of a Gateway with a TCP listener and a listener `web` of `protocol`, a TCPRoute
+/// naming `route_to`, on one node that programmed it.
+fn tcp_and_web_status(protocol: &str, route_to: &str) -> GatewayStatus {
     let gw = gateway(json!([
         {"name": "tcp", "port": 8080, "protocol": "TCP"},
-        {"name": "web", "port": 80, "protocol": "HTTP"},
+        {"name": "web", "port": 80, "protocol": protocol},
     ]));
-    let route = tcp_route("r", json!([{"name": "edge", "sectionName": "web"}]));
+    let route = tcp_route("r", json!([{"name": "edge", "sectionName": route_to}]));
     let ev = eval(&gw, std::slice::from_ref(&route));
     let e = &ev.gateways[&key()];
     let nodes = [node("n1", true, vec![report(2, vec![])])];
-    let s = gateway_status(
+    gateway_status(
         &gw,
         e,
         &assigned("10.0.0.1"),
         &nodes,
         t("2026-12-01T10:00:00Z"),
-    );
+    )
+}
+
+#[test]
+fn an_unaccepted_listener_is_invalid_while_the_rest_of_the_gateway_is_programmed() {
+    let s = tcp_and_web_status("INVALID", "web");
     assert_eq!(gw_cond(&s, "Accepted"), ("True", "ListenersNotValid"));
     assert_eq!(gw_cond(&s, "Programmed"), ("True", "Programmed"));
     assert_eq!(
@@ -403,6 +409,39 @@ fn an_unaccepted_listener_is_invalid_while_the_rest_of_the_gateway_is_programmed
     let web = &s.listeners.as_ref().unwrap()[1];
     assert_eq!(web.attached_routes, 0);
     assert_eq!(web.supported_kinds.as_deref(), Some(&[][..]));
+}
+
+#[test]
+fn an_http_listener_is_accepted_and_programmed_with_nothing_to_forward() {
+    let s = tcp_and_web_status("HTTP", "tcp");
+    assert_eq!(gw_cond(&s, "Accepted"), ("True", "Accepted"));
+    assert_eq!(listener_cond(&s, "web", "Accepted"), ("True", "Accepted"));
+    assert_eq!(
+        listener_cond(&s, "web", "ResolvedRefs"),
+        ("True", "ResolvedRefs")
+    );
+    let web = &s.listeners.as_ref().unwrap()[1];
+    let kinds: Vec<&str> = web
+        .supported_kinds
+        .iter()
+        .flatten()
+        .map(|k| k.kind.as_str())
+        .collect();
+    assert_eq!((web.attached_routes, kinds), (0, vec!["HTTPRoute"]));
+    let programmed = web
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Programmed")
+        .unwrap();
+    assert_eq!(
+        (programmed.status.as_str(), programmed.reason.as_str()),
+        ("True", "Programmed")
+    );
+    assert!(
+        programmed.message.contains("nothing to program"),
+        "{}",
+        programmed.message
+    );
 }
 
 #[test]
