@@ -290,17 +290,7 @@ async fn traffic_policies_a_crash_and_a_terminating_endpoint_on_a_real_cluster()
     let target = SocketAddr::new(spread[0], 80);
     cluster.route_via(spread[0], node1).unwrap();
     let (pod, container, restarts) = rivorad_on(&system, node1.name()).await.unwrap();
-    let long = rivora_lab::LongLivedTcp::start(
-        cluster.client(),
-        target,
-        12,
-        Duration::from_millis(100),
-        Duration::from_secs(2),
-    )
-    .unwrap();
-    let churn =
-        rivora_lab::ConnectionChurn::start(cluster.client(), target, 20, Duration::from_secs(2))
-            .unwrap();
+    let (long, churn, _) = start_load(&cluster, target);
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster
         .signal_container(node1.name(), &container, "SIGKILL")

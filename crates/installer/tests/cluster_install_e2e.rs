@@ -67,17 +67,7 @@ async fn the_chart_runs_from_rivoras_image_on_real_kubelets_and_serves_a_load_ba
         .into_iter()
         .map(|p| p.name)
         .collect();
-    let long = rivora_lab::LongLivedTcp::start(
-        cluster.client(),
-        target,
-        12,
-        Duration::from_millis(100),
-        Duration::from_secs(2),
-    )
-    .unwrap();
-    let churn =
-        rivora_lab::ConnectionChurn::start(cluster.client(), target, 20, Duration::from_secs(2))
-            .unwrap();
+    let (long, churn, _) = start_load(&cluster, target);
     Api::<Deployment>::namespaced(client.clone(), "echo")
         .patch(
             "echo",

@@ -18,12 +18,12 @@ mod cluster_common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cluster_common::*;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
-use rivora_kube_testbed::cluster::{Cluster, KubeNode};
+use rivora_kube_testbed::cluster::KubeNode;
 use serde_json::json;
 
 const NEXT: &str = "0.1.0-next";
@@ -50,30 +50,6 @@ fn adopted_vips(node: &KubeNode) -> (usize, String) {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     (n, start)
-}
-
-/// Load through node 1: (long-lived connections, churn, when they started).
-fn start_load(
-    cluster: &Cluster,
-    target: SocketAddr,
-) -> (
-    rivora_lab::LongLivedTcp,
-    rivora_lab::ConnectionChurn,
-    Instant,
-) {
-    let long = rivora_lab::LongLivedTcp::start(
-        cluster.client(),
-        target,
-        12,
-        Duration::from_millis(100),
-        Duration::from_secs(2),
-    )
-    .unwrap();
-    let started = Instant::now();
-    let churn =
-        rivora_lab::ConnectionChurn::start(cluster.client(), target, 20, Duration::from_secs(2))
-            .unwrap();
-    (long, churn, started)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

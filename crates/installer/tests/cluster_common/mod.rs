@@ -223,3 +223,28 @@ pub fn check_failures(
         );
     }
 }
+
+/// The load the tests run while something changes: 12 long-lived TCP connections exchanging a
+/// line every 100 ms and 20 new connections a second to `target`; with when they started.
+pub fn start_load(
+    cluster: &Cluster,
+    target: std::net::SocketAddr,
+) -> (
+    rivora_lab::LongLivedTcp,
+    rivora_lab::ConnectionChurn,
+    Instant,
+) {
+    let long = rivora_lab::LongLivedTcp::start(
+        cluster.client(),
+        target,
+        12,
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let churn =
+        rivora_lab::ConnectionChurn::start(cluster.client(), target, 20, Duration::from_secs(2))
+            .unwrap();
+    (long, churn, started)
+}
