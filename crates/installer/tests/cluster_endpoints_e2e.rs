@@ -119,13 +119,24 @@ fn check_only(what: &str, r: &RoundReport, pods: &[&str], client: IpAddr) {
     }
 }
 
-/// A TCP and a UDP round of `FLOWS` flows to `target` once every flow of both succeeds (the
-/// VIP may still be on its way to the node); panics with the last rounds after the deadline.
-async fn rounds(cluster: &Cluster, target: SocketAddr, what: &str) -> (RoundReport, RoundReport) {
-    wait(&format!("{what}: every flow answered"), cluster, || async {
+/// A TCP and a UDP round of `FLOWS` flows to `target` once every flow of both succeeds and
+/// both reached exactly the Pods `want` names. The VIP may still be on its way to the node, and
+/// a Pod's readiness reaches its EndpointSlice (and so rivorad) a moment after the Pod's status
+/// says Ready. Panics with the last rounds after the deadline.
+async fn rounds(
+    cluster: &Cluster,
+    target: SocketAddr,
+    want: &[&str],
+    what: &str,
+) -> (RoundReport, RoundReport) {
+    let want: BTreeSet<&str> = want.iter().copied().collect();
+    wait(&format!("{what}: every flow answered by {want:?}"), cluster, || async {
         let tcp = rivora_lab::tcp_round(cluster.client(), target, FLOWS, 8, Duration::from_secs(2));
         let udp = rivora_lab::udp_round(cluster.client(), target, FLOWS, 8, Duration::from_secs(2));
-        if tcp.all_ok() && udp.all_ok() {
+        let full = [&tcp, &udp]
+            .iter()
+            .all(|r| r.per_backend.keys().map(String::as_str).eq(want.iter().copied()));
+        if tcp.all_ok() && udp.all_ok() && full {
             Ok((tcp, udp))
         } else {
             Err(format!("{tcp}\n{udp}"))
@@ -274,8 +285,10 @@ async fn traffic_policies_a_crash_and_a_terminating_endpoint_on_a_real_cluster()
         for vip in &spread {
             cluster.route_via(*vip, node).unwrap();
             let what = format!("ETP Cluster {vip} through {}", node.name());
-            let (tcp, udp) = rounds(&cluster, SocketAddr::new(*vip, 80), &what).await;
             let want = want_seen(&cluster, &pods, node, vip.is_ipv6());
+            let names: Vec<&str> = want.keys().map(String::as_str).collect();
+            let target = SocketAddr::new(*vip, 80);
+            let (tcp, udp) = rounds(&cluster, target, &names, &what).await;
             check_spread(&format!("{what}, TCP"), &tcp, &want);
             check_spread(&format!("{what}, UDP"), &udp, &want);
             println!(
@@ -335,7 +348,8 @@ async fn traffic_policies_a_crash_and_a_terminating_endpoint_on_a_real_cluster()
     for node in nodes {
         cluster.route_via(local_vip, node).unwrap();
         let what = format!("ETP Local {local_vip} through {}", node.name());
-        let (tcp, udp) = rounds(&cluster, SocketAddr::new(local_vip, 80), &what).await;
+        let target = SocketAddr::new(local_vip, 80);
+        let (tcp, udp) = rounds(&cluster, target, &on(node), &what).await;
         check_only(&format!("{what}, TCP"), &tcp, &on(node), client_v4);
         check_only(&format!("{what}, UDP"), &udp, &on(node), client_v4);
         println!(
