@@ -158,11 +158,20 @@ pub fn gateway_view(
     let annotations = gw.metadata.annotations.clone().unwrap_or_default();
     let mut requested: Vec<IpAddr> = Vec::new();
     let mut any_address = false;
-    let mut unsupported = None;
+    // An address of a type Rivora does not serve decides first: the Gateway is not Accepted
+    // (UnsupportedAddress) whatever its IP entries say, as Gateway API's
+    // GatewayStaticAddresses asserts for an unsupported type beside two IPv4 addresses.
+    let unsupported = gw
+        .spec
+        .addresses
+        .iter()
+        .flatten()
+        .map(|a| a.r#type.as_deref().unwrap_or(GATEWAY_ADDRESS_TYPE_IP))
+        .find(|ty| *ty != GATEWAY_ADDRESS_TYPE_IP)
+        .map(|ty| Unsupported::AddressType(ty.to_string()));
     for (i, a) in gw.spec.addresses.iter().flatten().enumerate() {
         let ty = a.r#type.as_deref().unwrap_or(GATEWAY_ADDRESS_TYPE_IP);
-        if ty != GATEWAY_ADDRESS_TYPE_IP {
-            unsupported.get_or_insert_with(|| Unsupported::AddressType(ty.to_string()));
+        if ty != GATEWAY_ADDRESS_TYPE_IP || unsupported.is_some() {
             continue;
         }
         let Some(value) = a.value.as_deref().filter(|v| !v.is_empty()) else {
@@ -174,7 +183,8 @@ pub fn gateway_view(
             .map_err(|_| format!("spec.addresses[{i}].value {value:?} is not an IP address"))?;
         if let Some(other) = requested.iter().find(|r| Family::of(r) == Family::of(&ip)) {
             return Err(format!(
-                "spec.addresses[{i}].value {ip}: {other} is already requested; a Gateway gets one address per family"
+                "spec.addresses[{i}].value {ip}: Rivora gives a Gateway one address per family, \
+                 and {other} (an earlier entry) is of the same family"
             ));
         }
         requested.push(ip);
@@ -455,6 +465,17 @@ mod tests {
             gateway_view(&named, &BTreeMap::new()).unwrap().unsupported,
             Some(Unsupported::AddressType("NamedAddress".into()))
         );
+        // The unsupported type wins over IP entries that would be refused on their own (as
+        // in Gateway API's GatewayStaticAddresses: a fake type, then two IPv4 addresses).
+        let mixed = gateway_with(json!([
+            {"type": "test/fake-invalid-type", "value": "fake address teehee!"},
+            {"value": "10.99.45.1"}, {"value": "10.99.44.60"}]));
+        let v = gateway_view(&mixed, &BTreeMap::new()).expect("not refused: unsupported");
+        assert_eq!(
+            v.unsupported,
+            Some(Unsupported::AddressType("test/fake-invalid-type".into()))
+        );
+        assert!(v.requested.is_empty(), "nothing requested: {:?}", v.requested);
         for (addresses, says) in [
             (json!([{"value": "ten"}]), "spec.addresses[0].value \"ten\""),
             (
