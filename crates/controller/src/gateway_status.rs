@@ -22,7 +22,9 @@
 //! and it is not forwarding either.
 //!
 //! Listener `Programmed`, first match wins:
-//! 1. the Gateway is not Accepted, or the listener is not: False/`Invalid`;
+//! 1. the Gateway is not Accepted: False/`Invalid`; the listener is Conflicted: False with the
+//!    conflict's reason (`ProtocolConflict`, `HostnameConflict`); it is not Accepted otherwise:
+//!    False/`Invalid`;
 //! 2. the Gateway has no address: False/`Pending`;
 //! 3. no RivoraNode is Ready: False/`Pending`;
 //! 4. a Ready node reports the listener at the current generation with `programmed: false`:
@@ -382,6 +384,10 @@ pub fn gateway_status(
             .unwrap_or_default();
         let (ok, reason, message) = if !is_accepted {
             (false, "Invalid", "the Gateway is not Accepted".to_string())
+        } else if l.conflicted.status {
+            // As Gateway API's own conformance tests (ListenerSetProtocolConflict) have it:
+            // Programmed False with the conflict's reason.
+            (false, l.conflicted.reason, l.conflicted.message.clone())
         } else if !l.accepted.status {
             (
                 false,

@@ -475,7 +475,11 @@ mod tests {
             v.unsupported,
             Some(Unsupported::AddressType("test/fake-invalid-type".into()))
         );
-        assert!(v.requested.is_empty(), "nothing requested: {:?}", v.requested);
+        assert!(
+            v.requested.is_empty(),
+            "nothing requested: {:?}",
+            v.requested
+        );
         for (addresses, says) in [
             (json!([{"value": "ten"}]), "spec.addresses[0].value \"ten\""),
             (

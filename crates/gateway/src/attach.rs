@@ -88,16 +88,18 @@ pub enum Attachment {
     /// No listener has the sectionName and/or port (`NoMatchingParent`).
     NoMatchingParent,
     /// Listeners were selected but none admits the route: its kind (a TCPRoute on an HTTP
-    /// listener), its namespace, or a protocol Gateway API does not define
-    /// (`NotAllowedByListeners`).
+    /// listener), its namespace, a protocol Gateway API does not define, or a listener that is
+    /// conflicted and so not accepted (`NotAllowedByListeners`).
     NotAllowedByListeners,
 }
 
-/// Attaches `route` through `parent` to `gw` (which `parent` names).
+/// Attaches `route` through `parent` to `gw` (which `parent` names). `conflicted[i]` says
+/// listener `i` is conflicted ([`crate::conflict::conflicts`]): it admits no route.
 pub fn attach(
     route: &RouteView,
     parent: &ParentRefView,
     gw: &GatewayView,
+    conflicted: &[bool],
     namespaces: &[NamespaceView],
 ) -> Attachment {
     let selected: Vec<usize> = gw
@@ -114,7 +116,8 @@ pub fn attach(
         .into_iter()
         .filter(|i| {
             let l = &gw.listeners[*i];
-            supported_kinds(l).0.contains(&route.kind.as_str())
+            !conflicted.get(*i).copied().unwrap_or(false)
+                && supported_kinds(l).0.contains(&route.kind.as_str())
                 && namespace_allowed(l, &gw.key.namespace, &route.key.namespace, namespaces)
         })
         .collect();

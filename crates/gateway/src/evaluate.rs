@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::attach::{self, Attachment};
 use crate::cond::Condition;
+use crate::conflict;
 use crate::refs;
 use crate::view::{GatewayView, ObjKey, ParentRefView, RouteKind, Snapshot};
 
@@ -114,6 +115,15 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
         .iter()
         .filter(|g| out.classes.get(&g.class).is_some_and(|c| c.status))
         .collect();
+    // Per Gateway (as `ours`), per listener: its conflict, if any.
+    let conflicts: Vec<Vec<Option<(&'static str, String)>>> = ours
+        .iter()
+        .map(|g| conflict::conflicts(&g.listeners))
+        .collect();
+    let conflicted: Vec<Vec<bool>> = conflicts
+        .iter()
+        .map(|c| c.iter().map(Option::is_some).collect())
+        .collect();
 
     // Routes' attachments, oldest first (the first attached to a listener
     // carries its traffic).
@@ -145,7 +155,7 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
             else {
                 continue; // not one of ours (or not there): not ours to answer
             };
-            let accepted = match attach::attach(route, parent, gw, s.namespaces) {
+            let accepted = match attach::attach(route, parent, gw, &conflicted[gi], s.namespaces) {
                 Attachment::Accepted(listeners) => {
                     for li in listeners {
                         attached.entry((gi, li)).or_default().push(ri);
@@ -197,7 +207,14 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
             let kind = RouteKind::of_protocol(&l.protocol);
             let (supported, invalid_kinds) = attach::supported_kinds(l);
             let protocol_kinds = attach::protocol_kinds(&l.protocol);
+            let conflicted = match &conflicts[gi][li] {
+                Some((reason, message)) => Condition::yes("Conflicted", reason, message.clone()),
+                None => Condition::no("Conflicted", "NoConflicts", ""),
+            };
             let accepted = match (kind, protocol_kinds) {
+                _ if conflicted.status => {
+                    Condition::no("Accepted", conflicted.reason, conflicted.message.clone())
+                }
                 (Some(_), _) => Condition::yes("Accepted", "Accepted", "listening"),
                 (None, Some(kinds)) => Condition::yes(
                     "Accepted",
@@ -258,7 +275,7 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
                 attached_routes: on_it.len() as i32,
                 accepted,
                 resolved_refs,
-                conflicted: Condition::no("Conflicted", "NoConflicts", ""),
+                conflicted,
                 active,
             });
         }

@@ -20,11 +20,15 @@
 //!   namespace only with a ReferenceGrant there (`RefNotPermitted`), that
 //!   exist with the port (`BackendNotFound`); an invalid backend keeps its
 //!   weight, and its share of new flows is refused.
+//! - [`conflict`]: listeners that are not distinct (two on one port and protocol, anything on
+//!   a TCP listener's port, plain HTTP beside HTTPS/TLS) are all `Conflicted` and none is
+//!   Accepted.
 //! - several routes on one TCP/UDP listener are all Accepted, and only the
 //!   oldest (creationTimestamp, then namespace/name) carries traffic.
 
 pub mod attach;
 pub mod cond;
+pub mod conflict;
 pub mod evaluate;
 pub mod refs;
 pub mod view;

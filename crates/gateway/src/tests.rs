@@ -69,6 +69,7 @@ fn listener(name: &str, port: u16, protocol: &str) -> ListenerView {
         name: name.into(),
         port,
         protocol: protocol.into(),
+        hostname: None,
         namespaces: AllowedNamespaces::Same,
         kinds: vec![],
     }
@@ -742,4 +743,58 @@ fn a_backend_port_is_matched_by_number_and_the_routes_protocol() {
         "{}",
         p.resolved_refs.message
     );
+}
+
+/// Gateway API's "Handling indistinct Listeners": every conflicted listener is Conflicted and
+/// not Accepted (no winner is picked), admits no route and forwards nothing; the rest of the
+/// Gateway works, and the Gateway says ListenersNotValid (False when nothing is left).
+#[test]
+fn conflicted_listeners_are_refused_all_of_them_and_the_rest_works() {
+    let mut w = World::new();
+    w.gateways[0].listeners = vec![
+        listener("tcp", 8080, "TCP"),
+        listener("http", 8080, "HTTP"),
+        listener("udp", 8080, "UDP"),
+    ];
+    w.routes.push(route(
+        RouteKind::Tcp,
+        "gw",
+        "r",
+        1,
+        vec![parent(Some("tcp"), None)],
+        vec![backend("gw", "web", 1)],
+    ));
+    w.routes.push(route(
+        RouteKind::Udp,
+        "gw",
+        "u",
+        1,
+        vec![parent(Some("udp"), None)],
+        vec![backend("gw", "web", 1)],
+    ));
+    let e = w.eval();
+    for name in ["tcp", "http"] {
+        let l = listener_of(&e, name);
+        assert_eq!(reasons(&l.conflicted), (true, "ProtocolConflict"), "{name}");
+        assert_eq!(reasons(&l.accepted), (false, "ProtocolConflict"), "{name}");
+        assert_eq!((l.attached_routes, l.active.is_none()), (0, true), "{name}");
+    }
+    let udp = listener_of(&e, "udp");
+    assert_eq!(reasons(&udp.conflicted), (false, "NoConflicts"));
+    assert_eq!(reasons(&udp.accepted), (true, "Accepted"));
+    assert!(udp.active.is_some());
+    let gw = &e.gateways[&ObjKey::new("gw", "gw")];
+    assert_eq!(reasons(&gw.accepted), (true, "ListenersNotValid"));
+    assert!(
+        gw.accepted.message.contains("tcp, http"),
+        "{}",
+        gw.accepted.message
+    );
+    let p = parent_of(&e, RouteKind::Tcp, "gw", "r");
+    assert_eq!(reasons(&p.accepted), (false, "NotAllowedByListeners"));
+
+    w.gateways[0].listeners.pop();
+    let e = w.eval();
+    let gw = &e.gateways[&ObjKey::new("gw", "gw")];
+    assert_eq!(reasons(&gw.accepted), (false, "ListenersNotValid"));
 }

@@ -132,6 +132,9 @@ pub struct ListenerView {
     pub port: u16,
     /// `protocol` as written (`TCP`, `UDP`, `HTTP`, ...).
     pub protocol: String,
+    /// `hostname` (HTTP, HTTPS and TLS listeners only; None: any), for the distinctness rules
+    /// of [`crate::conflict`].
+    pub hostname: Option<String>,
     /// `allowedRoutes.namespaces`.
     pub namespaces: AllowedNamespaces,
     /// `allowedRoutes.kinds` as (group, kind); empty: the protocol's kind.

@@ -92,6 +92,7 @@ pub fn gateway_view(g: &Gateway) -> GatewayView {
                 name: l.name.clone(),
                 port: u16::try_from(l.port).unwrap_or(0),
                 protocol: l.protocol.clone(),
+                hostname: l.hostname.clone().filter(|h| !h.is_empty()),
                 namespaces,
                 kinds: allowed
                     .and_then(|a| a.kinds.as_ref())

@@ -594,3 +594,55 @@ fn only_nodes_serving_our_controller_name_are_waited_for() {
         "a stale report"
     );
 }
+
+/// Gateway API's indistinct listeners, as upstream's ListenerSetProtocolConflict asserts them
+/// for a listener: Accepted False, Programmed False and Conflicted True, all ProtocolConflict,
+/// at the Gateway's generation; the distinct listener beside them is programmed.
+#[test]
+fn conflicted_listeners_are_not_accepted_nor_programmed_and_say_protocol_conflict() {
+    let gw = gateway(json!([
+        {"name": "tcp", "port": 8080, "protocol": "TCP"},
+        {"name": "web", "port": 8080, "protocol": "HTTP"},
+        {"name": "dns", "port": 8080, "protocol": "UDP"},
+    ]));
+    let ev = eval(&gw, &[]);
+    let nodes = [node("n1", true, vec![report(2, vec![])])];
+    let s = gateway_status(
+        &gw,
+        &ev.gateways[&key()],
+        &assigned("10.0.0.1"),
+        &nodes,
+        t("2026-12-01T10:00:00Z"),
+    );
+    assert_eq!(gw_cond(&s, "Accepted"), ("True", "ListenersNotValid"));
+    assert_eq!(gw_cond(&s, "Programmed"), ("True", "Programmed"));
+    for name in ["tcp", "web"] {
+        for (type_, status) in [
+            ("Accepted", "False"),
+            ("Programmed", "False"),
+            ("Conflicted", "True"),
+        ] {
+            assert_eq!(
+                listener_cond(&s, name, type_),
+                (status, "ProtocolConflict"),
+                "{name} {type_}"
+            );
+        }
+    }
+    assert_eq!(
+        listener_cond(&s, "dns", "Conflicted"),
+        ("False", "NoConflicts")
+    );
+    assert_eq!(
+        listener_cond(&s, "dns", "Programmed"),
+        ("True", "Programmed")
+    );
+    for l in s.listeners.iter().flatten() {
+        assert!(
+            l.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(2)),
+            "{l:?}"
+        );
+    }
+}
