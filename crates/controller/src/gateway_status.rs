@@ -21,6 +21,11 @@
 //! whose `Ready` condition is True count: a node that is down does not hold every Gateway back,
 //! and it is not forwarding either.
 //!
+//! A listener a Ready node reports at the current generation with `programmed: false` and
+//! reason `PortUnavailable` (its VIP key is held by a Service or an older Gateway) is not
+//! Accepted (False/`PortUnavailable`, the node's message), and the Gateway's `Accepted` follows
+//! ([`rivora_gateway::gateway_accepted`]).
+//!
 //! Listener `Programmed`, first match wins:
 //! 1. the Gateway is not Accepted: False/`Invalid`; the listener is Conflicted: False with the
 //!    conflict's reason (`ProtocolConflict`, `HostnameConflict`); it is not Accepted otherwise:
@@ -68,8 +73,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use rivora_gateway::view::GATEWAY_GROUP;
 use rivora_gateway::{GatewayEval, ListenerEval, ObjKey, RouteKind, RouteParentEval};
-use rivora_k8s_api::rivora_node::STALE_AFTER_SECS;
 use rivora_k8s_api::rivora_node::condition::READY;
+use rivora_k8s_api::rivora_node::{LISTENER_PORT_UNAVAILABLE, STALE_AFTER_SECS};
 use rivora_k8s_api::{GatewayReport, ParentReference, RivoraNode, RouteParentStatus};
 
 use crate::ipam::{Assignment, Failure};
@@ -330,6 +335,41 @@ fn no_address(addressing: &Addressing) -> (&'static str, String) {
     }
 }
 
+/// The evaluation with what only the nodes can see: a listener whose (address, port, protocol)
+/// a Ready node finds held by another object (a Service given the Gateway's address by hand,
+/// or an older Gateway) is not Accepted (`PortUnavailable`, Gateway API's reason for "the port
+/// is already in use"), and the Gateway's `Accepted` is recomputed from its listeners'.
+fn with_unavailable_ports(key: &ObjKey, eval: &GatewayEval, nodes: &[NodeView]) -> GatewayEval {
+    let mut out = eval.clone();
+    let mut changed = false;
+    for l in out.listeners.iter_mut().filter(|l| l.accepted.status) {
+        let held = nodes.iter().filter(|n| n.ready).find_map(|n| {
+            let report = n.gateways.get(key)?;
+            let lr = report.listeners.iter().find(|r| r.name == l.name)?;
+            (report.generation == eval.generation
+                && !lr.programmed
+                && lr.reason.as_deref() == Some(LISTENER_PORT_UNAVAILABLE))
+            .then(|| {
+                format!(
+                    "RivoraNode {}: {}",
+                    n.name,
+                    lr.message
+                        .as_deref()
+                        .unwrap_or("the port is held by another object")
+                )
+            })
+        });
+        if let Some(message) = held {
+            l.accepted = rivora_gateway::Condition::no("Accepted", "PortUnavailable", message);
+            changed = true;
+        }
+    }
+    if changed {
+        out.accepted = rivora_gateway::gateway_accepted(&out.listeners);
+    }
+    out
+}
+
 /// A Gateway's whole status (what rivora-controller applies): addresses, `Accepted`,
 /// `Programmed`, and every listener.
 pub fn gateway_status(
@@ -343,6 +383,7 @@ pub fn gateway_status(
         gw.metadata.namespace.clone().unwrap_or_default(),
         gw.metadata.name.clone().unwrap_or_default(),
     );
+    let eval = &with_unavailable_ports(&key, eval, nodes);
     let generation = eval.generation;
     let prev = gw.status.as_ref();
     let prev_conditions = prev.and_then(|s| s.conditions.clone()).unwrap_or_default();

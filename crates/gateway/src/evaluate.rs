@@ -279,28 +279,7 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
                 active,
             });
         }
-        // Some listeners invalid: Accepted True with ListenersNotValid (the valid ones work);
-        // all invalid: Accepted False, as Gateway API's GatewayListenerUnsupportedProtocol
-        // asserts. HTTP-only and TLS-only Gateways are accepted (their listeners are valid,
-        // they carry nothing), as its TCPRouteInvalidNonTCPListener needs.
-        let invalid: Vec<&str> = listeners
-            .iter()
-            .filter(|l| !l.accepted.status)
-            .map(|l| l.name.as_str())
-            .collect();
-        let not_valid = format!(
-            "{} of {} listeners are not valid: {}",
-            invalid.len(),
-            listeners.len(),
-            invalid.join(", ")
-        );
-        let accepted = if invalid.is_empty() {
-            Condition::yes("Accepted", "Accepted", "every listener is valid")
-        } else if invalid.len() == listeners.len() {
-            Condition::no("Accepted", "ListenersNotValid", not_valid)
-        } else {
-            Condition::yes("Accepted", "ListenersNotValid", not_valid)
-        };
+        let accepted = gateway_accepted(&listeners);
         out.gateways.insert(
             gw.key.clone(),
             GatewayEval {
@@ -311,4 +290,31 @@ pub fn evaluate(s: &Snapshot<'_>) -> Evaluation {
         );
     }
     out
+}
+
+/// A Gateway's `Accepted` from its listeners'. Some listeners invalid: True/`ListenersNotValid`
+/// (the valid ones work); all invalid: False/`ListenersNotValid`, as Gateway API's
+/// GatewayListenerUnsupportedProtocol asserts. HTTP-only and TLS-only Gateways are accepted
+/// (their listeners are valid, they carry nothing), as its TCPRouteInvalidNonTCPListener needs.
+/// Public because rivora-controller applies it again when a node finds a listener's port
+/// unavailable (`PortUnavailable`), which only the nodes can see.
+pub fn gateway_accepted(listeners: &[ListenerEval]) -> Condition {
+    let invalid: Vec<&str> = listeners
+        .iter()
+        .filter(|l| !l.accepted.status)
+        .map(|l| l.name.as_str())
+        .collect();
+    let not_valid = format!(
+        "{} of {} listeners are not valid: {}",
+        invalid.len(),
+        listeners.len(),
+        invalid.join(", ")
+    );
+    if invalid.is_empty() {
+        Condition::yes("Accepted", "Accepted", "every listener is valid")
+    } else if invalid.len() == listeners.len() {
+        Condition::no("Accepted", "ListenersNotValid", not_valid)
+    } else {
+        Condition::yes("Accepted", "ListenersNotValid", not_valid)
+    }
 }

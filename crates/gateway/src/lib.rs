@@ -36,6 +36,7 @@ pub mod view;
 pub use cond::Condition;
 pub use evaluate::{
     ActiveRoute, Evaluation, GatewayEval, ListenerEval, ResolvedBackend, RouteParentEval, evaluate,
+    gateway_accepted,
 };
 pub use view::{
     AllowedNamespaces, BackendRefView, GatewayClassView, GatewayView, ListenerView, NamespaceView,

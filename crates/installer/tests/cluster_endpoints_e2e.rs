@@ -130,18 +130,27 @@ async fn rounds(
     what: &str,
 ) -> (RoundReport, RoundReport) {
     let want: BTreeSet<&str> = want.iter().copied().collect();
-    wait(&format!("{what}: every flow answered by {want:?}"), cluster, || async {
-        let tcp = rivora_lab::tcp_round(cluster.client(), target, FLOWS, 8, Duration::from_secs(2));
-        let udp = rivora_lab::udp_round(cluster.client(), target, FLOWS, 8, Duration::from_secs(2));
-        let full = [&tcp, &udp]
-            .iter()
-            .all(|r| r.per_backend.keys().map(String::as_str).eq(want.iter().copied()));
-        if tcp.all_ok() && udp.all_ok() && full {
-            Ok((tcp, udp))
-        } else {
-            Err(format!("{tcp}\n{udp}"))
-        }
-    })
+    wait(
+        &format!("{what}: every flow answered by {want:?}"),
+        cluster,
+        || async {
+            let tcp =
+                rivora_lab::tcp_round(cluster.client(), target, FLOWS, 8, Duration::from_secs(2));
+            let udp =
+                rivora_lab::udp_round(cluster.client(), target, FLOWS, 8, Duration::from_secs(2));
+            let full = [&tcp, &udp].iter().all(|r| {
+                r.per_backend
+                    .keys()
+                    .map(String::as_str)
+                    .eq(want.iter().copied())
+            });
+            if tcp.all_ok() && udp.all_ok() && full {
+                Ok((tcp, udp))
+            } else {
+                Err(format!("{tcp}\n{udp}"))
+            }
+        },
+    )
     .await
 }
 

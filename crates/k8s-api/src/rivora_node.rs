@@ -228,7 +228,17 @@ pub struct ListenerReport {
     /// Why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Gateway API's listener reason for a failure the listener's status should name, when
+    /// there is one: [`LISTENER_PORT_UNAVAILABLE`] (another object holds the listener's port on
+    /// the Gateway's address). rivora-controller turns it into the listener's `Accepted`
+    /// False with that reason; other failures are `Programmed` False/`Invalid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
+
+/// [`ListenerReport::reason`] when another object (a Service, or an older Gateway) holds the
+/// listener's (address, port, protocol) on this node.
+pub const LISTENER_PORT_UNAVAILABLE: &str = "PortUnavailable";
 
 /// The datapath of the node.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]

@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use rivora_gateway::ObjKey;
 use rivora_k8s_api::rivora_node::{
-    MAX_REPORTED_BLOCKERS, MAX_REPORTED_GATEWAYS, MAX_REPORTED_PEERS, MAX_REPORTED_SERVICES,
-    MAX_REPORTED_UNDECODABLE, MAX_REPORTED_VIPS, condition,
+    LISTENER_PORT_UNAVAILABLE, MAX_REPORTED_BLOCKERS, MAX_REPORTED_GATEWAYS, MAX_REPORTED_PEERS,
+    MAX_REPORTED_SERVICES, MAX_REPORTED_UNDECODABLE, MAX_REPORTED_VIPS, condition,
 };
 use rivora_k8s_api::{
     AnnounceReport, BgpSessionReport, DatapathSummary, GatewayReport, ListenerReport,
@@ -22,7 +22,7 @@ use crate::agent::Announcing;
 use crate::bgp_peers::NodeBgp;
 use crate::gateway::GatewayOutcome;
 use crate::l2_lease::Election;
-use crate::translate::{Outcome, ServiceKey};
+use crate::translate::{Outcome, ServiceKey, TranslateError};
 
 /// Everything the report is made of.
 pub struct Inputs<'a> {
@@ -356,6 +356,12 @@ fn gateway_reports(i: &Inputs<'_>, apply_ok: bool) -> Vec<GatewayReport> {
                         ),
                         Err(e) => (Vec::new(), 0, false, Some(e.to_string())),
                     };
+                    let reason = match &l.result {
+                        Err(TranslateError::KeyHeld { .. }) => {
+                            Some(LISTENER_PORT_UNAVAILABLE.to_string())
+                        }
+                        _ => None,
+                    };
                     ListenerReport {
                         name: l.name.clone(),
                         route: Some(l.route.to_string()),
@@ -363,6 +369,7 @@ fn gateway_reports(i: &Inputs<'_>, apply_ok: bool) -> Vec<GatewayReport> {
                         ready_backends: ready,
                         programmed,
                         message,
+                        reason,
                     }
                 })
                 .collect(),
@@ -467,6 +474,64 @@ mod tests {
             Time(later)
         );
         assert_eq!(c(&open, "Ready").last_transition_time, Time(t0));
+    }
+
+    /// A listener whose VIP key another object holds is reported with reason PortUnavailable
+    /// (rivora-controller makes that the listener's Accepted False); other failures carry no
+    /// reason (Programmed False/Invalid).
+    #[test]
+    fn a_listener_whose_port_is_held_says_port_unavailable() {
+        use crate::gateway::{GatewayOutcome, ListenerOutcome};
+        let held = TranslateError::KeyHeld {
+            key: rivora_dataplane::VipKey {
+                addr: "10.0.0.1".parse().unwrap(),
+                port: 80,
+                port_last: 80,
+                proto: 6,
+            },
+            holder: "Service ns/web".into(),
+        };
+        let other = TranslateError::EndpointIsVip {
+            endpoint: "10.0.0.1".parse().unwrap(),
+            slice: "ns/web-abc".into(),
+        };
+        let listener = |name: &str, e: TranslateError| ListenerOutcome {
+            name: name.into(),
+            route: ObjKey::new("ns", "r"),
+            result: Err(e),
+        };
+        let gateways = BTreeMap::from([(
+            ObjKey::new("ns", "gw"),
+            GatewayOutcome {
+                generation: 4,
+                listeners: vec![listener("held", held), listener("other", other)],
+            },
+        )]);
+        let reports = gateway_reports(
+            &Inputs {
+                results: &BTreeMap::new(),
+                gateways: &gateways,
+                gateway_controller: "rivora.dev/gateway-controller",
+                gate_open: false,
+                blockers: &[],
+                applied: Some(Ok(())),
+                datapath: None,
+                vip_count: 0,
+                unclaimed: 0,
+                previous: &[],
+                now: Timestamp::from_second(1).unwrap(),
+                announce: None,
+                undecodable: &[],
+            },
+            true,
+        );
+        let l = &reports[0].listeners;
+        assert_eq!(
+            (l[0].programmed, l[0].reason.as_deref()),
+            (false, Some("PortUnavailable"))
+        );
+        assert!(l[0].message.as_deref().unwrap().contains("Service ns/web"));
+        assert_eq!((l[1].programmed, l[1].reason.as_deref()), (false, None));
     }
 
     #[test]

@@ -101,7 +101,8 @@ fn programmed_listener(name: &str, route: &str, vips: &[&str], ok: bool) -> List
         vips: vips.iter().map(|v| v.to_string()).collect(),
         ready_backends: 1,
         programmed: ok,
-        message: (!ok).then(|| "the key 10.0.0.1:8080/TCP is held by Service x/y".into()),
+        message: (!ok).then(|| "not programmed: the last apply failed: vip map full".into()),
+        reason: None,
     }
 }
 
@@ -328,11 +329,36 @@ fn programmed_waits_for_every_ready_node_at_the_current_generation() {
     assert_eq!(gw_cond(&s, "Programmed"), ("False", "Invalid"));
     assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Invalid"));
     let m = &cond(s.conditions.as_deref().unwrap(), "Programmed").message;
-    assert!(m.contains("n2") && m.contains("held by Service x/y"), "{m}");
+    assert!(m.contains("n2") && m.contains("vip map full"), "{m}");
     assert_eq!(
         listener_cond(&s, "idle", "Programmed"),
         ("True", "Programmed")
     );
+    assert_eq!(gw_cond(&s, "Accepted"), ("True", "Accepted"));
+
+    // The node finds the listener's port held by another object: the listener is not
+    // Accepted (PortUnavailable, the node's message), the Gateway says ListenersNotValid, and
+    // the rest of it is programmed.
+    let held = ListenerReport {
+        message: Some("VIP 10.0.0.1:8080/TCP is already held by Service x/y".into()),
+        reason: Some("PortUnavailable".into()),
+        ..programmed_listener("tcp", "gw/r", &[], false)
+    };
+    let nodes = [
+        node("n1", true, vec![report(2, vec![good()])]),
+        node("n2", true, vec![report(2, vec![held])]),
+    ];
+    let s = gateway_status(&gw, e, &a, &nodes, now);
+    assert_eq!(
+        listener_cond(&s, "tcp", "Accepted"),
+        ("False", "PortUnavailable")
+    );
+    let l = &s.listeners.as_ref().unwrap()[0];
+    let m = &cond(&l.conditions, "Accepted").message;
+    assert!(m.contains("n2") && m.contains("held by Service x/y"), "{m}");
+    assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Invalid"));
+    assert_eq!(gw_cond(&s, "Accepted"), ("True", "ListenersNotValid"));
+    assert_eq!(gw_cond(&s, "Programmed"), ("True", "Programmed"));
 }
 
 #[test]
