@@ -29,6 +29,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
@@ -60,6 +61,14 @@ pub const REQUIRED_RESOURCES: [&str; 5] = [
 pub const RECHECK: Duration = Duration::from_secs(30);
 /// How long a leader writes before it confirms its Lease again (as the Service half does).
 const CONFIRM_EVERY: Duration = Duration::from_millis(500);
+
+/// The CRD whose [`BUNDLE_VERSION_ANNOTATION`] says which Gateway API release is installed.
+pub const VERSION_CRD: &str = "gatewayclasses.gateway.networking.k8s.io";
+/// Gateway API's annotation on its CRDs naming their release (`v1.6.3`).
+pub const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
+
+/// The installed Gateway API release as [`VERSION_CRD`] names it, or why it is not known.
+pub type InstalledVersion = std::result::Result<String, String>;
 
 /// The Gateway API watches (and the RivoraNode one, whose reports only Gateways need).
 #[derive(Clone)]
@@ -102,6 +111,8 @@ pub struct GatewayWatch {
     ctx: WatchContext,
     stores: OnceLock<GatewayStores>,
     checked: Mutex<Option<Instant>>,
+    /// The installed release and when it was read (read again after [`RECHECK`]).
+    version: Mutex<Option<(Instant, InstalledVersion)>>,
 }
 
 impl GatewayWatch {
@@ -112,7 +123,43 @@ impl GatewayWatch {
             ctx,
             stores: OnceLock::new(),
             checked: Mutex::new(None),
+            version: Mutex::new(None),
         }
+    }
+
+    /// The installed Gateway API release: [`BUNDLE_VERSION_ANNOTATION`] of [`VERSION_CRD`],
+    /// read (metadata only) at most every [`RECHECK`], so an upgrade of the CRDs shows in the
+    /// GatewayClass's `SupportedVersion` within that. A failed read is an `Err` saying why (it
+    /// is logged when it first happens or changes), never a guess.
+    pub async fn installed_version(&self) -> InstalledVersion {
+        if let Some((at, v)) = self
+            .version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            && at.elapsed() < RECHECK
+        {
+            return v.clone();
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let read = match crds.get_metadata(VERSION_CRD).await {
+            Ok(m) => m
+                .metadata
+                .annotations
+                .and_then(|a| a.get(BUNDLE_VERSION_ANNOTATION).cloned())
+                .ok_or_else(|| {
+                    format!("CRD {VERSION_CRD} has no {BUNDLE_VERSION_ANNOTATION} annotation")
+                }),
+            Err(e) => Err(format!("reading CRD {VERSION_CRD}: {e}")),
+        };
+        let mut cached = self.version.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = &read
+            && cached.as_ref().map(|(_, v)| v) != Some(&read)
+        {
+            warn!("the installed Gateway API release is not known: {e}");
+        }
+        *cached = Some((Instant::now(), read.clone()));
+        read
     }
 
     /// The stores, started if Gateway API v1 is served now; None when it is not. Asks the API
@@ -177,6 +224,9 @@ pub struct GatewaySnapshot {
     refused: BTreeMap<ObjKey, String>,
     /// Every Service's families, for [`gateway_families`].
     families: BTreeMap<ObjKey, Vec<crate::ipam::blocks::Family>>,
+    /// The installed Gateway API release (set by the caller from
+    /// [`GatewayWatch::installed_version`]), for the GatewayClasses' `SupportedVersion`.
+    pub installed_version: InstalledVersion,
 }
 
 fn obj_key<K: ResourceExt>(o: &K) -> ObjKey {
@@ -261,6 +311,7 @@ impl GatewayStores {
             claims,
             refused,
             families: gateway_families::service_families(services),
+            installed_version: Err("not read yet".into()),
         }
     }
 }
@@ -371,7 +422,7 @@ pub async fn write(
         };
         if gateway_status::class_status_is_current(
             class,
-            &gateway_status::class_status(class, accepted, now),
+            &gateway_status::class_status(class, accepted, &snap.installed_version, now),
         ) {
             continue;
         }
@@ -384,7 +435,7 @@ pub async fn write(
             if fresh.metadata.generation != class.metadata.generation {
                 return Ok(false); // changed since the snapshot: the next pass sees it
             }
-            let want = gateway_status::class_status(&fresh, accepted, now);
+            let want = gateway_status::class_status(&fresh, accepted, &snap.installed_version, now);
             if gateway_status::class_status_is_current(&fresh, &want) {
                 return Ok(false);
             }

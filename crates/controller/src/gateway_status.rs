@@ -64,7 +64,9 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
-use gateway_api::gatewayclasses::{GatewayClass, GatewayClassStatus};
+use gateway_api::gatewayclasses::{
+    GatewayClass, GatewayClassStatus, GatewayClassStatusSupportedFeatures,
+};
 use gateway_api::gateways::{
     Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
     GatewayStatusListenersSupportedKinds,
@@ -203,10 +205,61 @@ pub fn conditions_match(current: &[Condition], want: &[Condition]) -> bool {
     })
 }
 
-/// A GatewayClass's status: `Accepted` as the evaluation decided it.
+/// The Gateway API release Rivora is built and tested for (its CRDs' `bundle-version` starts
+/// with this and a dot).
+pub const SUPPORTED_RELEASE: &str = "v1.6";
+
+/// The features a GatewayClass of Rivora's publishes in `status.supportedFeatures` (sorted, as
+/// the spec requires): what Gateway API's conformance suite runs for it (profiles GATEWAY-TCP and
+/// GATEWAY-UDP) and what it passes, docs/conformance/. Not claimed: anything of HTTPRoute,
+/// TLSRoute or GRPCRoute (Rivora forwards L4 only), and `GatewayInfrastructurePropagation`
+/// (Rivora makes no object per Gateway that `spec.infrastructure` could label).
+pub const SUPPORTED_FEATURES: [&str; 7] = [
+    "Gateway",
+    "GatewayAddressEmpty",
+    "GatewayPort8080",
+    "GatewayStaticAddresses",
+    "ReferenceGrant",
+    "TCPRoute",
+    "UDPRoute",
+];
+
+/// `SupportedVersion` for the installed release: True when it is of [`SUPPORTED_RELEASE`];
+/// otherwise False/`UnsupportedVersion` naming both (Rivora still serves the class: "best
+/// effort", as the spec allows, since the kinds it reads are v1 and stable).
+fn supported_version(installed: &Result<String, String>) -> (bool, &'static str, String) {
+    match installed {
+        Ok(v) if v.starts_with(&format!("{SUPPORTED_RELEASE}.")) => (
+            true,
+            "SupportedVersion",
+            format!(
+                "the installed Gateway API CRDs are {v}; Rivora supports {SUPPORTED_RELEASE}.x"
+            ),
+        ),
+        Ok(v) => (
+            false,
+            "UnsupportedVersion",
+            format!(
+                "the installed Gateway API CRDs are {v}; Rivora supports {SUPPORTED_RELEASE}.x \
+                 (served on a best-effort basis)"
+            ),
+        ),
+        Err(why) => (
+            false,
+            "UnsupportedVersion",
+            format!(
+                "the installed Gateway API release is not known ({why}); Rivora supports {SUPPORTED_RELEASE}.x"
+            ),
+        ),
+    }
+}
+
+/// A GatewayClass's status: `Accepted` as the evaluation decided it, `SupportedVersion` for the
+/// installed Gateway API release, and [`SUPPORTED_FEATURES`].
 pub fn class_status(
     class: &GatewayClass,
     accepted: &rivora_gateway::Condition,
+    installed: &Result<String, String>,
     now: Timestamp,
 ) -> GatewayClassStatus {
     let previous = class
@@ -214,25 +267,45 @@ pub fn class_status(
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
+    let generation = class.metadata.generation.unwrap_or(0);
+    let (ok, reason, message) = supported_version(installed);
     GatewayClassStatus {
-        conditions: Some(vec![from_eval(
-            accepted,
-            class.metadata.generation.unwrap_or(0),
-            &previous,
-            now,
-        )]),
-        supported_features: None,
+        conditions: Some(vec![
+            from_eval(accepted, generation, &previous, now),
+            condition(
+                "SupportedVersion",
+                ok,
+                reason,
+                &message,
+                generation,
+                &previous,
+                now,
+            ),
+        ]),
+        supported_features: Some(
+            SUPPORTED_FEATURES
+                .iter()
+                .map(|f| GatewayClassStatusSupportedFeatures { name: (*f).into() })
+                .collect(),
+        ),
     }
 }
 
-/// Whether the GatewayClass already says what `want` says.
+/// Whether the GatewayClass already says what `want` says (conditions, supported features).
 pub fn class_status_is_current(class: &GatewayClass, want: &GatewayClassStatus) -> bool {
-    let cur = class
-        .status
-        .as_ref()
+    let cur = class.status.as_ref();
+    let conditions = cur
         .and_then(|s| s.conditions.as_deref())
         .unwrap_or_default();
-    conditions_match(cur, want.conditions.as_deref().unwrap_or_default())
+    let features = |s: Option<&GatewayClassStatus>| -> Vec<String> {
+        s.and_then(|s| s.supported_features.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|f| f.name.clone())
+            .collect()
+    };
+    conditions_match(conditions, want.conditions.as_deref().unwrap_or_default())
+        && features(cur) == features(Some(want))
 }
 
 /// How the Ready nodes stand on one listener (or, without a listener, on the Gateway).

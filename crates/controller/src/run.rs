@@ -419,12 +419,13 @@ pub async fn pass(
     let gateway = match stores.gateway.stores(false).await? {
         Some(gw) => {
             gw.ready().await?;
-            let snap = gw.snapshot(
+            let mut snap = gw.snapshot(
                 &settings.class.gateway_controller,
                 &stores.namespaces.state(),
                 &all_services,
                 &ns_labels,
             );
+            snap.installed_version = stores.gateway.installed_version().await;
             views.extend(snap.claims.iter().cloned());
             Some(snap)
         }

@@ -376,7 +376,9 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
         class: class.clone(),
     };
 
-    // Phase 1: the GatewayClass is Accepted for its generation.
+    // Phase 1: the GatewayClass is Accepted for its generation, says the installed CRDs
+    // (v1.6.3, read from their bundle-version through the controller's RBAC) are supported, and
+    // publishes its features, as the conformance suite reads them.
     wait("GatewayClass Accepted", async || {
         let c = classes.get(&class).await.map_err(|e| e.to_string())?;
         let cs = c
@@ -384,7 +386,26 @@ async fn the_leader_writes_gateway_api_status_as_conformance_asserts_it() {
             .as_ref()
             .and_then(|s| s.conditions.as_deref())
             .unwrap_or_default();
-        expect_cond(cs, "Accepted", c.metadata.generation, ("True", "Accepted"))
+        expect_cond(cs, "Accepted", c.metadata.generation, ("True", "Accepted"))?;
+        expect_cond(
+            cs,
+            "SupportedVersion",
+            c.metadata.generation,
+            ("True", "SupportedVersion"),
+        )?;
+        let features: Vec<String> = c
+            .status
+            .as_ref()
+            .and_then(|s| s.supported_features.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|f| f.name.clone())
+            .collect();
+        let want = rivora_controller::gateway_status::SUPPORTED_FEATURES;
+        if features != want {
+            return Err(format!("supportedFeatures {features:?}, want {want:?}"));
+        }
+        Ok(())
     })
     .await;
 

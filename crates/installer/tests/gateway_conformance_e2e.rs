@@ -9,10 +9,12 @@
 //! their addresses, as upstream runs it against any implementation.
 //!
 //! Profiles GATEWAY-TCP and GATEWAY-UDP; the test fails when the suite does (any test of a
-//! claimed feature failed) and when a profile's report is not a success. [`NOT_YET`] lists the
-//! tests skipped, each with its reason: what they need that Rivora does not do (yet, or by
-//! choice: issue 42 decides); `RIVORA_CONFORMANCE_ALL=1` runs them too. The report and the suite's log go to
-//! `$RIVORA_CONFORMANCE_DIR` (default `target/gateway-conformance/`): report.yaml, suite.log;
+//! claimed feature failed) and when a profile's report is not a success. The features the
+//! suite runs are those the GatewayClass publishes in `status.supportedFeatures`.
+//! [`NOT_APPLICABLE`] lists the tests skipped, each with its reason (HTTPS certificateRefs and
+//! HTTPRoute attachment, which an L4 load balancer does not have); `RIVORA_CONFORMANCE_ALL=1`
+//! runs them too. The report and the suite's log go to `$RIVORA_CONFORMANCE_DIR` (default
+//! `target/gateway-conformance/`): report.yaml, suite.log;
 //! docs/conformance/ holds the report committed, with the command that made it.
 //!
 //! Needs root and the test dependencies (scripts/build-testdeps.sh, scripts/setup.sh).
@@ -38,38 +40,40 @@ const USABLE: &str = "10.99.44.60";
 const UNUSABLE: &str = "10.99.45.1";
 /// The profiles Rivora claims.
 const PROFILES: &str = "GATEWAY-TCP,GATEWAY-UDP";
-/// The features Rivora claims (what its GatewayClass status will publish).
-const FEATURES: &str = "Gateway,ReferenceGrant,TCPRoute,UDPRoute,GatewayPort8080,GatewayStaticAddresses,GatewayAddressEmpty";
-/// Tests skipped, with the reason: what each asserts that Rivora does not do. The report lists
-/// them as skipped; docs/conformance/README.md explains them.
-const NOT_YET: &[(&str, &str)] = &[
+/// Extended features the suite must find in the GatewayClass's `status.supportedFeatures`
+/// (it infers what to run from there: no `-supported-features` is passed).
+const EXTENDED_CLAIMED: [&str; 3] = [
+    "GatewayAddressEmpty",
+    "GatewayPort8080",
+    "GatewayStaticAddresses",
+];
+/// Core tests skipped, with the reason: they assert HTTPS or HTTPRoute behaviour that an L4
+/// load balancer does not have, by design (issue 42 decided it). The report lists them as
+/// skipped; docs/conformance/README.md explains them. `RIVORA_CONFORMANCE_ALL=1` runs them.
+const NOT_APPLICABLE: &[(&str, &str)] = &[
     (
         "GatewayInvalidTLSConfiguration",
-        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs False/InvalidCertificateRef for a missing, malformed or unsupported certificateRef",
+        "wants ResolvedRefs False/InvalidCertificateRef for a missing, malformed or unsupported certificateRef of an HTTPS listener: Rivora terminates no TLS, so it resolves no certificateRefs; checking them would take read access to every Secret of the cluster for data it never uses",
     ),
     (
         "GatewayModifyListeners",
-        "the test counts HTTPRoutes attached to the HTTP listeners it adds and removes (attachedRoutes 1); Rivora attaches no HTTPRoute",
+        "counts the HTTPRoutes attached to the HTTP listeners it adds and removes (attachedRoutes 1): Rivora forwards TCPRoute and UDPRoute only and attaches no HTTPRoute",
     ),
     (
         "GatewaySecretInvalidReferenceGrant",
-        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs False/RefNotPermitted for a Secret in another namespace that no ReferenceGrant permits",
+        "wants ResolvedRefs False/RefNotPermitted for a Secret in another namespace no ReferenceGrant permits: Rivora resolves no certificateRefs (it terminates no TLS and reads no Secrets)",
     ),
     (
         "GatewaySecretMissingReferenceGrant",
-        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs False/RefNotPermitted for a Secret in another namespace without a ReferenceGrant",
+        "wants ResolvedRefs False/RefNotPermitted for a Secret in another namespace without a ReferenceGrant: Rivora resolves no certificateRefs (it terminates no TLS and reads no Secrets)",
     ),
     (
         "GatewaySecretReferenceGrantAllInNamespace",
-        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs True for a Secret a ReferenceGrant permits",
+        "wants ResolvedRefs True for a Secret a ReferenceGrant permits: Rivora resolves no certificateRefs (it terminates no TLS and reads no Secrets)",
     ),
     (
         "GatewaySecretReferenceGrantSpecific",
-        "HTTPS listeners are accepted but their certificateRefs are not resolved: Rivora terminates no TLS and reads no Secrets (its RBAC grants none); the test wants ResolvedRefs True for a Secret a ReferenceGrant permits",
-    ),
-    (
-        "GatewayStaticAddresses",
-        "an address of an unsupported type beside two IPv4 addresses does not give Accepted False/UnsupportedAddress: the two addresses of one family are refused first (Programmed False/AddressNotUsable)",
+        "wants ResolvedRefs True for a Secret a ReferenceGrant permits: Rivora resolves no certificateRefs (it terminates no TLS and reads no Secrets)",
     ),
 ];
 /// The whole run's bound (the suite's own per-step timeouts are far shorter).
@@ -90,7 +94,6 @@ fn run_suite(
         "-test.run=TestConformance",
         "-gateway-class=rivora",
         &format!("-conformance-profiles={PROFILES}"),
-        &format!("-supported-features={FEATURES}"),
         &format!("-usable-address={USABLE}"),
         &format!("-unusable-address={UNUSABLE}"),
         "-organization=rivora",
@@ -101,7 +104,7 @@ fn run_suite(
         &format!("-report-output={}", report.display()),
     ]);
     if std::env::var_os("RIVORA_CONFORMANCE_ALL").is_none() {
-        let skip: Vec<&str> = NOT_YET.iter().map(|(t, _)| *t).collect();
+        let skip: Vec<&str> = NOT_APPLICABLE.iter().map(|(t, _)| *t).collect();
         cmd.arg(format!("-skip-tests={}", skip.join(",")));
     }
     cmd.env("KUBECONFIG", kubeconfig)
@@ -220,7 +223,7 @@ async fn the_gateway_api_conformance_suite_passes_its_tcp_and_udp_profiles() {
     println!("{}", verdicts(&out));
     let report_text = std::fs::read_to_string(&report).unwrap_or_default();
     println!("report ({}):\n{report_text}", report.display());
-    for (test, why) in NOT_YET {
+    for (test, why) in NOT_APPLICABLE {
         println!("skipped {test}: {why}");
     }
     assert!(
@@ -243,8 +246,23 @@ async fn the_gateway_api_conformance_suite_passes_its_tcp_and_udp_profiles() {
         .as_array()
         .expect("the report lists profiles");
     assert_eq!(profiles.len(), 2, "both profiles reported: {report_text}");
-    let not_yet: Vec<&str> = NOT_YET.iter().map(|(t, _)| *t).collect();
+    assert!(
+        out.contains("Supported features for GatewayClass rivora"),
+        "the suite inferred the features from the GatewayClass's status"
+    );
+    let not_applicable: Vec<&str> = NOT_APPLICABLE.iter().map(|(t, _)| *t).collect();
     for p in profiles {
+        let inferred: Vec<&str> = p["extended"]["supportedFeatures"]
+            .as_array()
+            .map(|f| f.iter().filter_map(|x| x.as_str()).collect())
+            .unwrap_or_default();
+        for f in EXTENDED_CLAIMED {
+            assert!(
+                inferred.contains(&f),
+                "{}: {f} inferred from the GatewayClass: {inferred:?}",
+                p["name"]
+            );
+        }
         for level in ["core", "extended"] {
             let r = &p[level];
             if r.is_null() {
@@ -261,7 +279,7 @@ async fn the_gateway_api_conformance_suite_passes_its_tcp_and_udp_profiles() {
                 .unwrap_or_default();
             for t in &skipped {
                 assert!(
-                    not_yet.contains(t),
+                    not_applicable.contains(t),
                     "{what}: {t} skipped, but not by this test: {report_text}"
                 );
             }

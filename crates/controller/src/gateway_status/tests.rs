@@ -146,7 +146,8 @@ fn a_gateway_class_is_accepted_unless_it_has_parameters() {
         namespaces: &[],
         services: &[],
     });
-    let s = class_status(&class(true), &e.classes["rivora"], now);
+    let v163: Result<String, String> = Ok("v1.6.3".into());
+    let s = class_status(&class(true), &e.classes["rivora"], &v163, now);
     let c = &s.conditions.as_ref().unwrap()[0];
     assert_eq!(
         (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
@@ -155,12 +156,74 @@ fn a_gateway_class_is_accepted_unless_it_has_parameters() {
     assert_eq!(c.observed_generation, Some(1));
     let accepted = eval(&gateway(tcp_listeners()), &[]).classes["rivora"].clone();
     let mut gc = class(false);
-    let s = class_status(&gc, &accepted, now);
+    let s = class_status(&gc, &accepted, &v163, now);
     assert!(!class_status_is_current(&gc, &s));
     gc.status = Some(s.clone());
-    let later = class_status(&gc, &accepted, t("2026-12-01T11:00:00Z"));
+    let later = class_status(&gc, &accepted, &v163, t("2026-12-01T11:00:00Z"));
     assert_eq!(later, s, "the transition time is kept");
     assert!(class_status_is_current(&gc, &later));
+}
+
+/// The class says which Gateway API release it supports (SupportedVersion, from the CRDs'
+/// bundle-version) and publishes its features, sorted, so the conformance suite can infer them.
+#[test]
+fn a_gateway_class_publishes_its_supported_version_and_features() {
+    let now = t("2026-12-01T10:00:00Z");
+    let accepted = eval(&gateway(tcp_listeners()), &[]).classes["rivora"].clone();
+    let version = |installed: Result<String, String>| {
+        let s = class_status(&class(false), &accepted, &installed, now);
+        let c = cond(s.conditions.as_deref().unwrap(), "SupportedVersion").clone();
+        assert_eq!(c.observed_generation, Some(1));
+        assert_eq!(
+            cond(s.conditions.as_deref().unwrap(), "Accepted").status,
+            "True",
+            "the class is served whatever the release"
+        );
+        (c.status, c.reason, c.message, s.supported_features)
+    };
+    let (status, reason, message, features) = version(Ok("v1.6.3".into()));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "SupportedVersion")
+    );
+    assert!(message.contains("v1.6.3"), "{message}");
+    let names: Vec<String> = features.unwrap().into_iter().map(|f| f.name).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "sorted by name, as the spec requires");
+    for f in [
+        "Gateway",
+        "ReferenceGrant",
+        "TCPRoute",
+        "UDPRoute",
+        "GatewayStaticAddresses",
+    ] {
+        assert!(names.iter().any(|n| n == f), "{f} in {names:?}");
+    }
+    assert!(
+        !names.iter().any(|n| n.starts_with("HTTPRoute")),
+        "{names:?}"
+    );
+    for installed in [
+        Ok("v1.7.0".to_string()),
+        Ok("v1.60.0".to_string()),
+        Err("forbidden".to_string()),
+    ] {
+        let (status, reason, message, _) = version(installed.clone());
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "UnsupportedVersion"),
+            "{installed:?}"
+        );
+        assert!(message.contains("v1.6.x"), "{message}");
+    }
+    // A class whose features differ (an older Rivora wrote none) is not current.
+    let mut gc = class(false);
+    let mut s = class_status(&gc, &accepted, &Ok("v1.6.3".into()), now);
+    s.supported_features = None;
+    gc.status = Some(s);
+    let want = class_status(&gc, &accepted, &Ok("v1.6.3".into()), now);
+    assert!(!class_status_is_current(&gc, &want));
 }
 
 #[test]
