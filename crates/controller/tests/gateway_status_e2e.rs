@@ -209,6 +209,17 @@ fn our_parent<'a>(
                 && p.parent_ref.section_name.as_deref() == section
         })
         .ok_or_else(|| format!("no parent entry of ours for {gw}/{section:?}: {parents:?}"))
+        .and_then(|p| {
+            // As the conformance suite's parentsForRouteMatch: group and kind are written out.
+            let gk = (p.parent_ref.group.as_deref(), p.parent_ref.kind.as_deref());
+            if gk == (Some("gateway.networking.k8s.io"), Some("Gateway")) {
+                Ok(p)
+            } else {
+                Err(format!(
+                    "parentRef group/kind {gk:?}, want gateway.networking.k8s.io/Gateway"
+                ))
+            }
+        })
 }
 
 fn gw_conditions(gw: &Gateway) -> &[Condition] {

@@ -326,10 +326,12 @@ impl GatewayTest {
                     .and_then(|s| s.conditions.as_ref())
                     .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
                     .ok_or_else(|| format!("no {type_} condition: {:?}", g.status))?;
-                if c.status == status && c.reason == reason {
+                // As upstream's conformance checks: for the Gateway's current generation.
+                let current = c.observed_generation == g.metadata.generation;
+                if c.status == status && c.reason == reason && current {
                     Ok(())
                 } else {
-                    Err(format!("{c:?}"))
+                    Err(format!("{c:?} (generation {:?})", g.metadata.generation))
                 }
             },
         )
@@ -360,9 +362,12 @@ impl GatewayTest {
                     .ok_or_else(|| format!("no listener status: {:?}", g.status))?;
                 let v = serde_json::to_value(l).unwrap();
                 let ok = l.attached_routes == attached
-                    && l.conditions
-                        .iter()
-                        .any(|c| c.type_ == type_ && c.status == status && c.reason == reason);
+                    && l.conditions.iter().any(|c| {
+                        c.type_ == type_
+                            && c.status == status
+                            && c.reason == reason
+                            && c.observed_generation == g.metadata.generation
+                    });
                 if ok { Ok(v) } else { Err(v.to_string()) }
             },
         )
@@ -387,20 +392,35 @@ impl GatewayTest {
             &format!("{kind} {ns}/{name} parent {gateway} {type_}={status} ({reason})"),
             WAIT,
             || async {
-                let parents = self.route_parents(kind, ns, name).await?;
+                let route = self.route_object(kind, ns, name).await?;
+                let parents = route["status"]["parents"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                // As upstream's parentsForRouteMatch: group and kind written out, the name
+                // (and section) as the route has them; conditions for its current generation.
                 let p = parents
                     .iter()
                     .find(|p| {
                         p["controllerName"] == self.controller_name.as_str()
+                            && p["parentRef"]["group"] == "gateway.networking.k8s.io"
+                            && p["parentRef"]["kind"] == "Gateway"
                             && p["parentRef"]["name"] == gateway
                             && section.is_none_or(|s| p["parentRef"]["sectionName"] == s)
                     })
                     .ok_or_else(|| format!("no parent entry of ours: {parents:?}"))?;
-                let ok =
-                    p["conditions"].as_array().into_iter().flatten().any(|c| {
-                        c["type"] == type_ && c["status"] == status && c["reason"] == reason
-                    });
-                if ok { Ok(()) } else { Err(p.to_string()) }
+                let generation = &route["metadata"]["generation"];
+                let ok = p["conditions"].as_array().into_iter().flatten().any(|c| {
+                    c["type"] == type_
+                        && c["status"] == status
+                        && c["reason"] == reason
+                        && c["observedGeneration"] == *generation
+                });
+                if ok {
+                    Ok(())
+                } else {
+                    Err(format!("{p} (generation {generation})"))
+                }
             },
         )
         .await
@@ -413,7 +433,16 @@ impl GatewayTest {
         ns: &str,
         name: &str,
     ) -> Result<Vec<Value>, String> {
-        let v = match kind {
+        let v = self.route_object(kind, ns, name).await?;
+        Ok(v["status"]["parents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// The route as JSON.
+    pub async fn route_object(&self, kind: &str, ns: &str, name: &str) -> Result<Value, String> {
+        Ok(match kind {
             "TCPRoute" => serde_json::to_value(
                 Api::<TcpRoute>::namespaced(self.t.admin.clone(), ns)
                     .get(name)
@@ -427,11 +456,7 @@ impl GatewayTest {
                     .map_err(|e| e.to_string())?,
             ),
         }
-        .unwrap();
-        Ok(v["status"]["parents"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default())
+        .unwrap())
     }
 }
 
