@@ -3,7 +3,8 @@
 //! real API server with the upstream standard CRDs, the real rivora-controller (in process, as
 //! the ServiceAccount of deploy/rbac/rivora-controller.yaml) and real `rivorad --kubernetes`
 //! node agents in the cluster lab (crates/lab cluster.rs). Each test asserts the statuses the
-//! conformance test asserts, then sends real TCP connections and UDP exchanges from the lab's
+//! conformance test asserts (for the object's current observedGeneration, with the parentRef's
+//! group and kind, listener by listener: k8s_common/gateway.rs), then sends real TCP connections and UDP exchanges from the lab's
 //! client to the Gateway's address and checks which backend answered.
 //!
 //! The test plays the controller-manager (it writes the backend Services' EndpointSlices, with
