@@ -111,6 +111,13 @@ pub struct KubernetesStatus {
     /// Generation of the last desired state the cluster gave (0: none yet,
     /// e.g. while the API server is unreachable).
     pub offered_generation: u64,
+    /// Services whose translation a pass reused because nothing it reads changed, since the
+    /// start (the agent translates only what changed).
+    #[serde(default)]
+    pub translations_reused: u64,
+    /// Services translated (new or changed), since the start.
+    #[serde(default)]
+    pub translations_done: u64,
     /// Writes of this node's RivoraNode status that succeeded.
     pub node_report_writes: u64,
     /// Writes of it that failed.

@@ -71,6 +71,7 @@
 //! | `rivora_k8s_services` | gauge | `state` (`programmed`, `refused`, `failing`) |
 //! | `rivora_k8s_gateway_listeners` | gauge | `state` (`programmed`, `failing`) |
 //! | `rivora_k8s_service_failures` | gauge | `reason` |
+//! | `rivora_k8s_translations_total` | counter | `result` (`reused`, `translated`) |
 //! | `rivora_k8s_watch_events_total` | counter | `kind` |
 //! | `rivora_k8s_watch_errors_total` | counter | `kind` |
 //! | `rivora_k8s_store_objects` | gauge | `kind` |
@@ -916,6 +917,16 @@ fn kubernetes(enc: &mut DescriptorEncoder, k: &crate::KubernetesStatus) -> fmt::
         k.failures
             .iter()
             .map(|(r, n)| ([("reason", r.as_str())], *n)),
+    )?;
+    counters(
+        enc,
+        "rivora_k8s_translations",
+        "Services per pass whose translation was reused (nothing it reads changed) or made",
+        None,
+        [
+            ([("result", "reused")], k.translations_reused),
+            ([("result", "translated")], k.translations_done),
+        ],
     )?;
     counters(
         enc,

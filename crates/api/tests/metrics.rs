@@ -167,6 +167,8 @@ fn sample_snapshot() -> MetricsSnapshot {
             gateway_listeners: BTreeMap::from([("programmed".into(), 2)]),
             failing: vec!["a/b: x".into()],
             offered_generation: 5,
+            translations_reused: 40,
+            translations_done: 9,
             node_report_writes: 7,
             node_report_write_failures: 2,
             node_report_error: None,
@@ -426,6 +428,17 @@ fn expected(s: &MetricsSnapshot) -> Parsed {
                 Kind::Gauge,
                 labels(&[("reason", r)]),
                 *n as f64,
+            );
+        }
+        for (result, n) in [
+            ("reused", k.translations_reused),
+            ("translated", k.translations_done),
+        ] {
+            put(
+                "rivora_k8s_translations_total",
+                Kind::Counter,
+                labels(&[("result", result)]),
+                n as f64,
             );
         }
         for w in &k.watches {

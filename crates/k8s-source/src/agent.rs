@@ -40,7 +40,7 @@ use crate::l2_lease::{self, Election, LeaseConfig, LeaseTiming};
 use crate::report;
 use crate::stores::{Stores, WatchState};
 use crate::translate::{
-    NodeIdentity, Outcome, ServiceKey, ServiceState, TranslateError, translate_all,
+    NodeIdentity, Outcome, ServiceKey, ServiceState, TranslateError, translate_all_with,
 };
 use rivora_gateway::ObjKey;
 
@@ -246,6 +246,9 @@ pub struct AgentStatus {
     pub l2_holder: Option<String>,
     /// L2 mode: why this node does not compete for the Lease.
     pub l2_ineligible: Option<String>,
+    /// Services whose last translation was reused, and those translated, since the start
+    /// ([`crate::memo`]).
+    pub translations: crate::memo::MemoStats,
 }
 
 /// Most failing Services named in [`AgentStatus::failing`].
@@ -378,6 +381,7 @@ pub fn start(client: Client, config: Config) -> Handles {
         logged_meridio_problems: Vec::new(),
         meridio_spec: Default::default(),
         meridio_groups: Vec::new(),
+        memo: crate::memo::TranslateMemo::new(),
     };
     tokio::spawn(agent.run(
         offer_tx,
@@ -448,6 +452,8 @@ struct Agent {
     logged_meridio_problems: Vec<String>,
     meridio_spec: rivora_dataplane::classifier::ClassifierSpec,
     meridio_groups: Vec<crate::meridio::GroupReport>,
+    /// The last translation of each Service, reused while nothing it reads changes.
+    memo: crate::memo::TranslateMemo,
 }
 
 /// The result of a report write, for the status.
@@ -598,7 +604,8 @@ impl Agent {
             },
         };
         let node = self.identity();
-        let t = translate_all(&snapshot, &node, &self.config.class);
+        let t = translate_all_with(&snapshot, &node, &self.config.class, &mut self.memo);
+        self.status.translations = self.memo.stats();
         if self.gate.observe(&t.services, &t.gateways) {
             info!("initial sync complete: adopted VIPs nothing claimed are removed now");
         }

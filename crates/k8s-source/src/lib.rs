@@ -13,6 +13,7 @@
 //! - [`endpoints`]: the EndpointSlice join (kube-proxy's EndpointSliceCache).
 //! - [`select`]: which endpoints take traffic (kube-proxy's CategorizeEndpoints).
 //! - [`translate`]: a snapshot to VIPs per Service, with policies, conflicts and failures.
+//! - [`memo`]: the last translation of each Service, reused while nothing it reads changed.
 //! - [`gateway`]: Gateways of Rivora's GatewayClasses and their routes to VIPs.
 //! - [`initsync`]: the gate before adopted VIPs nothing claimed are removed.
 //! - [`healthz`]: the healthCheckNodePort answer (kube-proxy's status, headers and body).
@@ -41,6 +42,7 @@ pub mod healthz_server;
 pub mod initsync;
 pub mod l2_lease;
 pub mod lenient;
+pub mod memo;
 pub mod meridio;
 pub mod report;
 pub mod select;

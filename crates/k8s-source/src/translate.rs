@@ -37,6 +37,7 @@ use rivora_k8s_api::{HealthCheck, NatForwarding, ServicePolicy};
 use crate::endpoints::{self, EndpointError, Family, PortSelector, TargetRef};
 use crate::gateway::GatewayOutcome;
 use crate::healthz;
+use crate::memo::TranslateMemo;
 use crate::select::{self, Role, TrafficPolicy};
 
 /// `sessionAffinityConfig.clientIP.timeoutSeconds` when absent (the API's default, 3 hours).
@@ -441,6 +442,18 @@ pub fn translate(
 /// Translates the Services, then the Gateways (Services keep a VIP key both ask for). No
 /// endpoint may be a Service's or a Gateway's address.
 pub fn translate_all(snapshot: &Snapshot, node: &NodeIdentity, class: &ClassConfig) -> Translation {
+    translate_all_with(snapshot, node, class, &mut TranslateMemo::new())
+}
+
+/// [`translate_all`], reusing from `memo` the translation of every Service whose inputs did not
+/// change since the pass that cached it ([`crate::memo`]); the node agent keeps one memo for its
+/// life. The result is the same as [`translate_all`]'s.
+pub fn translate_all_with(
+    snapshot: &Snapshot,
+    node: &NodeIdentity,
+    class: &ClassConfig,
+    memo: &mut TranslateMemo,
+) -> Translation {
     let ours: Vec<&Service> = snapshot
         .services
         .iter()
@@ -456,6 +469,7 @@ pub fn translate_all(snapshot: &Snapshot, node: &NodeIdentity, class: &ClassConf
         &snapshot.gateway_objects,
         &class.gateway_controller,
     ));
+    memo.begin(snapshot, node, &vip_addrs, class);
     let mut out: BTreeMap<ServiceKey, Outcome> = snapshot
         .services
         .iter()
@@ -469,7 +483,10 @@ pub fn translate_all(snapshot: &Snapshot, node: &NodeIdentity, class: &ClassConf
     let mut checks: BTreeMap<BackendKey, (Option<ProbeSpec>, ServiceKey)> = BTreeMap::new();
     for svc in ours {
         let key = ServiceKey::of(svc);
-        let outcome = match translate_service(svc, snapshot, node, &vip_addrs) {
+        let translated = memo.get_or_translate(svc, snapshot, || {
+            translate_service(svc, snapshot, node, &vip_addrs)
+        });
+        let outcome = match translated {
             Err(e) => Outcome::Failed(e),
             Ok(mut vips) => {
                 if let Some(conflict) = vips.vips.iter().find_map(|v| {
@@ -492,6 +509,12 @@ pub fn translate_all(snapshot: &Snapshot, node: &NodeIdentity, class: &ClassConf
         };
         out.insert(key, outcome);
     }
+    memo.retain(
+        &out.iter()
+            .filter(|(_, o)| !matches!(o, Outcome::NotOurs))
+            .map(|(k, _)| k.clone())
+            .collect(),
+    );
     let mut held: BTreeMap<VipKey, String> = claimed
         .into_iter()
         .map(|(k, s)| (k, format!("Service {s}")))

@@ -383,6 +383,8 @@ fn dto(a: &AgentStatus, api_server: &str, unclaimed: usize) -> rivora_api::Kuber
             .chain(a.failing_listeners.iter().map(|(k, e)| format!("{k}: {e}")))
             .collect(),
         offered_generation: a.offered,
+        translations_reused: a.translations.hits,
+        translations_done: a.translations.misses,
         node_report_writes: a.report_writes.0,
         node_report_write_failures: a.report_writes.1,
         node_report_error: a.report_error.clone(),
