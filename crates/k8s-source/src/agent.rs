@@ -1317,14 +1317,8 @@ mod tests {
     #[test]
     fn a_vip_refused_by_the_datapath_shows_on_its_service_alone() {
         let results: BTreeMap<ServiceKey, Outcome> = [
-            (
-                key("shop", "web"),
-                Outcome::Translated(ServiceVips::default()),
-            ),
-            (
-                key("shop", "db"),
-                Outcome::Translated(ServiceVips::default()),
-            ),
+            (key("shop", "web"), Outcome::Translated(Default::default())),
+            (key("shop", "db"), Outcome::Translated(Default::default())),
             (key("other", "x"), Outcome::NotOurs),
         ]
         .into();

@@ -7,6 +7,7 @@
 //! VIPs (what was forwarding keeps forwarding), unless an older Service holds their keys now.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use rivora_dataplane::{SourceRange, VipKey, VipSpec};
 use rivora_desired::{
@@ -122,7 +123,7 @@ fn communities(list: &[String]) -> Vec<Community> {
 /// contributes while it fails.
 #[derive(Debug, Default, Clone)]
 pub struct LastGood {
-    by_service: BTreeMap<ServiceKey, ServiceVips>,
+    by_service: BTreeMap<ServiceKey, Arc<ServiceVips>>,
     by_listener: BTreeMap<(ObjKey, String), Vec<K8sVip>>,
 }
 
@@ -149,7 +150,7 @@ impl LastGood {
 
     /// The last good translation of a Service, if any.
     pub fn get(&self, key: &ServiceKey) -> Option<&ServiceVips> {
-        self.by_service.get(key)
+        self.by_service.get(key).map(Arc::as_ref)
     }
 
     /// Records the Gateways' results as [`LastGood::record`] does the Services': a listener
@@ -308,10 +309,10 @@ mod tests {
     }
 
     fn translated(vips: Vec<K8sVip>) -> Outcome {
-        Outcome::Translated(ServiceVips {
+        Outcome::Translated(Arc::new(ServiceVips {
             vips,
             ..Default::default()
-        })
+        }))
     }
 
     #[test]

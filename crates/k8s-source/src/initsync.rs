@@ -343,7 +343,7 @@ mod tests {
     }
 
     fn ok() -> Outcome {
-        Outcome::Translated(ServiceVips::default())
+        Outcome::Translated(Default::default())
     }
 
     fn failed() -> Outcome {

@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use rivora_k8s_api::class::ClassConfig;
@@ -61,7 +62,7 @@ pub struct MemoStats {
 #[derive(Debug, Default)]
 pub struct TranslateMemo {
     node: Option<NodeInputs>,
-    entries: HashMap<ServiceKey, (ServiceInputs, Result<ServiceVips, TranslateError>)>,
+    entries: HashMap<ServiceKey, (ServiceInputs, Result<Arc<ServiceVips>, TranslateError>)>,
     /// ServicePolicy versions by namespace, for the pass under way.
     policies: HashMap<String, Vec<Version>>,
     stats: MemoStats,
@@ -130,39 +131,40 @@ impl TranslateMemo {
         svc: &Service,
         snapshot: &Snapshot,
         translate: impl FnOnce() -> Result<ServiceVips, TranslateError>,
-    ) -> Result<ServiceVips, TranslateError> {
+    ) -> Result<Arc<ServiceVips>, TranslateError> {
         let key = ServiceKey::of(svc);
+        let slices = snapshot.slices.of(&key.namespace, &key.name);
+        let policies = self.policies.get(&key.namespace);
+        // Compared in place: a hit allocates nothing.
+        if let Some((was, result)) = self.entries.get(&key)
+            && was.uid == svc.metadata.uid
+            && was.resource_version == svc.metadata.resource_version
+            && was.slices.len() == slices.len()
+            && was.slices.iter().zip(&slices).all(|((name, rv), s)| {
+                s.metadata.name.as_deref() == Some(name.as_str())
+                    && *rv == s.metadata.resource_version
+            })
+            && was.policies.as_slice() == policies.map(Vec::as_slice).unwrap_or_default()
+        {
+            self.stats.hits += 1;
+            return result.clone();
+        }
         let inputs = ServiceInputs {
             uid: svc.metadata.uid.clone(),
             resource_version: svc.metadata.resource_version.clone(),
-            slices: snapshot
-                .slices
-                .of(&key.namespace, &key.name)
-                .into_iter()
-                .map(|s| version_of(&s.metadata))
-                .collect(),
-            policies: self
-                .policies
-                .get(&key.namespace)
-                .cloned()
-                .unwrap_or_default(),
+            slices: slices.iter().map(|s| version_of(&s.metadata)).collect(),
+            policies: policies.cloned().unwrap_or_default(),
         };
-        // Without resourceVersions (objects made by hand in tests) nothing can be compared.
+        // Without resourceVersions (objects made by hand in tests) nothing can be compared: such
+        // results are not kept, so they are never reused.
         let comparable = inputs.resource_version.is_some()
             && inputs
                 .slices
                 .iter()
                 .chain(&inputs.policies)
                 .all(|(_, rv)| rv.is_some());
-        if comparable
-            && let Some((was, result)) = self.entries.get(&key)
-            && *was == inputs
-        {
-            self.stats.hits += 1;
-            return result.clone();
-        }
         self.stats.misses += 1;
-        let result = translate();
+        let result = translate().map(Arc::new);
         if comparable {
             self.entries.insert(key, (inputs, result.clone()));
         }

@@ -538,7 +538,7 @@ mod tests {
     fn the_service_list_is_capped_and_the_total_says_so() {
         let n = MAX_REPORTED_SERVICES + 10;
         let results: BTreeMap<ServiceKey, Outcome> = (0..n)
-            .map(|i| (key(i), Outcome::Translated(ServiceVips::default())))
+            .map(|i| (key(i), Outcome::Translated(Default::default())))
             .collect();
         let no_gateways = BTreeMap::new();
         let s = status(&Inputs {

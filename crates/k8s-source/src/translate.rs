@@ -363,8 +363,10 @@ pub enum TranslateError {
 pub enum Outcome {
     /// Not a LoadBalancer Service of our class: nothing to program (reconciled).
     NotOurs,
-    /// Translated (possibly to no VIP, e.g. before the controller assigned an address).
-    Translated(ServiceVips),
+    /// Translated (possibly to no VIP, e.g. before the controller assigned an address). Shared
+    /// with the translation memo ([`crate::memo`]): a pass that reuses a Service's translation
+    /// copies a pointer, not its VIPs.
+    Translated(Arc<ServiceVips>),
     /// Failed; see the error.
     Failed(TranslateError),
 }
@@ -536,9 +538,24 @@ pub fn translate_all_with(
 /// with another check gets that check, and the Service says so.
 fn unify_checks(
     key: &ServiceKey,
-    vips: &mut ServiceVips,
+    vips: &mut Arc<ServiceVips>,
     checks: &mut BTreeMap<BackendKey, (Option<ProbeSpec>, ServiceKey)>,
 ) {
+    // Most Services agree with every older one: record their checks without copying their
+    // (possibly shared) VIPs; copy only when a check is overridden.
+    let mut differs = false;
+    for v in &vips.vips {
+        for b in &v.backends {
+            let (winner, _) = checks
+                .entry(b.key)
+                .or_insert_with(|| (b.check.clone(), key.clone()));
+            differs |= *winner != b.check;
+        }
+    }
+    if !differs {
+        return;
+    }
+    let vips = Arc::make_mut(vips);
     let mut warned = BTreeSet::new();
     for v in &mut vips.vips {
         for b in &mut v.backends {
