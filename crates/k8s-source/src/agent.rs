@@ -1303,7 +1303,6 @@ async fn write_reports(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::translate::ServiceVips;
 
     fn key(ns: &str, name: &str) -> ServiceKey {
         ServiceKey {

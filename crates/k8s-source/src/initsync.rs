@@ -328,7 +328,7 @@ impl InitialSync {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::translate::{ServiceVips, TranslateError};
+    use crate::translate::TranslateError;
 
     fn key(name: &str) -> ServiceKey {
         ServiceKey {

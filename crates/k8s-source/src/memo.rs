@@ -377,7 +377,6 @@ mod tests {
             vec![policy("30", "web")],
             node(),
         );
-        drop(step);
         assert_eq!(
             memo.stats().flushes,
             2,

@@ -406,7 +406,7 @@ fn cond(type_: &str, on: bool, reason: &str, message: String, i: &Inputs<'_>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::translate::{ServiceVips, TranslateError};
+    use crate::translate::TranslateError;
 
     fn key(n: usize) -> ServiceKey {
         ServiceKey {
