@@ -281,41 +281,30 @@ mod tests {
         };
         let web = |rv| service("web", rv, "203.0.113.1");
         let api = |rv| service("api", rv, "203.0.113.2");
-
-        let (out, translated, reused) = step(
-            vec![web("1"), api("1")],
-            vec![
+        // The slices of both Services: first web has one endpoint; then (2) a second one.
+        let slices_at = |version: u32| match version {
+            1 => vec![
                 slice("web", "10", &["10.0.0.1"]),
                 slice("api", "20", &["10.0.1.1"]),
             ],
-            vec![],
-            node(),
-        );
+            _ => vec![
+                slice("web", "11", &["10.0.0.1", "10.0.0.2"]),
+                slice("api", "20", &["10.0.1.1"]),
+            ],
+        };
+
+        let (out, translated, reused) =
+            step(vec![web("1"), api("1")], slices_at(1), vec![], node());
         assert_eq!((translated, reused), (2, 0));
         assert_eq!(backends(&out, "web"), ["10.0.0.1"]);
 
         // Nothing changed: nothing translated.
-        let (_, translated, reused) = step(
-            vec![web("1"), api("1")],
-            vec![
-                slice("web", "10", &["10.0.0.1"]),
-                slice("api", "20", &["10.0.1.1"]),
-            ],
-            vec![],
-            node(),
-        );
+        let (_, translated, reused) = step(vec![web("1"), api("1")], slices_at(1), vec![], node());
         assert_eq!((translated, reused), (0, 2));
 
         // One slice changed: only its Service is translated, and the new endpoint is there.
-        let (out, translated, reused) = step(
-            vec![web("1"), api("1")],
-            vec![
-                slice("web", "11", &["10.0.0.1", "10.0.0.2"]),
-                slice("api", "20", &["10.0.1.1"]),
-            ],
-            vec![],
-            node(),
-        );
+        let (out, translated, reused) =
+            step(vec![web("1"), api("1")], slices_at(2), vec![], node());
         assert_eq!((translated, reused), (1, 1));
         assert_eq!(backends(&out, "web"), ["10.0.0.1", "10.0.0.2"]);
 
@@ -323,10 +312,7 @@ mod tests {
         // policy's targetRefs can name any Service of its namespace).
         let (out, translated, _) = step(
             vec![web("1"), api("1")],
-            vec![
-                slice("web", "11", &["10.0.0.1", "10.0.0.2"]),
-                slice("api", "20", &["10.0.1.1"]),
-            ],
+            slices_at(2),
             vec![policy("30", "web")],
             node(),
         );
@@ -345,10 +331,7 @@ mod tests {
         // The Service itself changed (its resourceVersion): translated again.
         let (_, translated, reused) = step(
             vec![web("2"), api("1")],
-            vec![
-                slice("web", "11", &["10.0.0.1", "10.0.0.2"]),
-                slice("api", "20", &["10.0.1.1"]),
-            ],
+            slices_at(2),
             vec![policy("30", "web")],
             node(),
         );
@@ -361,10 +344,7 @@ mod tests {
         };
         let (_, translated, reused) = step(
             vec![web("2"), api("1")],
-            vec![
-                slice("web", "11", &["10.0.0.1", "10.0.0.2"]),
-                slice("api", "20", &["10.0.1.1"]),
-            ],
+            slices_at(2),
             vec![policy("30", "web")],
             other,
         );

@@ -476,12 +476,35 @@ mod tests {
         assert_eq!(c(&open, "Ready").last_transition_time, Time(t0));
     }
 
+    /// Inputs of a node with nothing else going on: the gate closed, the last apply good, no
+    /// datapath, no VIPs, no announcer, nothing undecodable.
+    fn plain_inputs<'a>(
+        results: &'a BTreeMap<ServiceKey, Outcome>,
+        gateways: &'a BTreeMap<ObjKey, GatewayOutcome>,
+    ) -> Inputs<'a> {
+        Inputs {
+            results,
+            gateways,
+            gateway_controller: "rivora.dev/gateway-controller",
+            gate_open: false,
+            blockers: &[],
+            applied: Some(Ok(())),
+            datapath: None,
+            vip_count: 0,
+            unclaimed: 0,
+            previous: &[],
+            now: Timestamp::from_second(1).unwrap(),
+            announce: None,
+            undecodable: &[],
+        }
+    }
+
     /// A listener whose VIP key another object holds is reported with reason PortUnavailable
     /// (rivora-controller makes that the listener's Accepted False); other failures carry no
     /// reason (Programmed False/Invalid).
     #[test]
     fn a_listener_whose_port_is_held_says_port_unavailable() {
-        use crate::gateway::{GatewayOutcome, ListenerOutcome};
+        use crate::gateway::ListenerOutcome;
         let held = TranslateError::KeyHeld {
             key: rivora_dataplane::VipKey {
                 addr: "10.0.0.1".parse().unwrap(),
@@ -507,24 +530,8 @@ mod tests {
                 listeners: vec![listener("held", held), listener("other", other)],
             },
         )]);
-        let reports = gateway_reports(
-            &Inputs {
-                results: &BTreeMap::new(),
-                gateways: &gateways,
-                gateway_controller: "rivora.dev/gateway-controller",
-                gate_open: false,
-                blockers: &[],
-                applied: Some(Ok(())),
-                datapath: None,
-                vip_count: 0,
-                unclaimed: 0,
-                previous: &[],
-                now: Timestamp::from_second(1).unwrap(),
-                announce: None,
-                undecodable: &[],
-            },
-            true,
-        );
+        let no_results = BTreeMap::new();
+        let reports = gateway_reports(&plain_inputs(&no_results, &gateways), true);
         let l = &reports[0].listeners;
         assert_eq!(
             (l[0].programmed, l[0].reason.as_deref()),
@@ -542,19 +549,9 @@ mod tests {
             .collect();
         let no_gateways = BTreeMap::new();
         let s = status(&Inputs {
-            results: &results,
-            gateways: &no_gateways,
-            gateway_controller: "rivora.dev/gateway-controller",
             gate_open: true,
-            blockers: &[],
             applied: None,
-            datapath: None,
-            vip_count: 0,
-            unclaimed: 0,
-            previous: &[],
-            now: Timestamp::from_second(1).unwrap(),
-            announce: None,
-            undecodable: &[],
+            ..plain_inputs(&results, &no_gateways)
         });
         assert_eq!(s.services.len(), MAX_REPORTED_SERVICES);
         assert_eq!(s.services_total, n as i64);
