@@ -12,14 +12,19 @@
 //!
 //! A node "programs a listener" when its RivoraNode (`status.gateways[]`, written by rivorad)
 //! lists the Gateway with `generation` equal to the Gateway's current `metadata.generation`
-//! and, for a listener the evaluation gives an active route (the oldest attached one), a
-//! listener entry of that name whose `route` is that route (`namespace/name`), whose `vips`
-//! hold `ADDRESS:PORT/PROTO` (Rust's `SocketAddr` form, `[v6]:port` for IPv6, as every
-//! RivoraNode VIP is written) for every address in the Gateway's `status.addresses` at the
-//! listener's port and protocol, and whose `programmed` is true. A listener without an active
-//! route has nothing to program: the Gateway at the current generation is enough. Only nodes
-//! whose `Ready` condition is True count: a node that is down does not hold every Gateway back,
-//! and it is not forwarding either.
+//! and, for a listener the evaluation gives an active route (the oldest attached one), either
+//! - (today's compact report) the listener is not listed by name and the Gateway's `digest`
+//!   equals [`rivora_k8s_api::listeners_digest`] of the listeners the evaluation gives active
+//!   routes, less those the node lists, each with its route (`namespace/name`) and the VIPs
+//!   `ADDRESS:PORT/PROTO` (Rust's `SocketAddr` form, `[v6]:port` for IPv6, as every RivoraNode
+//!   VIP is written) of exactly the addresses in the Gateway's `status.addresses` at the
+//!   listener's port and protocol; or
+//! - (a rivorad before it, which listed every listener) a listener entry of that name whose
+//!   `route` is that route, whose `vips` hold those VIPs, and whose `programmed` is true.
+//!
+//! A listener without an active route has nothing to program: the Gateway at the current
+//! generation is enough. Only nodes whose `Ready` condition is True count: a node that is down
+//! does not hold every Gateway back, and it is not forwarding either.
 //!
 //! A listener a Ready node reports at the current generation with `programmed: false` and
 //! reason `PortUnavailable` (its VIP key is held by a Service or an older Gateway) is not
@@ -77,7 +82,9 @@ use rivora_gateway::view::GATEWAY_GROUP;
 use rivora_gateway::{GatewayEval, ListenerEval, ObjKey, RouteKind, RouteParentEval};
 use rivora_k8s_api::rivora_node::condition::READY;
 use rivora_k8s_api::rivora_node::{LISTENER_PORT_UNAVAILABLE, STALE_AFTER_SECS};
-use rivora_k8s_api::{GatewayReport, ParentReference, RivoraNode, RouteParentStatus};
+use rivora_k8s_api::{
+    DigestListener, GatewayReport, ParentReference, RivoraNode, RouteParentStatus, listeners_digest,
+};
 
 use crate::ipam::{Assignment, Failure};
 use crate::observe::GATEWAY_ADDRESS_TYPE_IP;
@@ -329,6 +336,7 @@ fn on_nodes(
     key: &ObjKey,
     generation: i64,
     listener: Option<&ListenerEval>,
+    eval: &GatewayEval,
     addresses: &[IpAddr],
     nodes: &[NodeView],
 ) -> OnNodes {
@@ -355,7 +363,20 @@ fn on_nodes(
         let Some(l) = listener else { continue };
         let Some(active) = &l.active else { continue };
         let Some(lr) = report.listeners.iter().find(|r| r.name == l.name) else {
-            pending = pending.or_else(|| lag(format!("has not programmed listener {}", l.name)));
+            // The compact report: a listener programmed as asked is in the digest.
+            let want = expected_digest(eval, addresses, report);
+            if report.digest.as_deref() != Some(want.as_str()) {
+                pending = pending.or_else(|| {
+                    lag(format!(
+                        "has not programmed listener {} as evaluated yet (route {}, {} \
+                         address(es); digest {}, expected {want})",
+                        l.name,
+                        active.route,
+                        addresses.len(),
+                        report.digest.as_deref().unwrap_or("none"),
+                    ))
+                });
+            }
             continue;
         };
         let want_route = active.route.to_string();
@@ -390,6 +411,27 @@ fn on_nodes(
         Some(p) => OnNodes::Pending(p),
         None => OnNodes::Programmed(ready.len()),
     }
+}
+
+/// The [`GatewayReport::digest`] of a node that programmed the Gateway as evaluated: over its
+/// listeners with an active route, less those the node lists by name (failed ones, or every one
+/// from a rivorad before the compact report), each with the VIP of every address at its port.
+fn expected_digest(eval: &GatewayEval, addresses: &[IpAddr], report: &GatewayReport) -> String {
+    listeners_digest(eval.listeners.iter().filter_map(|l| {
+        let active = l.active.as_ref()?;
+        if report.listeners.iter().any(|r| r.name == l.name) {
+            return None;
+        }
+        let proto = protocol_name(l.kind);
+        Some(DigestListener {
+            name: l.name.clone(),
+            route: active.route.to_string(),
+            vips: addresses
+                .iter()
+                .map(|a| format!("{}/{proto}", SocketAddr::new(*a, l.port)))
+                .collect(),
+        })
+    }))
 }
 
 /// Why a Gateway has no address, as its `Programmed` reason and message.
@@ -514,7 +556,7 @@ pub fn gateway_status(
         } else if addresses.is_empty() {
             (false, "Pending", "the Gateway has no address yet".into())
         } else {
-            match on_nodes(&key, generation, Some(l), &addresses, nodes) {
+            match on_nodes(&key, generation, Some(l), eval, &addresses, nodes) {
                 // An HTTP, HTTPS or TLS listener: accepted, nothing of it to forward.
                 OnNodes::Programmed(n) if l.kind.is_none() => (
                     true,
@@ -571,7 +613,7 @@ pub fn gateway_status(
     } else {
         // The Gateway itself must be reported at this generation even when no listener has
         // anything to program.
-        let whole = match on_nodes(&key, generation, None, &addresses, nodes) {
+        let whole = match on_nodes(&key, generation, None, eval, &addresses, nodes) {
             OnNodes::Programmed(n) => pending
                 .map(OnNodes::Pending)
                 .unwrap_or(OnNodes::Programmed(n)),

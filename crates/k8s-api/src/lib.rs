@@ -43,8 +43,8 @@ use kube::CustomResourceExt;
 pub use address_pool::{AddressCounts, AddressPool, AddressPoolSpec, AddressPoolStatus};
 pub use bgp_peer::{BGPPeer, BGPPeerSpec, BGPPeerStatus, SecretKeyRef};
 pub use rivora_node::{
-    AnnounceReport, BgpSessionReport, DatapathSummary, GatewayReport, ListenerReport, RivoraNode,
-    RivoraNodeSpec, RivoraNodeStatus, ServiceReport,
+    AnnounceReport, BgpSessionReport, DatapathSummary, DigestListener, GatewayReport,
+    ListenerReport, RivoraNode, RivoraNodeSpec, RivoraNodeStatus, ServiceReport, listeners_digest,
 };
 pub use route::{BackendRef, L4RouteRule, ParentReference, RouteParentStatus, RouteStatus};
 pub use service_policy::{

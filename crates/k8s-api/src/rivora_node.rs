@@ -14,22 +14,20 @@ use serde::{Deserialize, Serialize};
 
 /// The field manager of everything rivorad writes.
 pub const FIELD_MANAGER: &str = "rivorad";
-/// Most Services listed in [`RivoraNodeStatus::services`]; the rest are counted only
-/// ([`RivoraNodeStatus::services_total`]), so the object stays far below etcd's size limit.
-pub const MAX_REPORTED_SERVICES: usize = 512;
-/// Most VIPs listed per Service.
-pub const MAX_REPORTED_VIPS: usize = 16;
+/// How large (serialized JSON) the status may grow before rivorad leaves diagnostic entries out
+/// of it ([`RivoraNodeStatus::omitted`] says which and how many). etcd refuses a request over
+/// 1.5 MiB by default (`--max-request-bytes`); 1 MiB leaves room for metadata and managed
+/// fields. Lists the controller acts on ([`RivoraNodeStatus::gateways`], the L2 `unserved`
+/// Services, BGP sessions) are never shortened: only [`RivoraNodeStatus::services`],
+/// [`RivoraNodeStatus::undecodable`] and [`RivoraNodeStatus::blocking`], whose totals and whose
+/// objects' own Warning Events remain.
+pub const REPORT_BUDGET_BYTES: usize = 1 << 20;
 /// How often rivorad writes its report even when nothing changed (`status.heartbeatTime`).
 pub const HEARTBEAT_SECS: i64 = 30;
 /// A report whose heartbeat is older than this is stale: its rivorad is gone (or cut off), and
 /// rivora-controller no longer waits for it. Three missed heartbeats and then some, so a slow
 /// write never makes a node flap in and out.
 pub const STALE_AFTER_SECS: i64 = 100;
-/// Most blockers of the initial sync listed.
-pub const MAX_REPORTED_BLOCKERS: usize = 16;
-/// Most Gateways listed in [`RivoraNodeStatus::gateways`] (the rest are counted only, in
-/// [`RivoraNodeStatus::gateways_total`]).
-pub const MAX_REPORTED_GATEWAYS: usize = 256;
 
 /// One node's report. The spec is empty: nothing about a node is asked through this object;
 /// the status says what the node does.
@@ -63,7 +61,7 @@ pub struct RivoraNodeStatus {
     /// The datapath rivorad runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datapath: Option<DatapathSummary>,
-    /// What keeps the initial sync from completing (the first 16).
+    /// What keeps the initial sync from completing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocking: Vec<String>,
     /// VIPs programmed, adopted ones not yet claimed included.
@@ -72,13 +70,18 @@ pub struct RivoraNodeStatus {
     /// Adopted VIPs no Service has claimed yet (removed when the initial sync completes).
     #[serde(default)]
     pub unclaimed_vips: i64,
-    /// Services of ours this node knows, by namespace and name (the first 512; `servicesTotal`
-    /// counts them all).
+    /// Services of ours that are not programmed, or programmed with a warning, by namespace and
+    /// name. A Service programmed as asked is only counted (`servicesProgrammed`): the report
+    /// stays small at any number of Services, and what it lists is what needs a look (each also
+    /// has a Warning Event; rivorad's API lists every VIP).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceReport>,
-    /// How many Services of ours there are; more than `services` lists when capped.
+    /// How many Services of ours there are.
     #[serde(default)]
     pub services_total: i64,
+    /// How many of them are programmed as asked, with no warning (not listed in `services`).
+    #[serde(default)]
+    pub services_programmed: i64,
     /// When rivorad last wrote this status: at least every [`HEARTBEAT_SECS`], so a report
     /// older than [`STALE_AFTER_SECS`] is known to be stale. Absent from an older rivorad.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,11 +92,13 @@ pub struct RivoraNodeStatus {
     /// without Gateway support.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_controller: Option<String>,
-    /// Gateways of Rivora's GatewayClasses this node programs, by namespace and name (the
-    /// first 256): what rivora-controller reads to set their `Programmed` conditions.
+    /// Every Gateway of Rivora's GatewayClasses this node knows, by namespace and name, in the
+    /// compact form of [`GatewayReport`]: what rivora-controller reads to set their
+    /// `Programmed` conditions. Never shortened: about 80 bytes per Gateway, so 10,000 of them
+    /// take about 0.8 MB, and a node programs at most 4,096 VIPs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gateways: Vec<GatewayReport>,
-    /// How many Gateways of ours there are; more than `gateways` lists when capped.
+    /// How many Gateways of ours there are (as many as `gateways` lists).
     #[serde(default)]
     pub gateways_total: i64,
     /// How this node announces its VIPs (`rivorad --announce`) and how that goes: its BGP
@@ -101,21 +106,18 @@ pub struct RivoraNodeStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub announce: Option<AnnounceReport>,
     /// Objects this node's watches leave out because they do not decode, as `Kind
-    /// namespace/name: why` (the first 64; `undecodableTotal` counts them all). Everything
-    /// else of their kind is served; each also gets a Warning Event.
+    /// namespace/name: why` (`undecodableTotal` counts them). Everything else of their kind is
+    /// served; each also gets a Warning Event.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub undecodable: Vec<String>,
-    /// How many objects do not decode; more than `undecodable` lists when capped.
+    /// How many objects do not decode.
     #[serde(default)]
     pub undecodable_total: i64,
+    /// What was left out of `services`, `undecodable` and `blocking` to keep the status under
+    /// [`REPORT_BUDGET_BYTES`] (e.g. `services: 1200 of 5904 listed`); absent when nothing was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<String>,
 }
-
-/// Most objects listed in [`RivoraNodeStatus::undecodable`].
-pub const MAX_REPORTED_UNDECODABLE: usize = 64;
-
-/// Most BGP sessions listed in [`AnnounceReport::bgp_sessions`] and refused BGPPeers in
-/// [`AnnounceReport::bgp_problems`].
-pub const MAX_REPORTED_PEERS: usize = 64;
 
 /// How a node announces its VIPs.
 ///
@@ -131,11 +133,10 @@ pub struct AnnounceReport {
     /// sessions stay up but announce nothing; the node never takes the L2 Lease.
     #[serde(default)]
     pub excluded: bool,
-    /// One per BGPPeer configured on this node's speaker (BGP mode; the first 64).
+    /// One per BGPPeer configured on this node's speaker (BGP mode).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bgp_sessions: Vec<BgpSessionReport>,
-    /// BGPPeers selected for this node and refused, each with the field and the reason (the
-    /// first 64).
+    /// BGPPeers selected for this node and refused, each with the field and the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bgp_problems: Vec<String>,
     /// Host routes (/32, /128) this node announces (BGP mode).
@@ -157,7 +158,7 @@ pub struct AnnounceReport {
     pub l2_error: Option<String>,
     /// While this node answers (L2 mode): the `externalTrafficPolicy: Local` Services
     /// (`namespace/name`) it answers ARP/NDP for but has no ready endpoint of, so their VIPs
-    /// are not served (the first 64). rivora-controller turns it into the Services'
+    /// are not served (all of them). rivora-controller turns it into the Services'
     /// `rivora.dev/L2Reachable` condition.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub l2_unserved: Vec<String>,
@@ -187,11 +188,15 @@ pub struct BgpSessionReport {
     pub last_error: Option<String>,
 }
 
-/// One Gateway as this node programs it.
+/// One Gateway as this node programs it, compactly.
 ///
-/// Why per listener: Gateway API's `Programmed` is a listener condition as well as a Gateway
-/// one, and one listener can fail (a key another Gateway or Service holds) while the others
-/// forward.
+/// Why this shape: `Programmed` needs every node's word on every Gateway, so no Gateway may be
+/// left out of the report, yet the report is one object rewritten on every change. A listener
+/// programmed as asked is therefore not written out: [`listeners_digest`] of all of them (name,
+/// route, VIPs) is, and rivora-controller computes the same digest from its own evaluation to
+/// tell whether the node programmed what it expects. Only listeners that failed are listed,
+/// with their reason (one listener can fail, a key another Gateway or Service holds, while the
+/// others forward).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayReport {
@@ -202,9 +207,54 @@ pub struct GatewayReport {
     /// The `metadata.generation` programmed.
     #[serde(default)]
     pub generation: i64,
-    /// Its listeners that carry a route here (listeners without one have nothing to program).
+    /// [`listeners_digest`] of its listeners programmed as asked (those with an active route
+    /// and not in `listeners`); absent while the last apply failed (the node is not Ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Its listeners with an active route that are not programmed, with why. (A rivorad
+    /// before the compact form listed every listener here, programmed or not, and no digest:
+    /// rivora-controller reads both.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<ListenerReport>,
+}
+
+/// One programmed listener as [`listeners_digest`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DigestListener {
+    /// The listener's `name`.
+    pub name: String,
+    /// The route it forwards for, `namespace/name`.
+    pub route: String,
+    /// Its VIPs, `ADDRESS:PORT/PROTO`, in any order.
+    pub vips: Vec<String>,
+}
+
+/// The digest of a Gateway's programmed listeners, as [`GatewayReport::digest`] carries it:
+/// 64-bit FNV-1a, in hex, of the listeners sorted by name, each as its name, route and sorted
+/// VIPs. Stable across releases (rivorad and rivora-controller of different versions compare
+/// it during an upgrade): change it only together with a new field.
+pub fn listeners_digest(listeners: impl IntoIterator<Item = DigestListener>) -> String {
+    let mut all: Vec<DigestListener> = listeners.into_iter().collect();
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for l in &mut all {
+        l.vips.sort();
+        eat(l.name.as_bytes());
+        eat(&[0x1f]);
+        eat(l.route.as_bytes());
+        for v in &l.vips {
+            eat(&[0x1e]);
+            eat(v.as_bytes());
+        }
+        eat(&[0x1d]);
+    }
+    format!("{h:016x}")
 }
 
 /// One listener of a [`GatewayReport`].
@@ -266,7 +316,7 @@ pub struct ServiceReport {
     /// The `metadata.resourceVersion` programmed (Services have no generation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
-    /// Its VIPs, `ADDRESS:PORT/PROTO` (the first 16).
+    /// Its VIPs, `ADDRESS:PORT/PROTO`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vips: Vec<String>,
     /// Backends over its VIPs taking new flows.
@@ -291,4 +341,62 @@ pub mod condition {
     /// BGP mode only: every BGPPeer selected for this node has its session Established
     /// (reasons `Established`, `SessionsDown`, `PeersRefused`, `NoPeers`).
     pub const BGP_ESTABLISHED: &str = "BGPEstablished";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l(name: &str, route: &str, vips: &[&str]) -> DigestListener {
+        DigestListener {
+            name: name.into(),
+            route: route.into(),
+            vips: vips.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_digest_ignores_order_and_sees_every_field() {
+        let base = listeners_digest([
+            l("tcp", "ns/a", &["10.0.0.1:80/TCP", "[fd00::1]:80/TCP"]),
+            l("udp", "ns/b", &["10.0.0.1:53/UDP"]),
+        ]);
+        // A golden value: the digest must not change between releases (see its doc).
+        assert_eq!(base.len(), 16);
+        assert_eq!(
+            base,
+            listeners_digest([
+                l("udp", "ns/b", &["10.0.0.1:53/UDP"]),
+                l("tcp", "ns/a", &["[fd00::1]:80/TCP", "10.0.0.1:80/TCP"]),
+            ]),
+            "listener and VIP order do not matter"
+        );
+        for other in [
+            vec![
+                l("tcp", "ns/a", &["10.0.0.1:80/TCP"]),
+                l("udp", "ns/b", &["10.0.0.1:53/UDP"]),
+            ],
+            vec![
+                l("tcp", "ns/c", &["10.0.0.1:80/TCP", "[fd00::1]:80/TCP"]),
+                l("udp", "ns/b", &["10.0.0.1:53/UDP"]),
+            ],
+            vec![
+                l("tcp2", "ns/a", &["10.0.0.1:80/TCP", "[fd00::1]:80/TCP"]),
+                l("udp", "ns/b", &["10.0.0.1:53/UDP"]),
+            ],
+            vec![l("tcp", "ns/a", &["10.0.0.1:80/TCP", "[fd00::1]:80/TCP"])],
+            // Field boundaries count: the same bytes split differently are another digest.
+            vec![
+                l("tcpns/a", "", &["10.0.0.1:80/TCP", "[fd00::1]:80/TCP"]),
+                l("udp", "ns/b", &["10.0.0.1:53/UDP"]),
+            ],
+        ] {
+            assert_ne!(base, listeners_digest(other.clone()), "{other:?}");
+        }
+        assert_eq!(
+            listeners_digest([]),
+            "cbf29ce484222325",
+            "FNV-1a's offset basis"
+        );
+    }
 }

@@ -9,13 +9,10 @@ use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use rivora_gateway::ObjKey;
-use rivora_k8s_api::rivora_node::{
-    LISTENER_PORT_UNAVAILABLE, MAX_REPORTED_BLOCKERS, MAX_REPORTED_GATEWAYS, MAX_REPORTED_PEERS,
-    MAX_REPORTED_SERVICES, MAX_REPORTED_UNDECODABLE, MAX_REPORTED_VIPS, condition,
-};
+use rivora_k8s_api::rivora_node::{LISTENER_PORT_UNAVAILABLE, REPORT_BUDGET_BYTES, condition};
 use rivora_k8s_api::{
-    AnnounceReport, BgpSessionReport, DatapathSummary, GatewayReport, ListenerReport,
-    RivoraNodeStatus, ServiceReport,
+    AnnounceReport, BgpSessionReport, DatapathSummary, DigestListener, GatewayReport,
+    ListenerReport, RivoraNodeStatus, ServiceReport, listeners_digest,
 };
 
 use crate::agent::Announcing;
@@ -91,7 +88,6 @@ pub fn announce(i: &AnnounceInputs<'_>) -> AnnounceReport {
             .announcing
             .sessions
             .iter()
-            .take(MAX_REPORTED_PEERS)
             .map(|s| BgpSessionReport {
                 peer: names
                     .get(&(s.address, s.port))
@@ -109,24 +105,14 @@ pub fn announce(i: &AnnounceInputs<'_>) -> AnnounceReport {
                 last_error: s.last_error.clone(),
             })
             .collect(),
-        bgp_problems: i
-            .bgp
-            .problems
-            .iter()
-            .take(MAX_REPORTED_PEERS)
-            .map(|p| p.to_string())
-            .collect(),
+        bgp_problems: i.bgp.problems.iter().map(|p| p.to_string()).collect(),
         announced_routes: i.announcing.routes as i64,
         l2_holder: i.election.and_then(|e| e.holder.clone()),
         l2_answering: i.announcing.l2_answering,
         l2_ineligible: i.election.and_then(|e| e.ineligible.clone()),
         l2_error: i.election.and_then(|e| e.error.clone()),
         l2_unserved: if i.announcing.l2_answering {
-            i.unserved
-                .iter()
-                .take(MAX_REPORTED_PEERS)
-                .cloned()
-                .collect()
+            i.unserved.clone()
         } else {
             Vec::new()
         },
@@ -225,10 +211,19 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
     }
     let mut services = Vec::new();
     let mut total = 0usize;
+    let mut programmed_total = 0usize;
     for (key, outcome) in i.results {
         let (vips, ready_b, draining_b, programmed, message, rv) = match outcome {
             Outcome::NotOurs => continue,
             Outcome::Translated(v) => {
+                total += 1;
+                if v.warnings.is_empty() {
+                    // Programmed as asked (counted), or not because the last apply failed,
+                    // which the Ready condition says once for all: not listed
+                    // (RivoraNodeStatus::services says why).
+                    programmed_total += usize::from(apply_ok);
+                    continue;
+                }
                 let mut ready = 0;
                 let mut draining = 0;
                 for vip in &v.vips {
@@ -249,11 +244,7 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
                     _ => None,
                 };
                 (
-                    v.vips
-                        .iter()
-                        .take(MAX_REPORTED_VIPS)
-                        .map(|x| vip_label(&x.spec))
-                        .collect(),
+                    v.vips.iter().map(|x| vip_label(&x.spec)).collect(),
                     ready,
                     draining,
                     apply_ok,
@@ -264,49 +255,88 @@ pub fn status(i: &Inputs<'_>) -> RivoraNodeStatus {
                         .and_then(|o| o.resource_version.clone()),
                 )
             }
-            Outcome::Failed(e) => (Vec::new(), 0, 0, false, Some(e.to_string()), None),
+            Outcome::Failed(e) => {
+                total += 1;
+                (Vec::new(), 0, 0, false, Some(e.to_string()), None)
+            }
         };
-        total += 1;
-        if services.len() < MAX_REPORTED_SERVICES {
-            services.push(ServiceReport {
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-                resource_version: rv,
-                vips,
-                ready_backends: ready_b,
-                draining_backends: draining_b,
-                programmed,
-                message,
-            });
-        }
+        services.push(ServiceReport {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            resource_version: rv,
+            vips,
+            ready_backends: ready_b,
+            draining_backends: draining_b,
+            programmed,
+            message,
+        });
     }
-    RivoraNodeStatus {
+    let mut out = RivoraNodeStatus {
         conditions,
         datapath: i.datapath.clone(),
-        blocking: i
-            .blockers
-            .iter()
-            .take(MAX_REPORTED_BLOCKERS)
-            .cloned()
-            .collect(),
+        blocking: i.blockers.to_vec(),
         vip_count: i.vip_count as i64,
         unclaimed_vips: i.unclaimed as i64,
         services,
         services_total: total as i64,
+        services_programmed: programmed_total as i64,
         // Set by the writer at the time of each write (agent.rs).
         heartbeat_time: None,
         gateway_controller: Some(i.gateway_controller.to_string()),
         gateways: gateway_reports(i, apply_ok),
         gateways_total: i.gateways.len() as i64,
         announce: i.announce.clone(),
-        undecodable: i
-            .undecodable
-            .iter()
-            .take(MAX_REPORTED_UNDECODABLE)
-            .cloned()
-            .collect(),
+        undecodable: i.undecodable.to_vec(),
         undecodable_total: i.undecodable.len() as i64,
+        omitted: None,
+    };
+    keep_within_budget(&mut out, REPORT_BUDGET_BYTES);
+    out
+}
+
+/// Shortens the diagnostic lists (`services`, then `undecodable`, then `blocking`) from
+/// their ends until the status serializes to at most `budget` bytes, saying in `omitted` what
+/// was left out; the lists the controller acts on are never touched. Halving, so a report of
+/// any size takes a few serializations, not one per entry.
+fn keep_within_budget(st: &mut RivoraNodeStatus, budget: usize) {
+    let size = |st: &RivoraNodeStatus| serde_json::to_vec(st).map(|v| v.len()).unwrap_or(0);
+    if size(st) <= budget {
+        return;
     }
+    let listed = (st.services.len(), st.undecodable.len(), st.blocking.len());
+    for list in 0..3 {
+        loop {
+            let len = match list {
+                0 => st.services.len(),
+                1 => st.undecodable.len(),
+                _ => st.blocking.len(),
+            };
+            if len == 0 || size(st) <= budget {
+                break;
+            }
+            let keep = len / 2;
+            match list {
+                0 => st.services.truncate(keep),
+                1 => st.undecodable.truncate(keep),
+                _ => st.blocking.truncate(keep),
+            }
+        }
+    }
+    let mut said = Vec::new();
+    for (what, before, now) in [
+        ("services", listed.0, st.services.len()),
+        ("undecodable", listed.1, st.undecodable.len()),
+        ("blocking", listed.2, st.blocking.len()),
+    ] {
+        if now < before {
+            said.push(format!("{what}: {now} of {before} listed"));
+        }
+    }
+    st.omitted = Some(format!(
+        "{} (the status is kept under {} KiB)",
+        said.join(", "),
+        budget / 1024
+    ));
 }
 
 /// `ADDRESS:PORT/PROTO`, as reports list VIPs.
@@ -322,57 +352,42 @@ fn vip_label(spec: &rivora_dataplane::VipSpec) -> String {
     )
 }
 
-/// The first [`MAX_REPORTED_GATEWAYS`] Gateways: per listener with an active route, its VIPs
-/// and whether they are programmed (translated, and the last apply succeeded).
+/// Every Gateway, compactly ([`GatewayReport`]'s doc says why): the digest of its listeners
+/// programmed as asked, and the listeners that are not, with why. While the last apply failed
+/// nothing is programmed as asked and the Ready condition says why: the entries carry only the
+/// generation.
 fn gateway_reports(i: &Inputs<'_>, apply_ok: bool) -> Vec<GatewayReport> {
     i.gateways
         .iter()
-        .take(MAX_REPORTED_GATEWAYS)
-        .map(|(key, o)| GatewayReport {
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
-            generation: o.generation,
-            listeners: o
-                .listeners
-                .iter()
-                .map(|l| {
-                    let (vips, ready, programmed, message) = match &l.result {
-                        Ok(v) => (
-                            v.iter()
-                                .take(MAX_REPORTED_VIPS)
-                                .map(|x| vip_label(&x.spec))
-                                .collect(),
-                            v.iter()
-                                .flat_map(|x| &x.backends)
-                                .filter(|b| b.role.takes_new_flows())
-                                .count() as i64,
-                            apply_ok,
-                            match &i.applied {
-                                Some(Err(e)) => {
-                                    Some(format!("not programmed: the last apply failed: {e}"))
-                                }
-                                _ => None,
-                            },
-                        ),
-                        Err(e) => (Vec::new(), 0, false, Some(e.to_string())),
-                    };
-                    let reason = match &l.result {
-                        Err(TranslateError::KeyHeld { .. }) => {
-                            Some(LISTENER_PORT_UNAVAILABLE.to_string())
-                        }
-                        _ => None,
-                    };
-                    ListenerReport {
+        .map(|(key, o)| {
+            let mut programmed = Vec::new();
+            let mut failed = Vec::new();
+            for l in &o.listeners {
+                match &l.result {
+                    Ok(v) => programmed.push(DigestListener {
+                        name: l.name.clone(),
+                        route: l.route.to_string(),
+                        vips: v.iter().map(|x| vip_label(&x.spec)).collect(),
+                    }),
+                    Err(e) => failed.push(ListenerReport {
                         name: l.name.clone(),
                         route: Some(l.route.to_string()),
-                        vips,
-                        ready_backends: ready,
-                        programmed,
-                        message,
-                        reason,
-                    }
-                })
-                .collect(),
+                        vips: Vec::new(),
+                        ready_backends: 0,
+                        programmed: false,
+                        message: Some(e.to_string()),
+                        reason: matches!(e, TranslateError::KeyHeld { .. })
+                            .then(|| LISTENER_PORT_UNAVAILABLE.to_string()),
+                    }),
+                }
+            }
+            GatewayReport {
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+                generation: o.generation,
+                digest: apply_ok.then(|| listeners_digest(programmed)),
+                listeners: if apply_ok { failed } else { Vec::new() },
+            }
         })
         .collect()
 }
@@ -541,31 +556,153 @@ mod tests {
         assert_eq!((l[1].programmed, l[1].reason.as_deref()), (false, None));
     }
 
+    /// Services programmed as asked are counted, the others listed, at any number: 10,000
+    /// programmed and 5,904 refused (what a node of 4,096 VIPs sees of 10,000 Services) fit.
     #[test]
-    fn the_service_list_is_capped_and_the_total_says_so() {
-        let n = MAX_REPORTED_SERVICES + 10;
-        let results: BTreeMap<ServiceKey, Outcome> = (0..n)
-            .map(|i| (key(i), Outcome::Translated(Default::default())))
+    fn programmed_services_are_counted_and_every_problem_is_listed() {
+        let (good, bad) = (10_000, 5_904);
+        let results: BTreeMap<ServiceKey, Outcome> = (0..good + bad)
+            .map(|i| {
+                let o = if i < good {
+                    Outcome::Translated(Default::default())
+                } else {
+                    Outcome::Failed(TranslateError::ServicePort(0))
+                };
+                (key(i), o)
+            })
             .collect();
         let no_gateways = BTreeMap::new();
-        let s = status(&Inputs {
-            gate_open: true,
-            applied: None,
+        let s = status(&plain_inputs(&results, &no_gateways));
+        assert_eq!(s.services_total, (good + bad) as i64);
+        assert_eq!(s.services_programmed, good as i64);
+        assert_eq!(s.services.len(), bad, "every problem listed");
+        assert!(
+            s.services
+                .iter()
+                .all(|r| !r.programmed && r.message.is_some())
+        );
+        assert_eq!(s.omitted, None);
+        let json = serde_json::to_vec(&s).unwrap();
+        assert!(json.len() <= REPORT_BUDGET_BYTES, "{} bytes", json.len());
+        // While the last apply fails, the Ready condition says so once: no Service is listed
+        // for it, none counted programmed.
+        let failing = status(&Inputs {
+            applied: Some(Err("boom".into())),
             ..plain_inputs(&results, &no_gateways)
         });
-        assert_eq!(s.services.len(), MAX_REPORTED_SERVICES);
-        assert_eq!(s.services_total, n as i64);
-        let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(
-            (ready.status.as_str(), ready.reason.as_str()),
-            ("False", "NotAttached")
+            (failing.services.len(), failing.services_programmed),
+            (bad, 0)
         );
-        let json = serde_json::to_string(&s).unwrap();
+    }
+
+    /// Every Gateway is reported (no cap: 10,000 with two listeners fit the budget), each with
+    /// the digest of its programmed listeners; a failed apply leaves only the generation.
+    #[test]
+    fn every_gateway_is_reported_with_its_digest() {
+        use crate::gateway::ListenerOutcome;
+        let n = 10_000;
+        let gateways: BTreeMap<ObjKey, GatewayOutcome> = (0..n)
+            .map(|i| {
+                let listener = |name: &str| ListenerOutcome {
+                    name: name.into(),
+                    route: ObjKey::new("apps", format!("route-{i:05}-{name}")),
+                    result: Ok(Vec::new()),
+                };
+                (
+                    ObjKey::new("apps", format!("gateway-{i:05}")),
+                    GatewayOutcome {
+                        generation: 3,
+                        listeners: vec![listener("tcp"), listener("udp")],
+                    },
+                )
+            })
+            .collect();
+        let no_results = BTreeMap::new();
+        let s = status(&plain_inputs(&no_results, &gateways));
+        assert_eq!((s.gateways.len(), s.gateways_total), (n, n as i64));
+        let first = &s.gateways[0];
+        let want = listeners_digest(["tcp", "udp"].map(|l| DigestListener {
+            name: l.into(),
+            route: format!("apps/route-00000-{l}"),
+            vips: Vec::new(),
+        }));
+        assert_eq!(first.digest.as_deref(), Some(want.as_str()));
         assert!(
-            json.len() < 256 * 1024,
-            "a capped status stays small: {} bytes",
-            json.len()
+            first.listeners.is_empty(),
+            "programmed listeners are in the digest"
         );
+        let json = serde_json::to_vec(&s).unwrap();
+        assert!(json.len() <= REPORT_BUDGET_BYTES, "{} bytes", json.len());
+        assert_eq!(s.omitted, None);
+        let failing = gateway_reports(
+            &Inputs {
+                applied: Some(Err("boom".into())),
+                ..plain_inputs(&no_results, &gateways)
+            },
+            false,
+        );
+        assert_eq!(
+            (failing[0].digest.as_ref(), failing[0].listeners.len()),
+            (None, 0)
+        );
+        assert_eq!(failing[0].generation, 3);
+    }
+
+    /// Over the budget, only the diagnostic lists are shortened, and `omitted` says by how
+    /// much; the Gateways stay whole.
+    #[test]
+    fn the_budget_shortens_only_diagnostics_and_says_so() {
+        let results: BTreeMap<ServiceKey, Outcome> = (0..2_000)
+            .map(|i| (key(i), Outcome::Failed(TranslateError::ServicePort(0))))
+            .collect();
+        let gateways: BTreeMap<ObjKey, GatewayOutcome> = (0..50)
+            .map(|i| {
+                (
+                    ObjKey::new("apps", format!("gw-{i}")),
+                    GatewayOutcome {
+                        generation: 1,
+                        listeners: Vec::new(),
+                    },
+                )
+            })
+            .collect();
+        let undecodable: Vec<String> = (0..500)
+            .map(|i| format!("Service ns/bad-{i}: spec.ports: invalid type"))
+            .collect();
+        let mut s = status(&Inputs {
+            undecodable: &undecodable,
+            ..plain_inputs(&results, &gateways)
+        });
+        assert_eq!(
+            (s.services.len(), s.undecodable.len(), s.omitted.as_ref()),
+            (2_000, 500, None)
+        );
+        let budget = 64 * 1024;
+        keep_within_budget(&mut s, budget);
+        let json = serde_json::to_vec(&s).unwrap();
+        assert!(json.len() <= budget, "{} bytes", json.len());
+        assert_eq!(
+            s.gateways.len(),
+            50,
+            "what the controller acts on stays whole"
+        );
+        assert!(
+            s.services.len() < 2_000 && !s.services.is_empty(),
+            "{}",
+            s.services.len()
+        );
+        assert_eq!(
+            s.undecodable.len(),
+            500,
+            "shortened in order: services first"
+        );
+        let omitted = s.omitted.as_deref().unwrap();
+        assert!(
+            omitted.starts_with(&format!("services: {} of 2000 listed", s.services.len())),
+            "{omitted}"
+        );
+        assert_eq!((s.services_total, s.undecodable_total), (2_000, 500));
     }
 
     #[test]

@@ -213,25 +213,16 @@ async fn services_and_slices_become_vips_and_follow_changes() {
     // The node's report, written by rivorad as the ServiceAccount.
     let report = wait_for("RivoraNode reports the Service", WAIT, || async {
         let s = rivora_node(&admin, &node.name).await?;
-        let svc = s
-            .services
-            .iter()
-            .find(|r| r.name == "web" && r.namespace == ns);
-        match svc {
-            Some(r)
-                if r.programmed
-                    && r.ready_backends == 2
-                    && condition(&s, "Ready") == "True Applied" =>
-            {
-                Ok(s)
-            }
-            _ => Err(format!("{s:?}")),
+        // A Service programmed as asked is counted, not listed (the list holds problems).
+        if s.services_programmed == 1 && condition(&s, "Ready") == "True Applied" {
+            Ok(s)
+        } else {
+            Err(format!("{s:?}"))
         }
     })
     .await;
     assert_eq!(condition(&report, "InitialSyncComplete"), "True Complete");
-    let web = report.services.iter().find(|r| r.name == "web").unwrap();
-    assert_eq!(web.vips, [format!("{vip}:80/TCP")]);
+    assert!(report.services.is_empty(), "no problem to list: {report:?}");
     assert_eq!(
         report.services_total, 1,
         "only this class's Services: {report:?}"

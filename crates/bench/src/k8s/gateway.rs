@@ -540,14 +540,8 @@ async fn measure(
             "Not every Gateway became Programmed within {PROGRAMMED_GRACE:?} of the last route \
              Accepted and VIP forwarding: {e:#}."
         );
-        if let Some((n, of)) = report.filter(|(n, of)| (*n as i64) < *of) {
-            note += &format!(
-                " The node's RivoraNode lists {n} of its {of} Gateways (rivorad reports at most \
-                 MAX_REPORTED_GATEWAYS = {}), and rivora-controller sets Programmed only for \
-                 Gateways every Ready node lists: the others stay Pending however long one \
-                 waits, although their VIPs forward.",
-                rivora_k8s_api::rivora_node::MAX_REPORTED_GATEWAYS
-            );
+        if let Some((n, of)) = report {
+            note += &format!(" The node's RivoraNode lists {n} of its {of} Gateways.");
         }
         sec.notes.push(note);
     }

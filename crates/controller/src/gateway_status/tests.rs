@@ -90,7 +90,27 @@ fn report(generation: i64, listeners: Vec<ListenerReport>) -> GatewayReport {
         namespace: "gw".into(),
         name: "edge".into(),
         generation,
+        digest: None,
         listeners,
+    }
+}
+
+/// A report in the compact form of today's rivorad: `programmed` (listener, route, VIPs) in
+/// the digest, `failed` listed.
+fn compact(
+    generation: i64,
+    programmed: &[(&str, &str, &[&str])],
+    failed: Vec<ListenerReport>,
+) -> GatewayReport {
+    GatewayReport {
+        digest: Some(listeners_digest(programmed.iter().map(
+            |(name, route, vips)| DigestListener {
+                name: name.to_string(),
+                route: route.to_string(),
+                vips: vips.iter().map(|v| v.to_string()).collect(),
+            },
+        ))),
+        ..report(generation, failed)
     }
 }
 
@@ -424,6 +444,67 @@ fn programmed_waits_for_every_ready_node_at_the_current_generation() {
     assert_eq!(gw_cond(&s, "Programmed"), ("True", "Programmed"));
 }
 
+/// Today's rivorad reports a programmed listener only through the digest: Programmed when it
+/// equals what the controller's own evaluation gives, Pending (naming the node) when the node
+/// programmed another route, another address or generation, or nothing; a failed listener is
+/// still listed, and an older rivorad's full listing is still read beside compact reports.
+#[test]
+fn the_compact_report_is_read_through_its_digest() {
+    let gw = gateway(tcp_listeners());
+    let route = tcp_route("r", json!([{"name": "edge", "sectionName": "tcp"}]));
+    let e = &eval(&gw, std::slice::from_ref(&route)).gateways[&key()];
+    let now = t("2026-12-01T10:00:00Z");
+    let a = assigned("10.0.0.1");
+    let vip: &[&str] = &["10.0.0.1:8080/TCP"];
+
+    let good = compact(2, &[("tcp", "gw/r", vip)], vec![]);
+    let old_style = report(2, vec![programmed_listener("tcp", "gw/r", vip, true)]);
+    let nodes = [
+        node("n1", true, vec![good.clone()]),
+        node("n2", true, vec![old_style]),
+    ];
+    let s = gateway_status(&gw, e, &a, &nodes, now);
+    assert_eq!(gw_cond(&s, "Programmed"), ("True", "Programmed"));
+    assert_eq!(
+        listener_cond(&s, "tcp", "Programmed"),
+        ("True", "Programmed")
+    );
+
+    for lagging in [
+        compact(2, &[("tcp", "gw/other", vip)], vec![]),
+        compact(2, &[("tcp", "gw/r", &["10.0.0.9:8080/TCP"])], vec![]),
+        compact(
+            2,
+            &[("tcp", "gw/r", &["10.0.0.1:8080/TCP", "10.0.0.9:8080/TCP"])],
+            vec![],
+        ),
+        compact(2, &[], vec![]),
+        compact(1, &[("tcp", "gw/r", vip)], vec![]),
+        GatewayReport {
+            digest: None,
+            ..good.clone()
+        },
+    ] {
+        let nodes = [node("n1", true, vec![lagging.clone()])];
+        let s = gateway_status(&gw, e, &a, &nodes, now);
+        assert_eq!(
+            gw_cond(&s, "Programmed"),
+            ("False", "Pending"),
+            "{lagging:?}"
+        );
+        assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Pending"));
+        let m = &cond(s.conditions.as_deref().unwrap(), "Programmed").message;
+        assert!(m.contains("RivoraNode n1"), "{m}");
+    }
+
+    // A failed listener is listed (and left out of the digest): Invalid with the node's word.
+    let failed = compact(2, &[], vec![programmed_listener("tcp", "gw/r", &[], false)]);
+    let s = gateway_status(&gw, e, &a, &[node("n1", true, vec![failed])], now);
+    assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Invalid"));
+    let m = &cond(s.conditions.as_deref().unwrap(), "Programmed").message;
+    assert!(m.contains("vip map full"), "{m}");
+}
+
 #[test]
 fn an_ipv6_vip_is_matched_in_socket_address_form() {
     let gw = gateway(json!([{"name": "dns", "port": 53, "protocol": "UDP"}]));
@@ -456,7 +537,7 @@ fn an_ipv6_vip_is_matched_in_socket_address_form() {
         )],
     )];
     assert_eq!(
-        on_nodes(&key(), 2, Some(&listener), &ips, &ok),
+        on_nodes(&key(), 2, Some(&listener), e, &ips, &ok),
         OnNodes::Programmed(1)
     );
 }
