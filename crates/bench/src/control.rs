@@ -55,6 +55,55 @@ fn full_specs(changed: std::ops::Range<usize>, weight_first: u32) -> Vec<VipSpec
         .collect()
 }
 
+/// 5b's shape in process: `n` VIPs x 10 backends, endpoint 0 of each VIP a backend of its own,
+/// the other 9 drawn from a pool of backends shared 5 ways (so 2,000 VIPs need 5,600 backends,
+/// within the 8,192-entry table); VIP 0's first backend has weight `weight_first`.
+fn k8s_shaped_specs(n: usize, weight_first: u32) -> Vec<VipSpec> {
+    let shared = n * 9 / 5;
+    (0..n)
+        .map(|i| {
+            let backends = (0..10)
+                .map(|j| {
+                    let id = if j == 0 { i } else { n + (i * 9 + j) % shared };
+                    let mut b = BackendSpec::new(IpAddr::V4(backend_addr(id)), 8080);
+                    if i == 0 && j == 0 {
+                        b.weight = weight_first;
+                    }
+                    b
+                })
+                .collect();
+            VipSpec::new(
+                format!("ns/svc-{i}:80/TCP"),
+                VipKey::exact(IpAddr::V4(vip_addr(i)), 80, proto::TCP),
+                backends,
+            )
+        })
+        .collect()
+}
+
+/// One backend weight changed among [`k8s_shaped_specs`], `changes` times, with refuse-alone
+/// on as the Kubernetes source runs it: the whole-state comparison each change costs, and
+/// where it goes ([`rivora_dataplane::ApplyPhases`] of the last).
+fn one_change_among(n: usize, changes: usize) -> Result<(Vec<f64>, String)> {
+    let (pins, _datapath, mut dp, _) = fresh(&format!("k8s{n}"))?;
+    dp.set_refuse_alone(true);
+    let cold = dp
+        .apply(&k8s_shaped_specs(n, 1))
+        .map_err(|e| anyhow!("apply: {e}"))?;
+    if !cold.refused.is_empty() {
+        bail!("{} of {n} VIPs refused", cold.refused.len());
+    }
+    let mut times = Vec::with_capacity(changes);
+    for c in 0..changes {
+        let specs = k8s_shaped_specs(n, 2 + (c % 3) as u32);
+        times.push(timed_apply(&mut dp, &specs)?);
+    }
+    let phases = dp.last_apply_phases().to_string();
+    drop(dp);
+    drop(pins);
+    Ok((times, phases))
+}
+
 /// One VIP with all 8,192 backends; `weight_first` for the first one.
 fn big_spec(weight_first: u32, count: usize) -> Vec<VipSpec> {
     let backends = (0..count)
@@ -393,6 +442,24 @@ pub fn run(rivorad_bin: &Path, quick: bool) -> Result<Section> {
     drop(dp);
     drop(_datapath);
     drop(pins);
+
+    // 5b's shape: the comparison a single endpoint change costs rivorad today.
+    for n in [100, 2_000] {
+        let changes = if quick { 20 } else { 200 };
+        let (times, phases) = one_change_among(n, changes)?;
+        let p50 = crate::stats::quantile(&times, 0.50);
+        let p99 = crate::stats::quantile(&times, 0.99);
+        sec.rows.push(
+            Row::info(
+                format!("API: one backend weight changed among {n} VIPs x 10 backends, p50 / p99"),
+                format!("{} / {}", fmt_secs(p50), fmt_secs(p99)),
+            )
+            .evidence(format!(
+                "{changes} changes, refuse-alone on (the Kubernetes source's mode); the last: \
+                 {phases}"
+            )),
+        );
+    }
 
     let (pins, _datapath, mut dp, _) = fresh("ctl8k")?;
     let big_cold = timed_apply(&mut dp, &big_spec(1, abi::MAX_BACKENDS as usize))?;

@@ -40,8 +40,8 @@ pub use model::{
     proto,
 };
 pub use writer::{
-    AdoptReport, ApplyReport, BackendCounters, BackendState, Dataplane, RefusedVip, VipCounters,
-    VipIndexStatus, VipState,
+    AdoptReport, ApplyPhases, ApplyReport, BackendCounters, BackendState, Dataplane, RefusedVip,
+    VipCounters, VipIndexStatus, VipState,
 };
 
 /// Everything that can go wrong loading or programming the datapath. Each

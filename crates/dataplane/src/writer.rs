@@ -155,6 +155,8 @@ pub struct Dataplane {
     refuse_alone: bool,
     /// The VIPs the last apply refused alone.
     refused: Vec<RefusedVip>,
+    /// Where the last apply's time went.
+    phases: ApplyPhases,
     /// The classifier groups and rules the last apply refused alone.
     cls_refused: Vec<crate::classifier::RefusedObject>,
 }
@@ -209,6 +211,7 @@ impl Dataplane {
             cls: crate::classifier::Classifier::new(),
             refuse_alone: false,
             refused: Vec::new(),
+            phases: ApplyPhases::default(),
             cls_refused: Vec::new(),
         }
     }

@@ -700,9 +700,12 @@ fn reload<S: Source>(
             } else {
                 s.status.config_generation += 1;
                 let took_ms = took.map(|d| d.as_secs_f64() * 1e3);
+                // Where the apply's time went (admit, plan, write, ...): what grows with the
+                // number of VIPs shows here first.
+                let phases = s.dataplane.last_apply_phases().to_string();
                 info!(
                     generation = s.status.config_generation,
-                    took_ms, "applied: {report}"
+                    took_ms, phases, "applied: {report}"
                 );
             }
             ReloadInfo {

@@ -34,6 +34,8 @@ impl Dataplane {
         desired: &[VipSpec],
         mut refusals: Option<&mut Vec<RefusedVip>>,
     ) -> Result<Option<ApplyReport>, Error> {
+        self.phases.rounds += 1;
+        let started = Instant::now();
         let desired = validate(desired)?;
         if refusals.is_none() {
             // Refuse-alone mode admitted each VIP against these (a kept one has what it needs
@@ -145,7 +147,7 @@ impl Dataplane {
         // --- plan: VIPs
         let mut service_ids = self.service_ids.clone();
         let mut slices = self.slices.clone();
-        let budget = slice_budget(&desired, self.slices.len());
+        let budget = slice_budget(desired.values(), self.slices.len());
         let mut planned: Vec<PlannedVip> = Vec::new();
         for (key, spec) in &desired {
             let change = match self.vips.get(key) {
@@ -258,6 +260,7 @@ impl Dataplane {
         }
         if refusals.as_deref().is_some_and(|f| !f.is_empty()) {
             // Nothing is written yet: the caller plans again without them.
+            self.phases.plan += started.elapsed();
             return Ok(None);
         }
         let removed: Vec<VipKey> = self
@@ -282,6 +285,8 @@ impl Dataplane {
         self.sync_backend_filter(&coming)?;
 
         // --- commit
+        let planned_at = Instant::now();
+        self.phases.plan += planned_at - started;
         self.backend_ids = backend_ids;
         self.service_ids = service_ids;
         // Slices allocated in the plan are now owned; frees happen below.
@@ -445,6 +450,8 @@ impl Dataplane {
         // Added VIPs are complete (service entry, vip_map entry or range
         // prefixes): the index may point at them. Removed ones leave it
         // before anything of theirs is cleared.
+        let written_at = Instant::now();
+        self.phases.write += written_at - planned_at;
         self.sync_vip_index(&leaving)?;
         for key in removed {
             let state = self.vips.remove(&key).expect("removed VIP exists");
@@ -475,6 +482,8 @@ impl Dataplane {
             self.set_health(id, abi::backend_state::NONE)?;
             self.backend_ids.release(id);
         }
+        let indexed_at = Instant::now();
+        self.phases.index += indexed_at - written_at;
         self.sync_endpoints()?;
         self.sync_backend_filter(&[])?;
         // The slices no longer name the backends that left: no new entry can
@@ -506,6 +515,7 @@ impl Dataplane {
                 report.backends_retired += 1;
             }
         }
+        self.phases.endpoints += indexed_at.elapsed();
         Ok(Some(report))
     }
 
@@ -536,7 +546,10 @@ impl Dataplane {
         desired: &[VipSpec],
         keep: &BTreeSet<VipKey>,
     ) -> Result<ApplyReport, Error> {
+        self.phases = ApplyPhases::default();
+        let t = Instant::now();
         let admission = self.admit(desired, keep);
+        self.phases.admit = t.elapsed();
         let mut keep = keep.clone();
         keep.extend(admission.keep.iter().copied());
         let mut refused = admission.refused;

@@ -153,3 +153,43 @@ impl fmt::Display for ApplyReport {
         write!(f, "{}", parts.join("; "))
     }
 }
+
+/// Where the last apply's time went, phase by phase (summed over its rounds), for the daemon's
+/// log and the benchmark: an apply compares the whole desired state with the maps, and these
+/// say which part of that comparison grows with the number of VIPs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyPhases {
+    /// Refuse-alone admission: each VIP's own rules and the keys taken.
+    pub admit: Duration,
+    /// Giving oversized slices back before the plan.
+    pub shrink: Duration,
+    /// Validation and the plan of backends and VIPs, on copies (nothing written).
+    pub plan: Duration,
+    /// Backends, health, slices and service entries written.
+    pub write: Duration,
+    /// The VIP index rebuilt and removed VIPs cleared.
+    pub index: Duration,
+    /// Endpoint and backend-filter tables, forgotten flows, retired backends.
+    pub endpoints: Duration,
+    /// Planning rounds (refuse-alone mode plans again without what it refuses).
+    pub rounds: u32,
+}
+
+impl fmt::Display for ApplyPhases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "admit {:.1} ms, shrink {:.1} ms, plan {:.1} ms, write {:.1} ms, index {:.1} ms, \
+             endpoints {:.1} ms ({} round{})",
+            ms(self.admit),
+            ms(self.shrink),
+            ms(self.plan),
+            ms(self.write),
+            ms(self.index),
+            ms(self.endpoints),
+            self.rounds,
+            if self.rounds == 1 { "" } else { "s" }
+        )
+    }
+}

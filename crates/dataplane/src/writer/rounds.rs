@@ -12,10 +12,11 @@
 //! change stays atomic for its lookups, while the node's change as a whole comes in steps.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use rivora_abi as abi;
 
-use super::{ApplyReport, Dataplane, RangePrefix, plan_slice, slice_budget, validate};
+use super::{ApplyPhases, ApplyReport, Dataplane, RangePrefix, plan_slice, slice_budget, validate};
 use crate::Error;
 use crate::model::{BackendKey, VipKey, VipSpec};
 
@@ -81,7 +82,9 @@ impl Dataplane {
     /// them, then the rounds.
     pub(super) fn apply_admitted(&mut self, desired: &[VipSpec]) -> Result<Rounds, Error> {
         let (desired, over) = self.within_vip_capacity(desired);
+        let t = Instant::now();
         let shrunk = self.shrink_to_share(&desired)?;
+        self.phases.shrink += t.elapsed();
         let mut rounds = self.apply_rounds(&desired)?;
         let report = match &mut rounds {
             Rounds::Done(r) | Rounds::Keep(_, _, r) => r,
@@ -128,6 +131,11 @@ impl Dataplane {
         &self.refused
     }
 
+    /// Where the last apply's time went ([`ApplyPhases`]).
+    pub fn last_apply_phases(&self) -> ApplyPhases {
+        self.phases
+    }
+
     /// Gives room back before the plan: every programmed VIP whose slice holds far more than
     /// its share of the table as `desired` divides it ([`wants_resize`]) gets a slice of its
     /// share now, each VIP atomically (the new slice written, the service entry switched),
@@ -136,10 +144,15 @@ impl Dataplane {
     /// slice size changes (same backends); an invalid `desired` shrinks nothing (the apply
     /// refuses it). Returns the VIPs resized.
     fn shrink_to_share(&mut self, desired: &[VipSpec]) -> Result<Vec<String>, Error> {
-        let Ok(desired) = validate(desired) else {
-            return Ok(Vec::new());
+        let budget = if self.refuse_alone {
+            // Admission (admit.rs) refused alone what validation would refuse.
+            slice_budget(desired, self.slices.len())
+        } else {
+            let Ok(desired) = validate(desired) else {
+                return Ok(Vec::new());
+            };
+            slice_budget(desired.values(), self.slices.len())
         };
-        let budget = slice_budget(&desired, self.slices.len());
         let oversized: Vec<(VipKey, u32)> = self
             .vips
             .iter()

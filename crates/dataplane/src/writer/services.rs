@@ -38,18 +38,14 @@ pub(super) fn service_flags(spec: &VipSpec, bank: u32) -> u8 {
 /// proportion. Half, because a rebuilt slice is written into free slots
 /// before the old one is released, so the table must have room for a second
 /// copy of any slice.
-pub(super) fn slice_budget(
-    desired: &BTreeMap<VipKey, VipSpec>,
+pub(super) fn slice_budget<'a>(
+    desired: impl IntoIterator<Item = &'a VipSpec>,
     table_len: u32,
 ) -> BTreeMap<VipKey, u32> {
     let preferred: BTreeMap<VipKey, u32> = desired
-        .iter()
-        .filter(|(_, s)| !s.backends.is_empty() || s.reject_weight > 0)
-        .map(|(k, s)| {
-            let (keys, weights) = maglev_members(s);
-            let mb = maglev_backends(&keys, &weights);
-            (*k, maglev::preferred_slice_size_for(&mb))
-        })
+        .into_iter()
+        .filter(|s| !s.backends.is_empty() || s.reject_weight > 0)
+        .map(|s| (s.key, preferred_size(s)))
         .collect();
     let total: u64 = preferred.values().map(|&p| p as u64).sum();
     let half = (table_len / 2) as u64;
@@ -60,6 +56,24 @@ pub(super) fn slice_budget(
         .into_iter()
         .map(|(k, p)| (k, ((p as u64 * half) / total).max(1) as u32))
         .collect()
+}
+
+/// [`maglev::preferred_slice_size_for`] of a VIP's [`maglev_members`], from their weights
+/// alone: the size depends on the count and weights only, and building the members' keys
+/// (text) for every VIP of every apply cost a fifth of an apply's time at 2,000 VIPs.
+fn preferred_size(spec: &VipSpec) -> u32 {
+    let weights = spec
+        .backends
+        .iter()
+        .map(|b| b.weight)
+        .chain((spec.reject_weight > 0).then_some(spec.reject_weight));
+    let (mut count, mut total, mut min) = (0u32, 0u64, u32::MAX);
+    for w in weights {
+        count += 1;
+        total += u64::from(w);
+        min = min.min(w);
+    }
+    maglev::preferred_slice_size(count, total, if count == 0 { 1 } else { min })
 }
 
 /// The Maglev key of a VIP's refused share (`VipSpec::reject_weight`): a
@@ -276,5 +290,43 @@ impl Dataplane {
             .svc_rl_config
             .set(service_id, limit.map(RateLimit::abi).unwrap_or_default(), 0)
             .map_err(|e| map_err("svc_rl_config_map", e))
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// The weights-only size is the size of the members the slice is built from.
+    #[test]
+    fn the_preferred_size_from_weights_is_the_members_size() {
+        let addr = |i: u8| IpAddr::V4(Ipv4Addr::new(10, 0, 0, i));
+        for (weights, reject) in [
+            (vec![], 0),
+            (vec![], 3),
+            (vec![1], 0),
+            (vec![1, 1, 1], 0),
+            (vec![5, 1, 200], 0),
+            (vec![2, 4], 7),
+            (vec![1; 40], 1),
+        ] {
+            let backends = weights
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let mut b = BackendSpec::new(addr(i as u8 + 1), 80);
+                    b.weight = *w;
+                    b
+                })
+                .collect();
+            let mut spec = VipSpec::new("v", VipKey::exact(addr(200), 80, 6), backends);
+            spec.reject_weight = reject;
+            let (keys, w) = maglev_members(&spec);
+            assert_eq!(
+                preferred_size(&spec),
+                maglev::preferred_slice_size_for(&maglev_backends(&keys, &w)),
+                "{weights:?} reject {reject}"
+            );
+        }
     }
 }
