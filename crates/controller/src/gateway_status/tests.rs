@@ -149,6 +149,15 @@ fn listener_cond<'a>(s: &'a GatewayStatus, listener: &str, type_: &str) -> (&'a 
     (c.status.as_str(), c.reason.as_str())
 }
 
+/// The Gateway and its listener `tcp` are Pending, the message naming node n1 (which lags with
+/// `report`).
+fn assert_pending_on_n1(s: &GatewayStatus, report: &GatewayReport) {
+    assert_eq!(gw_cond(s, "Programmed"), ("False", "Pending"), "{report:?}");
+    assert_eq!(listener_cond(s, "tcp", "Programmed"), ("False", "Pending"));
+    let m = &cond(s.conditions.as_deref().unwrap(), "Programmed").message;
+    assert!(m.contains("RivoraNode n1"), "{m}");
+}
+
 fn tcp_listeners() -> Value {
     json!([{"name": "tcp", "port": 8080, "protocol": "TCP"},
            {"name": "idle", "port": 9090, "protocol": "TCP"}])
@@ -359,15 +368,7 @@ fn programmed_waits_for_every_ready_node_at_the_current_generation() {
         ),
     ] {
         let nodes = [node("n1", true, vec![lagging.clone()]), down.clone()];
-        let s = gateway_status(&gw, e, &a, &nodes, now);
-        assert_eq!(
-            gw_cond(&s, "Programmed"),
-            ("False", "Pending"),
-            "{lagging:?}"
-        );
-        assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Pending"));
-        let m = &cond(s.conditions.as_deref().unwrap(), "Programmed").message;
-        assert!(m.contains("RivoraNode n1"), "{m}");
+        assert_pending_on_n1(&gateway_status(&gw, e, &a, &nodes, now), &lagging);
     }
 
     // Every Ready node programs it: True, the idle listener (no route) too.
@@ -486,15 +487,7 @@ fn the_compact_report_is_read_through_its_digest() {
         },
     ] {
         let nodes = [node("n1", true, vec![lagging.clone()])];
-        let s = gateway_status(&gw, e, &a, &nodes, now);
-        assert_eq!(
-            gw_cond(&s, "Programmed"),
-            ("False", "Pending"),
-            "{lagging:?}"
-        );
-        assert_eq!(listener_cond(&s, "tcp", "Programmed"), ("False", "Pending"));
-        let m = &cond(s.conditions.as_deref().unwrap(), "Programmed").message;
-        assert!(m.contains("RivoraNode n1"), "{m}");
+        assert_pending_on_n1(&gateway_status(&gw, e, &a, &nodes, now), &lagging);
     }
 
     // A failed listener is listed (and left out of the digest): Invalid with the node's word.
