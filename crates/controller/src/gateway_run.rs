@@ -16,15 +16,17 @@
 //! `rivora-controller`, forced), route `status.parents` by a JSON merge patch of the whole list
 //! carrying `metadata.resourceVersion` (the list is atomic, so an apply would take other
 //! controllers' entries too; a 409 means another writer got in first, and the next pass tries
-//! again). Each write first re-reads the object when the cached copy is not current, so a stale
-//! cache neither rewrites a status that is already right nor moves a lastTransitionTime.
-//! A failed write is logged and counted and the pass goes on.
+//! again). What differs is decided from the caches; each such write then re-reads the object, so
+//! a stale cache neither rewrites a status that is already right nor moves a lastTransitionTime.
+//! Writes go in batches of [`WRITES_IN_FLIGHT`] at once, leadership confirmed between batches. A
+//! failed write is logged and counted and the pass goes on.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use futures::future::join_all;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::referencegrants::ReferenceGrant;
@@ -452,31 +454,14 @@ pub async fn write(
         count(&mut w.classes, &mut w.errors, result, "GatewayClass", &name);
     }
 
+    // What differs, decided from the cache (pure), then written in batches.
+    let mut to_write: Vec<GatewayWrite<'_>> = Vec::new();
     for gw in &snap.gateways {
         let key = obj_key(gw.as_ref());
-        let api: Api<Gateway> = Api::namespaced(client.clone(), &key.namespace);
         let Some(eval) = snap.eval.gateways.get(&key) else {
             // Not (or no longer) of an accepted class of ours: take back what we wrote.
             if has_our_status(gw.as_ref()) {
-                if !still_leader(leadership, confirmed_at).await? {
-                    w.not_leader = true;
-                    return Ok(w);
-                }
-                let r = api
-                    .patch_status(
-                        &key.name,
-                        &apply,
-                        &Patch::Apply(apply_body("Gateway", json!({}))),
-                    )
-                    .await
-                    .map(|_| true);
-                count(
-                    &mut w.gateways,
-                    &mut w.errors,
-                    r,
-                    "Gateway",
-                    &key.to_string(),
-                );
+                to_write.push(GatewayWrite::Clear(key));
             }
             continue;
         };
@@ -492,73 +477,131 @@ pub async fn write(
         };
         let mut want = gateway_status::gateway_status(gw, eval, &addressing, &snap.nodes, now);
         gateway_families::annotate(&mut want, eval, &snap.families, gw.status.as_ref(), now);
-        if gateway_status::gateway_status_is_current(gw, &want) {
-            continue;
+        if !gateway_status::gateway_status_is_current(gw, &want) {
+            to_write.push(GatewayWrite::Status {
+                key,
+                gw,
+                eval,
+                addressing,
+            });
         }
+    }
+    let apply = &apply;
+    for batch in to_write.chunks(WRITES_IN_FLIGHT) {
         if !still_leader(leadership, confirmed_at).await? {
             w.not_leader = true;
             return Ok(w);
         }
-        let result = async {
-            let fresh = api.get(&key.name).await?;
-            if fresh.metadata.generation != gw.metadata.generation {
-                return Ok(false);
-            }
-            let mut want =
-                gateway_status::gateway_status(&fresh, eval, &addressing, &snap.nodes, now);
-            gateway_families::annotate(&mut want, eval, &snap.families, fresh.status.as_ref(), now);
-            if gateway_status::gateway_status_is_current(&fresh, &want) {
-                return Ok(false);
-            }
-            api.patch_status(
-                &key.name,
-                &apply,
-                &Patch::Apply(apply_body("Gateway", want)),
-            )
-            .await?;
-            Ok::<_, kube::Error>(true)
-        }
+        let results = join_all(batch.iter().map(|item| async move {
+            let key = item.key();
+            let api: Api<Gateway> = Api::namespaced(client.clone(), &key.namespace);
+            let result = match item {
+                GatewayWrite::Clear(_) => api
+                    .patch_status(
+                        &key.name,
+                        apply,
+                        &Patch::Apply(apply_body("Gateway", json!({}))),
+                    )
+                    .await
+                    .map(|_| true),
+                GatewayWrite::Status {
+                    gw,
+                    eval,
+                    addressing,
+                    ..
+                } => {
+                    async {
+                        let fresh = api.get(&key.name).await?;
+                        if fresh.metadata.generation != gw.metadata.generation {
+                            return Ok(false);
+                        }
+                        let mut want = gateway_status::gateway_status(
+                            &fresh,
+                            eval,
+                            addressing,
+                            &snap.nodes,
+                            now,
+                        );
+                        gateway_families::annotate(
+                            &mut want,
+                            eval,
+                            &snap.families,
+                            fresh.status.as_ref(),
+                            now,
+                        );
+                        if gateway_status::gateway_status_is_current(&fresh, &want) {
+                            return Ok(false);
+                        }
+                        api.patch_status(
+                            &key.name,
+                            apply,
+                            &Patch::Apply(apply_body("Gateway", want)),
+                        )
+                        .await?;
+                        Ok::<_, kube::Error>(true)
+                    }
+                    .await
+                }
+            };
+            (key.to_string(), result)
+        }))
         .await;
-        count(
-            &mut w.gateways,
-            &mut w.errors,
-            result,
-            "Gateway",
-            &key.to_string(),
-        );
+        for (name, result) in results {
+            count(&mut w.gateways, &mut w.errors, result, "Gateway", &name);
+        }
     }
 
-    for r in &snap.tcp_routes {
-        if write_route(
+    if write_routes(
+        client,
+        leadership,
+        confirmed_at,
+        &snap.tcp_routes,
+        snap,
+        now,
+        &mut w,
+    )
+    .await?
+        || write_routes(
             client,
             leadership,
             confirmed_at,
-            r.as_ref(),
+            &snap.udp_routes,
             snap,
             now,
             &mut w,
         )
         .await?
-        {
-            return Ok(w);
-        }
-    }
-    for r in &snap.udp_routes {
-        if write_route(
-            client,
-            leadership,
-            confirmed_at,
-            r.as_ref(),
-            snap,
-            now,
-            &mut w,
-        )
-        .await?
-        {
-            return Ok(w);
-        }
+    {
+        return Ok(w);
     }
     Ok(w)
+}
+
+/// How many status writes (each a GET and a patch) are in flight at once. One at a time, 1,000
+/// Gateways with two routes each were all Accepted only 24.9 s after the last was created
+/// (rivora-bench 5e, 2026-12-08): the writes, not the evaluation, set the pace. Leadership is
+/// confirmed between batches.
+const WRITES_IN_FLIGHT: usize = 16;
+
+/// One Gateway status write decided from the cache.
+enum GatewayWrite<'a> {
+    /// Take back the status we wrote (the Gateway is no longer of a class of ours).
+    Clear(ObjKey),
+    /// Write the status its evaluation and addresses give, if the fresh object still differs.
+    Status {
+        key: ObjKey,
+        gw: &'a Arc<Gateway>,
+        eval: &'a rivora_gateway::GatewayEval,
+        addressing: Addressing,
+    },
+}
+
+impl GatewayWrite<'_> {
+    fn key(&self) -> &ObjKey {
+        match self {
+            GatewayWrite::Clear(key) | GatewayWrite::Status { key, .. } => key,
+        }
+    }
 }
 
 /// Counts one write's result: a write, nothing to do, a 404 (deleted since), or an error.
@@ -580,78 +623,102 @@ fn count(
     }
 }
 
-/// Writes one route's parents if ours are not current; true when leadership was lost.
-async fn write_route<R: L4Route>(
+/// Writes the parents of every route of `routes` whose entries of ours are not current, in
+/// batches of [`WRITES_IN_FLIGHT`]; true when leadership was lost.
+async fn write_routes<R: L4Route>(
     client: &Client,
     leadership: &Leadership,
     confirmed_at: &mut Instant,
-    route: &R,
+    routes: &[Arc<R>],
     snap: &GatewaySnapshot,
     now: Timestamp,
     w: &mut GatewayWrites,
 ) -> Result<bool> {
-    let key = obj_key(route);
-    let ours = snap
-        .eval
-        .routes
-        .get(&(R::KIND, key.clone()))
-        .map(Vec::as_slice);
+    let ours = |key: &ObjKey| {
+        snap.eval
+            .routes
+            .get(&(R::KIND, key.clone()))
+            .map(Vec::as_slice)
+    };
+    let stale: Vec<&R> = routes
+        .iter()
+        .map(|r| r.as_ref())
+        .filter(|route| {
+            let key = obj_key(*route);
+            gateway_status::route_parents(
+                &snap.controller_name,
+                &key.namespace,
+                route.meta().generation.unwrap_or(0),
+                route.parent_refs(),
+                route.parents(),
+                ours(&key),
+                now,
+            )
+            .is_some()
+        })
+        .collect();
+    for batch in stale.chunks(WRITES_IN_FLIGHT) {
+        if !still_leader(leadership, confirmed_at).await? {
+            w.not_leader = true;
+            return Ok(true);
+        }
+        let results = join_all(batch.iter().map(|route| async move {
+            let key = obj_key(*route);
+            let result = write_route(client, *route, &key, ours(&key), snap, now).await;
+            (key, result)
+        }))
+        .await;
+        for (key, result) in results {
+            match result {
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    info!(route = %key, kind = R::KIND.as_str(), "route changed while writing its parents; the next pass writes again");
+                    w.conflicts += 1;
+                }
+                other => count(
+                    &mut w.routes,
+                    &mut w.errors,
+                    other,
+                    R::KIND.as_str(),
+                    &key.to_string(),
+                ),
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Writes one route's parents from a fresh read, if ours are still not current: true when
+/// written.
+async fn write_route<R: L4Route>(
+    client: &Client,
+    route: &R,
+    key: &ObjKey,
+    ours: Option<&[rivora_gateway::RouteParentEval]>,
+    snap: &GatewaySnapshot,
+    now: Timestamp,
+) -> Result<bool, kube::Error> {
     let generation = route.meta().generation.unwrap_or(0);
-    if gateway_status::route_parents(
+    let api: Api<R> = Api::namespaced(client.clone(), &key.namespace);
+    let fresh = api.get(&key.name).await?;
+    if fresh.meta().generation != route.meta().generation {
+        return Ok(false);
+    }
+    let Some(parents) = gateway_status::route_parents(
         &snap.controller_name,
         &key.namespace,
         generation,
-        route.parent_refs(),
-        route.parents(),
+        fresh.parent_refs(),
+        fresh.parents(),
         ours,
         now,
-    )
-    .is_none()
-    {
+    ) else {
         return Ok(false);
-    }
-    if !still_leader(leadership, confirmed_at).await? {
-        w.not_leader = true;
-        return Ok(true);
-    }
-    let api: Api<R> = Api::namespaced(client.clone(), &key.namespace);
-    let result = async {
-        let fresh = api.get(&key.name).await?;
-        if fresh.meta().generation != route.meta().generation {
-            return Ok(false);
-        }
-        let Some(parents) = gateway_status::route_parents(
-            &snap.controller_name,
-            &key.namespace,
-            generation,
-            fresh.parent_refs(),
-            fresh.parents(),
-            ours,
-            now,
-        ) else {
-            return Ok(false);
-        };
-        let body = json!({
-            "metadata": {"resourceVersion": fresh.resource_version()},
-            "status": {"parents": parents},
-        });
-        api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(body))
-            .await?;
-        Ok::<_, kube::Error>(true)
-    }
-    .await;
-    match result {
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            info!(route = %key, kind = R::KIND.as_str(), "route changed while writing its parents; the next pass writes again");
-            w.conflicts += 1;
-        }
-        other => count(
-            &mut w.routes,
-            &mut w.errors,
-            other,
-            R::KIND.as_str(),
-            &key.to_string(),
-        ),
-    }
-    Ok(false)
+    };
+    let body = json!({
+        "metadata": {"resourceVersion": fresh.resource_version()},
+        "status": {"parents": parents},
+    });
+    api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(body))
+        .await?;
+    Ok(true)
 }
